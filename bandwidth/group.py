@@ -1,0 +1,51 @@
+"""Cross-process combination, written once: barrier, max and sum over the ranks of a job.
+
+A single-process run uses LocalGroup (one rank, every operation trivial); a run of one process per
+device uses DistGroup over torch.distributed's default process group.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class LocalGroup:
+    rank = 0
+    size = 1
+    backend = "none"
+
+    def barrier(self) -> None:
+        pass
+
+    def max(self, value: float) -> float:
+        return value
+
+    def sum(self, value: float) -> float:
+        return value
+
+
+class DistGroup:
+    def __init__(self, device: torch.device):
+        import torch.distributed as dist
+
+        self._dist = dist
+        self.rank = dist.get_rank()
+        self.size = dist.get_world_size()
+        self.backend = dist.get_backend()
+        # NCCL reduces only device tensors; Gloo host tensors.
+        self._device = device if self.backend == "nccl" else torch.device("cpu")
+
+    def barrier(self) -> None:
+        self._reduce(0.0, self._dist.ReduceOp.SUM)
+
+    def max(self, value: float) -> float:
+        return self._reduce(value, self._dist.ReduceOp.MAX)
+
+    def sum(self, value: float) -> float:
+        return self._reduce(value, self._dist.ReduceOp.SUM)
+
+    def _reduce(self, value: float, op) -> float:
+        # A tiny all-reduce doubles as a barrier and works the same on NCCL and Gloo.
+        t = torch.tensor([value], dtype=torch.float64, device=self._device)
+        self._dist.all_reduce(t, op=op)
+        return float(t.item())

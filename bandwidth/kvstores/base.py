@@ -1,0 +1,67 @@
+"""The small interface every kvstore mode fills in.
+
+A mode receives this process's replicas (flat gradient and output buffers, see bandwidth.layout),
+the optimizer (or None) and a group for cross-process work, and supplies only its own operation:
+set-up in ``__init__``, one reduce + broadcast of every array in ``step``, its bus factor, and
+``unavailable`` saying when it cannot run here and why. The driver never tests a mode's name.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from bandwidth.devices import DeviceSet
+from bandwidth.formulas import allreduce_factor
+from bandwidth.layout import Layout, Replica
+from bandwidth.optimizers import Sgd
+
+
+class KVStore:
+    name: ClassVar[str]
+    summary: ClassVar[str]
+    # The link that bounds this mode; shown beside its figures.
+    bound: ClassVar[str]
+    # True: one process per device, started by the tool (torch.distributed needs it).
+    process_per_device: ClassVar[bool] = False
+
+    @classmethod
+    def unavailable(cls, devices: DeviceSet, dtype: str) -> str | None:
+        """Why this mode cannot run on ``devices`` with ``dtype`` (None: it can)."""
+        return None
+
+    @classmethod
+    def key_order(cls, shapes: list[tuple[str, tuple[int, ...]]], n: int) -> list[int]:
+        """Order of the keys in the flat buffers (default: key order)."""
+        return list(range(len(shapes)))
+
+    @classmethod
+    def bus_factor(cls, n: int) -> float:
+        """Bytes each device moves per byte of the arrays: MXNet's 2(n-1)/n, nccl-tests' busbw."""
+        return allreduce_factor(n)
+
+    @classmethod
+    def extra_bytes_per_device(cls, nbytes: int, n: int, optimizer: bool) -> int:
+        """Device memory this mode needs beyond the gradient and output buffers."""
+        return 0
+
+    def __init__(self, replicas: list[Replica], layout: Layout, optimizer: Sgd | None, group,
+                 chunk_elements: int, cpu_threads: int | None = None):
+        self.replicas = replicas
+        self.layout = layout
+        self.optimizer = optimizer
+        self.group = group
+        self.chunk_elements = chunk_elements
+        self.cpu_threads = cpu_threads
+
+    def notes(self) -> list[str]:
+        """Set-up facts worth printing (peer access, key placement, stand-ins)."""
+        return []
+
+    def prepare(self) -> None:
+        """Untimed work before each step (default: none)."""
+
+    def step(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release what ``__init__`` set up."""

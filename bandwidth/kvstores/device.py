@@ -1,0 +1,159 @@
+"""``device``: reduce on the GPUs over peer-to-peer copies, as MXNet's CommDevice.
+
+Each key is owned by one device: keys are taken largest first and each goes to the device with the
+fewest elements so far (MXNet's greedy rule). The flat buffers hold the keys grouped by owner, so
+owner o's keys form one contiguous region. A step then has three phases, all enqueued at once and
+run asynchronously:
+
+1. pull: every other device copies its slice of o's region into a receive buffer on o;
+2. sum: o adds its own gradients and the received ones (and applies the optimizer, if any);
+3. push: o copies the result into the same region of every other device's outputs.
+
+Each phase is cut into chunks so that sums and pushes of early chunks overlap pulls of later ones.
+Copies from device i to device j run on a stream of their own on each side, so the two directions
+of a link, and different links, are busy at the same time. Per step each device sends and receives
+2(n-1)/n of the bytes, which is where MXNet's formula comes from.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from bandwidth import devices as dev
+from bandwidth.kvstores.base import KVStore
+from bandwidth.layout import chunk_ranges
+
+
+def assign_owners(numels: list[int], n: int) -> list[int]:
+    """MXNet's rule: keys by size, largest first, each onto the least-loaded device.
+
+    Ties go to the lower key and the lower device, so the placement is reproducible.
+    """
+    load = [0] * n
+    owner = [0] * len(numels)
+    for key in sorted(range(len(numels)), key=lambda k: (-numels[k], k)):
+        target = min(range(n), key=lambda d: (load[d], d))
+        owner[key] = target
+        load[target] += numels[key]
+    return owner
+
+
+class DeviceStore(KVStore):
+    name = "device"
+    summary = ("reduce on the GPUs over peer-to-peer copies: each key summed on its owner GPU, "
+               "then broadcast")
+    bound = "peer-to-peer link (unidirectional copy rate)"
+
+    @classmethod
+    def key_order(cls, shapes, n):
+        numels = [math.prod(shape) for _, shape in shapes]
+        owner = assign_owners(numels, n)
+        return sorted(range(len(shapes)), key=lambda k: (owner[k], k))
+
+    @classmethod
+    def extra_bytes_per_device(cls, nbytes, n, optimizer):
+        # Receive buffers: n-1 copies of the largest owner region (about nbytes/n each).
+        return (n - 1) * (nbytes // max(n, 1) + 1) * 2 if n > 1 else 0
+
+    def __init__(self, replicas, layout, optimizer, group, chunk_elements, cpu_threads=None):
+        super().__init__(replicas, layout, optimizer, group, chunk_elements, cpu_threads)
+        n = len(replicas)
+        owner = assign_owners([layout.key_numel(k) for k in range(len(layout.shapes))], n)
+        self.regions = []
+        for o in range(n):
+            keys = [k for k in layout.order if owner[k] == o]
+            start = layout.offsets[keys[0]] if keys else 0
+            stop = max((layout.offsets[k] + layout.key_numel(k) for k in keys), default=start)
+            self.regions.append((start, stop))
+        self.key_counts = [sum(1 for k in owner if k == o) for o in range(n)]
+        self.chunks = [chunk_ranges(s, e, chunk_elements) for s, e in self.regions]
+        devices = [r.device for r in replicas]
+        dtype = replicas[0].grads.dtype
+        # recv[o][j]: j's slice of o's region, received on o (None where j == o).
+        self.recv = [[None if j == o else torch.empty(e - s, dtype=dtype, device=devices[o])
+                      for j in range(n)] for o, (s, e) in enumerate(self.regions)]
+        # send[i][j]: stream on device i for copies i -> j; land[j][i]: stream on j for them.
+        self.send = [[dev.new_stream(devices[i]) if i != j else None for j in range(n)]
+                     for i in range(n)]
+        self.land = [[dev.new_stream(devices[j]) if i != j else None for i in range(n)]
+                     for j in range(n)]
+        self.compute = [dev.new_stream(d) for d in devices]
+        self.pulled = [[[dev.new_event(devices[o]) for _ in self.chunks[o]] for _ in range(n)]
+                       for o in range(n)]
+        self.summed = [[dev.new_event(devices[o]) for _ in self.chunks[o]] for o in range(n)]
+        if optimizer is not None:
+            for r in replicas:
+                r.outputs.zero_()     # the owner's output region doubles as its weight store
+        self.peers = dev.peer_matrix(devices)
+
+    def notes(self):
+        n = len(self.replicas)
+        lines = [f"owner GPU of each key: {', '.join(f'{o}: {c} keys, {e - s} elements' for o, (c, (s, e)) in enumerate(zip(self.key_counts, self.regions)))}"]
+        if self.peers:
+            pairs = n * (n - 1)
+            enabled = sum(self.peers[i][j] for i in range(n) for j in range(n) if i != j)
+            if enabled < pairs:
+                lines.append(f"WARNING: only {enabled} out of {pairs} GPU pairs have direct "
+                             "(peer-to-peer) access; the others are staged through host memory")
+                lines.extend("  " + " ".join("v" if x else "." for x in row) for row in self.peers)
+            else:
+                lines.append(f"peer access: all {pairs} GPU pairs")
+        return lines
+
+    def step(self):
+        replicas = self.replicas
+        n = len(replicas)
+        if n == 1:
+            self._single()
+            return
+        # 1. pull every other device's slice of each owner's region.
+        for o in range(n):
+            start = self.regions[o][0]
+            for j in range(n):
+                if j == o:
+                    continue
+                for c, (s, e) in enumerate(self.chunks[o]):
+                    with dev.on_streams(self.send[j][o], self.land[o][j]):
+                        self.recv[o][j][s - start:e - start].copy_(replicas[j].grads[s:e],
+                                                                   non_blocking=True)
+                    dev.record(self.pulled[o][j][c], self.land[o][j])
+        # 2. sum on the owner, chunk by chunk, as soon as that chunk has arrived from everyone.
+        for o in range(n):
+            start = self.regions[o][0]
+            own = replicas[o]
+            for c, (s, e) in enumerate(self.chunks[o]):
+                stream = self.compute[o]
+                for j in range(n):
+                    if j != o:
+                        dev.wait(stream, self.pulled[o][j][c])
+                with dev.on_streams(stream):
+                    received = [self.recv[o][j][s - start:e - start] for j in range(n) if j != o]
+                    if self.optimizer is None:
+                        torch.add(own.grads[s:e], received[0], out=own.outputs[s:e])
+                        for more in received[1:]:
+                            own.outputs[s:e].add_(more)
+                    else:
+                        total = received[0]
+                        total.add_(own.grads[s:e])
+                        for more in received[1:]:
+                            total.add_(more)
+                        self.optimizer.apply(own.outputs[s:e], total)
+                dev.record(self.summed[o][c], stream)
+        # 3. push each owner's result to every other device.
+        for o in range(n):
+            for c, (s, e) in enumerate(self.chunks[o]):
+                for j in range(n):
+                    if j == o:
+                        continue
+                    dev.wait(self.send[o][j], self.summed[o][c])
+                    with dev.on_streams(self.send[o][j], self.land[j][o]):
+                        replicas[j].outputs[s:e].copy_(replicas[o].outputs[s:e], non_blocking=True)
+
+    def _single(self):
+        (replica,) = self.replicas
+        if self.optimizer is None:
+            replica.outputs.copy_(replica.grads)
+        else:
+            self.optimizer.apply(replica.outputs, replica.grads)

@@ -1,0 +1,60 @@
+"""``nccl``: one all-reduce of every array across the devices, one process per device.
+
+The modern replacement of MXNet's root-based nccl store: the arrays are views of one flat bucket
+per device, so a single torch.distributed all-reduce (NCCL on GPUs) carries all of them; with an
+optimizer each device then applies it to its own copy of the weights, as data-parallel training
+does. The backward pass would write the gradients into the bucket; ``prepare`` plays that part,
+untimed. On CPU devices Gloo's all-reduce stands in for NCCL.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from bandwidth.kvstores.base import KVStore
+
+
+class NcclStore(KVStore):
+    name = "nccl"
+    summary = "all-reduce of one flat bucket through torch.distributed (NCCL; Gloo on CPU devices)"
+    bound = "flat all-reduce of the same bytes"
+    process_per_device = True
+
+    @classmethod
+    def unavailable(cls, devices, dtype):
+        if not dist.is_available():
+            return "this torch build has no torch.distributed"
+        if devices.is_cuda and not dist.is_nccl_available():
+            return "this torch build has no NCCL; use --kv-store device or local"
+        if not devices.is_cuda and not dist.is_gloo_available():
+            return "this torch build has no Gloo, which the nccl mode needs on CPU devices"
+        return None
+
+    @classmethod
+    def extra_bytes_per_device(cls, nbytes, n, optimizer):
+        return nbytes if optimizer else 0
+
+    def __init__(self, replicas, layout, optimizer, group, chunk_elements, cpu_threads=None):
+        super().__init__(replicas, layout, optimizer, group, chunk_elements, cpu_threads)
+        (replica,) = replicas
+        self.replica = replica
+        if optimizer is None:
+            self.bucket = replica.outputs          # the pulled value is the sum itself
+        else:
+            self.bucket = torch.empty_like(replica.grads)
+            replica.outputs.zero_()                # outputs hold the weights
+
+    def notes(self):
+        backend = dist.get_backend() if dist.is_initialized() else "nccl"
+        if self.replica.device.type == "cpu":
+            return [f"CPU devices: Gloo all-reduce stands in for NCCL ({self.group.size} processes)"]
+        return [f"{backend} all-reduce, {self.group.size} processes, one per GPU"]
+
+    def prepare(self):
+        self.bucket.copy_(self.replica.grads)
+
+    def step(self):
+        dist.all_reduce(self.bucket)
+        if self.optimizer is not None:
+            self.optimizer.apply(self.replica.outputs, self.bucket)

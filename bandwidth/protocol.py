@@ -1,0 +1,93 @@
+"""The one measurement protocol every mode runs, and its statistics.
+
+Per iteration: the mode's untimed ``prepare`` (gradients written into place, as a backward pass
+would), a cross-rank barrier and a device synchronisation, then the timed ``step`` ended by another
+device synchronisation; ``perf_counter`` brackets it. A multi-process run takes, per iteration, the
+slowest rank's time. Warm-up iterations run the same way and are discarded. The error check runs
+after every iteration, untimed, as MXNet's did.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from bandwidth.formulas import algbw_gbps, busbw_gbps
+
+
+@dataclass(frozen=True)
+class Sample:
+    iteration: int       # 1-based, warm-up excluded
+    seconds: float
+    error: float         # MXNet's relative L1 error; -1 when not checked
+
+
+@dataclass(frozen=True)
+class Report:
+    """One MXNet-style line: the mean of a window of --disp-batches iterations."""
+
+    iteration: int
+    seconds: float
+    gbps: float          # MXNet's GB/sec per gpu (all-reduce busbw)
+    error: float
+
+    def line(self) -> str:
+        return (f"iter {self.iteration}, {self.seconds:.6f} sec, {self.gbps:.6f} GB/sec per gpu, "
+                f"error {self.error:.6f}")
+
+
+@dataclass(frozen=True)
+class Summary:
+    iterations: int
+    nbytes: int
+    bus_factor: float
+    seconds_median: float
+    busbw_median: float
+    busbw_min: float
+    busbw_max: float
+    algbw_median: float
+    error_max: float
+
+    @classmethod
+    def of(cls, samples: list[Sample], nbytes: int, bus_factor: float) -> "Summary":
+        seconds = [s.seconds for s in samples]
+        busbw = [busbw_gbps(nbytes, t, bus_factor) for t in seconds]
+        median_s = statistics.median(seconds)
+        return cls(iterations=len(samples), nbytes=nbytes, bus_factor=bus_factor,
+                   seconds_median=median_s, busbw_median=busbw_gbps(nbytes, median_s, bus_factor),
+                   busbw_min=min(busbw), busbw_max=max(busbw),
+                   algbw_median=algbw_gbps(nbytes, median_s),
+                   error_max=max(s.error for s in samples))
+
+
+def measure(session, *, iterations: int, warmup: int, disp_batches: int, check: bool,
+            nbytes: int, bus_factor: float,
+            on_report: Callable[[Report], None] | None = None) -> tuple[list[Sample], list[Report]]:
+    """Run the protocol on ``session`` (prepare/step/synchronize/error and a ``group``)."""
+    samples: list[Sample] = []
+    reports: list[Report] = []
+    window: list[Sample] = []
+    for b in range(warmup + iterations):
+        session.prepare()
+        session.group.barrier()
+        session.synchronize()
+        start = time.perf_counter()
+        session.step()
+        session.synchronize()
+        seconds = session.group.max(time.perf_counter() - start)
+        error = session.error() if check else -1.0
+        if b < warmup:
+            continue
+        sample = Sample(b - warmup + 1, seconds, error)
+        samples.append(sample)
+        window.append(sample)
+        if len(window) == disp_batches:
+            mean = sum(s.seconds for s in window) / len(window)
+            report = Report(sample.iteration, mean, busbw_gbps(nbytes, mean, bus_factor), error)
+            reports.append(report)
+            if on_report is not None:
+                on_report(report)
+            window = []
+    return samples, reports

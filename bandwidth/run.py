@@ -1,0 +1,164 @@
+"""``run(config)``: plan a measurement, carry it out (in this process, or in one process per device
+when the mode needs it), add the flat all-reduce reference, and return one Result."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+import networks
+from bandwidth import protocol
+from bandwidth.config import Config
+from bandwidth.devices import DeviceSet, free_bytes, resolve
+from bandwidth.environment import describe as describe_environment
+from bandwidth.errors import ConfigError, OutOfMemoryError, UnsupportedError
+from bandwidth.group import LocalGroup
+from bandwidth.kvstores import KVSTORES, KVStore
+from bandwidth.layout import DTYPE_BYTES
+from bandwidth.protocol import Report, Sample, Summary
+from bandwidth.session import Session
+from bandwidth.spawn import run_ranks
+
+# Scratch for the chunked data generation and error check (int64 and float64 temporaries).
+CHECK_SCRATCH_BYTES = 6 * 8 * (1 << 24)
+
+
+@dataclass(frozen=True)
+class Plan:
+    config: Config
+    shapes: list[tuple[str, tuple[int, ...]]]
+    devices: DeviceSet
+    store_cls: type[KVStore]
+
+    @property
+    def numel(self) -> int:
+        return networks.num_elements(self.shapes)
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * DTYPE_BYTES[self.config.dtype]
+
+    @property
+    def network_label(self) -> str:
+        c = self.config
+        if c.network in networks.NETWORKS and networks.supported_layers(c.network, c.image_shape):
+            layers = c.num_layers or networks.NETWORKS[c.network].default_layers
+            return f"{c.network}-{layers}"
+        return c.network
+
+
+@dataclass
+class Result:
+    plan: Plan
+    environment: dict
+    samples: list[Sample]
+    reports: list[Report]
+    summary: Summary
+    reference: Summary | None
+    notes: list[str] = field(default_factory=list)
+
+
+def make_plan(config: Config) -> Plan:
+    """Check everything that can be checked before allocating: network, devices, mode."""
+    try:
+        shapes = networks.get_shapes(config.network, image_shape=config.image_shape,
+                                     num_classes=config.num_classes, num_layers=config.num_layers)
+    except ValueError as exc:          # NetworkError, or a shape a network cannot take
+        raise ConfigError(str(exc)) from None
+    devices = resolve(config.gpus, config.cpus)
+    store_cls = KVSTORES[config.kv_store]
+    reason = store_cls.unavailable(devices, config.dtype)
+    if reason:
+        raise UnsupportedError(f"--kv-store {config.kv_store} cannot run here: {reason}")
+    return Plan(config, shapes, devices, store_cls)
+
+
+def check_memory(plan: Plan) -> None:
+    """Refuse, with the numbers, a run whose buffers do not fit."""
+    c, n, nbytes = plan.config, plan.devices.n, plan.nbytes
+    per_device = (2 * nbytes + CHECK_SCRATCH_BYTES
+                  + plan.store_cls.extra_bytes_per_device(nbytes, n, c.optimizer != "none"))
+    free = free_bytes(plan.devices)
+    if plan.devices.is_cuda:
+        for label, need, have in zip(plan.devices.labels(), [per_device] * n, free):
+            if need > have:
+                raise OutOfMemoryError(
+                    f"{plan.network_label} in {c.dtype} needs {need / 1e9:.2f} GB on {label} but "
+                    f"only {have / 1e9:.2f} GB is free; use a smaller network or dtype")
+    else:
+        need = per_device * n + (n + 2) * nbytes    # the local mode's host buffers on top
+        if need > free[0]:
+            raise OutOfMemoryError(
+                f"{plan.network_label} in {c.dtype} on {n} CPU devices needs {need / 1e9:.2f} GB "
+                f"of host memory but only {free[0] / 1e9:.2f} GB is available; use fewer --cpus "
+                "or a smaller network")
+
+
+def measure_task(plan: Plan, indices: list[int], group,
+                 on_report: Callable[[Report], None] | None) -> dict:
+    c = plan.config
+    session = Session(c.kv_store, plan.shapes, plan.devices, indices, group, dtype=c.dtype,
+                      optimizer=c.optimizer, seed=c.seed, chunk_mb=c.chunk_mb,
+                      cpu_threads=c.cpu_threads)
+    try:
+        notes = session.store.notes()
+        samples, reports = protocol.measure(
+            session, iterations=c.num_batches, warmup=c.warmup, disp_batches=c.disp_batches,
+            check=c.test_results, nbytes=plan.nbytes,
+            bus_factor=plan.store_cls.bus_factor(plan.devices.n), on_report=on_report)
+    finally:
+        session.close()
+    return {"samples": [asdict(s) for s in samples], "reports": [asdict(r) for r in reports],
+            "notes": notes}
+
+
+def reference_task(plan: Plan, indices: list[int], group) -> dict:
+    """The same bytes as one flat array through the nccl mode (a torch.distributed all-reduce)."""
+    c = plan.config
+    session = Session("nccl", [("flat", (plan.numel,))], plan.devices, indices, group,
+                      dtype=c.dtype, optimizer="none", seed=c.seed, chunk_mb=c.chunk_mb)
+    try:
+        samples, _ = protocol.measure(
+            session, iterations=c.num_batches, warmup=c.warmup, disp_batches=c.num_batches,
+            check=False, nbytes=plan.nbytes, bus_factor=KVSTORES["nccl"].bus_factor(plan.devices.n))
+    finally:
+        session.close()
+    return {"samples": [asdict(s) for s in samples]}
+
+
+def run(config: Config, on_report: Callable[[Report], None] | None = None,
+        plan: Plan | None = None) -> Result:
+    """Measure ``config``. ``on_report`` receives each MXNet-style report as it happens (in a run of
+    one process per device, rank 0 prints them itself instead)."""
+    plan = plan or make_plan(config)
+    check_memory(plan)
+    n = plan.devices.n
+    want_reference = config.reference and n > 1
+    if plan.store_cls.process_per_device:
+        tasks = ["measure"] + (["reference"] if want_reference else [])
+        out = run_ranks({"config": config.to_dict(), "tasks": tasks,
+                         "print_reports": on_report is not None}, n, config.timeout_s)
+        measured, reference = out["measure"], out.get("reference")
+    else:
+        measured = measure_task(plan, list(range(n)), LocalGroup(), on_report)
+        reference = None
+        if want_reference:
+            reference = run_ranks({"config": config.to_dict(), "tasks": ["reference"],
+                                   "print_reports": False}, n, config.timeout_s)["reference"]
+    samples = [Sample(**s) for s in measured["samples"]]
+    factor = plan.store_cls.bus_factor(n)
+    ref_summary = None
+    if reference is not None:
+        ref_summary = Summary.of([Sample(**s) for s in reference["samples"]], plan.nbytes,
+                                 KVSTORES["nccl"].bus_factor(n))
+    return Result(plan=plan, environment=describe_environment(plan.devices), samples=samples,
+                  reports=[Report(**r) for r in measured["reports"]],
+                  summary=Summary.of(samples, plan.nbytes, factor), reference=ref_summary,
+                  notes=measured["notes"])
+
+
+def size_line(shapes, dtype: str = "float32") -> str:
+    """MXNet's line: the count and size of the arrays in MB of 1e6 bytes (MXNet: float32)."""
+    size_mb = sum(math.prod(s) for _, s in shapes) * DTYPE_BYTES[dtype] / 1e6
+    return f"num of arrays = {len(shapes)}, total size = {size_mb:f} MB"

@@ -1,0 +1,63 @@
+"""One process's part of a measurement: its replicas, the mode on them, and the error check."""
+
+from __future__ import annotations
+
+import torch
+
+from bandwidth import optimizers
+from bandwidth.data import error_terms, fill_gradient
+from bandwidth.devices import DeviceSet
+from bandwidth.kvstores import KVSTORES
+from bandwidth.layout import DTYPE_BYTES, TORCH_DTYPES, Layout, Replica
+
+
+class Session:
+    """Buffers for the replicas ``indices`` of ``devices`` (all of them in a single-process run,
+    one in a run of one process per device) and the kvstore mode that exchanges them."""
+
+    def __init__(self, kv_store: str, shapes, devices: DeviceSet, indices: list[int], group, *,
+                 dtype: str, optimizer: str, seed: int, chunk_mb: float,
+                 cpu_threads: int | None = None):
+        store_cls = KVSTORES[kv_store]
+        self.devices = devices
+        self.n = devices.n
+        self.seed = seed
+        self.group = group
+        self.layout = Layout.build(shapes, store_cls.key_order(shapes, devices.n))
+        self.optimizer = optimizers.make(optimizer)
+        numel = self.layout.numel
+        self.replicas = []
+        for index in indices:
+            device = devices.torch_device(index)
+            grads = torch.empty(numel, dtype=TORCH_DTYPES[dtype], device=device)
+            fill_gradient(grads, rank=index, seed=seed)
+            outputs = torch.zeros_like(grads)
+            self.replicas.append(Replica(index, device, grads, outputs))
+        chunk_elements = max(1, int(chunk_mb * 1e6) // DTYPE_BYTES[dtype])
+        self.store = store_cls(self.replicas, self.layout, self.optimizer, group, chunk_elements,
+                               cpu_threads)
+        self.steps = 0
+        self.synchronize()
+
+    def prepare(self) -> None:
+        self.store.prepare()
+
+    def step(self) -> None:
+        self.store.step()
+        self.steps += 1
+
+    def synchronize(self) -> None:
+        for replica in self.replicas:
+            if replica.device.type == "cuda":
+                torch.cuda.synchronize(replica.device)
+
+    def error(self) -> float:
+        wrong, total = error_terms([r.outputs for r in self.replicas], self.n, self.seed,
+                                   self.optimizer, self.steps)
+        wrong = self.group.sum(wrong)
+        return wrong / total if total else 0.0
+
+    def close(self) -> None:
+        self.synchronize()
+        self.store.close()
+        self.replicas.clear()

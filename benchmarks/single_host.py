@@ -1,0 +1,103 @@
+"""Single-host benchmark: each kvstore mode against the ceiling measured in the same run.
+
+    pip install -e .   # or: export PYTHONPATH=$PWD
+    python benchmarks/single_host.py [--network resnet --num-layers 200] [--iters 20] [--out F.json]
+
+On GPUs it measures, for the network in float32:
+  device  vs the unidirectional peer-to-peer copy rate between GPU 0 and 1 (target >= 90 %)
+  nccl    vs one flat torch.distributed all-reduce of the same bytes (target >= 90 %)
+  local   vs the pipelined host-path bound: slowest of PCIe down, CPU sum, PCIe up (>= 80 %)
+and the per-array overhead of device and nccl: the network's arrays against one flat array of the
+same bytes (target: at most 10 % more time). It also sweeps --chunk-mb for the device and local
+modes. It prints ratio tables; it asserts nothing. Record results in BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import torch
+
+import networks
+from bandwidth.ceiling import host_path, p2p_copy_gbps
+from bandwidth.config import Config
+from bandwidth.run import run
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--network", default="resnet")
+    parser.add_argument("--num-layers", type=int, default=200)
+    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--chunks", default="8,16,32,64,128", help="--chunk-mb values to sweep")
+    parser.add_argument("--out", default=None, help="write all figures as JSON here")
+    args = parser.parse_args()
+    if torch.cuda.device_count() < 2:
+        print("this benchmark needs at least 2 GPUs")
+        return 0
+    gpus = tuple(range(torch.cuda.device_count()))
+    base = Config(network=args.network, num_layers=args.num_layers, gpus=gpus,
+                  num_batches=args.iters, warmup=3, test_results=False)
+    shapes = networks.get_shapes(args.network, num_layers=args.num_layers)
+    numel = networks.num_elements(shapes)
+    nbytes = numel * 4
+    flat_file = Path(tempfile.mkdtemp(), "flat.json")
+    flat_file.write_text(json.dumps([["flat", [numel]]]))
+    flat = replace(base, network=str(flat_file), num_layers=None)
+    rows, figures = [], {"gpus": [torch.cuda.get_device_name(g) for g in gpus],
+                         "torch": torch.__version__, "network": args.network,
+                         "num_layers": args.num_layers, "nbytes": nbytes}
+
+    def busbw(config):
+        result = run(config)
+        return result.summary.busbw_median, result
+
+    uni = p2p_copy_gbps(0, 1, 256 * 10**6)
+    bi = p2p_copy_gbps(0, 1, 256 * 10**6, bidirectional=True)
+    figures["p2p_unidirectional_gbps"], figures["p2p_bidirectional_gbps"] = uni, bi
+
+    sweep = {}
+    for mode in ("device", "local"):
+        for chunk in [float(c) for c in args.chunks.split(",")]:
+            gbps, _ = busbw(replace(base, kv_store=mode, chunk_mb=chunk, reference=False))
+            sweep[f"{mode} chunk {chunk:g} MB"] = gbps
+    figures["chunk_sweep"] = sweep
+
+    device_net, _ = busbw(replace(base, kv_store="device", reference=False))
+    device_flat, _ = busbw(replace(flat, kv_store="device", reference=False))
+    rows.append(("device", device_net, "p2p unidirectional copy", uni))
+    rows.append(("device, flat array", device_flat, "device, network arrays", device_net))
+
+    nccl_net, result = busbw(replace(base, kv_store="nccl"))
+    ref = result.reference.busbw_median
+    nccl_flat, _ = busbw(replace(flat, kv_store="nccl", reference=False))
+    rows.append(("nccl", nccl_net, "flat all-reduce (same run)", ref))
+    rows.append(("nccl, flat array", nccl_flat, "nccl, network arrays", nccl_net))
+
+    hp = host_path(list(gpus), nbytes)
+    local_net, _ = busbw(replace(base, kv_store="local", reference=False))
+    rows.append(("local", local_net, "host path, pipelined bound", hp.busbw_gbps(hp.bound_seconds)))
+    rows.append(("local", local_net, "host path, serial bound", hp.busbw_gbps(hp.serial_seconds)))
+    figures["host_path"] = asdict(hp)
+    figures["rows"] = [dict(zip(("what", "gbps", "against", "ceiling_gbps"), r)) for r in rows]
+
+    print(f"# {len(gpus)} x {figures['gpus'][0]}, torch {torch.__version__}, {args.network}-"
+          f"{args.num_layers}, {nbytes / 1e6:.2f} MB float32, {args.iters} iterations (median)")
+    print(f"# p2p copy 0->1: unidirectional {uni:.1f} GB/s, bidirectional {bi:.1f} GB/s; "
+          f"host path: d2h {hp.d2h_seconds * 1e3:.2f} ms, sum {hp.sum_seconds * 1e3:.2f} ms "
+          f"({hp.threads} threads), h2d {hp.h2d_seconds * 1e3:.2f} ms")
+    print("# chunk sweep (GB/sec per gpu): " + ", ".join(f"{k}: {v:.1f}" for k, v in sweep.items()))
+    print(f"{'measured':<22} {'GB/s/gpu':>9}   {'against':<28} {'GB/s':>8} {'ratio':>7}")
+    for what, gbps, against, ceiling in rows:
+        print(f"{what:<22} {gbps:>9.1f}   {against:<28} {ceiling:>8.1f} {100 * gbps / ceiling:>6.1f}%")
+    if args.out:
+        Path(args.out).write_text(json.dumps(figures, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

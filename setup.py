@@ -1,0 +1,26 @@
+"""pip-installable: ``pip install .`` (add ``[test]`` for the test tools)."""
+
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+about = {}
+exec(Path(__file__).with_name("bandwidth").joinpath("__init__.py").read_text(), about)
+
+setup(
+    name="bandwidth",
+    version=about["__version__"],
+    description="Communication-bandwidth toolkit for deep-learning clusters (MXNet tools/bandwidth, "
+                "re-created on PyTorch)",
+    long_description=Path(__file__).with_name("README.md").read_text(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_packages(include=["bandwidth", "bandwidth.*", "networks", "networks.*"]),
+    install_requires=["torch>=2.1", "numpy"],
+    extras_require={"test": ["pytest>=7", "pytest-timeout"], "plot": ["matplotlib"],
+                    "topology": ["nvidia-ml-py"]},
+    entry_points={"console_scripts": [
+        "bandwidth-measure = bandwidth.measure:main",
+        "bandwidth-ceiling = bandwidth.ceiling:main",
+    ]},
+)

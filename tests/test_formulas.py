@@ -1,0 +1,22 @@
+import pytest
+
+from bandwidth.formulas import algbw_gbps, allreduce_factor, busbw_gbps, mxnet_size_mb
+
+
+def test_allreduce_factor():
+    assert allreduce_factor(1) == 0.0
+    assert allreduce_factor(2) == 1.0
+    assert allreduce_factor(8) == pytest.approx(1.75)
+
+
+def test_mxnet_readme_figures_follow_from_the_formula():
+    # MXNet README: 257.991328 MB, 2 GPUs, 0.023242 s -> 11.100222 GB/sec per gpu; 8 GPUs 0.102321 s.
+    nbytes = 257_991_328
+    assert busbw_gbps(nbytes, 0.023242, allreduce_factor(2)) == pytest.approx(11.100222, abs=1e-5)
+    assert busbw_gbps(nbytes, 0.102321, allreduce_factor(8)) == pytest.approx(4.412429, abs=1e-5)
+
+
+def test_algbw_and_size():
+    assert algbw_gbps(2e9, 0.5) == 4.0
+    assert algbw_gbps(1, 0) == 0.0
+    assert mxnet_size_mb(257_991_328) == 257.991328

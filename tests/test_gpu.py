@@ -1,0 +1,71 @@
+"""GPU paths: run on the GPU machine (benchmarks/gpu_all.sh); skipped without CUDA."""
+
+import json
+
+import pytest
+import torch
+
+from bandwidth.config import Config
+from bandwidth.run import run
+from conftest import requires_cuda
+
+pytestmark = [pytest.mark.gpu, requires_cuda]
+
+GPUS = tuple(range(torch.cuda.device_count())) if torch.cuda.is_available() else ()
+RESNET50 = dict(network="resnet", num_layers=50, num_batches=3)
+
+
+@pytest.mark.parametrize("kv", ["device", "local", "nccl"])
+def test_exact_on_gpus(kv):
+    result = run(Config(kv_store=kv, gpus=GPUS, **RESNET50))
+    assert [s.error for s in result.samples] == [0.0, 0.0, 0.0]
+    assert result.summary.busbw_median > 0 or len(GPUS) == 1
+
+
+@pytest.mark.parametrize("kv", ["device", "local", "nccl"])
+@pytest.mark.parametrize("dtype, bound", [("float32", 1e-6), ("float16", 5e-3), ("bfloat16", 5e-2)])
+def test_sgd_and_low_precision_on_gpus(kv, dtype, bound):
+    result = run(Config(kv_store=kv, gpus=GPUS, dtype=dtype, optimizer="sgd", reference=False,
+                        **RESNET50))
+    assert all(0 <= s.error < bound for s in result.samples), result.samples
+
+
+@pytest.mark.parametrize("chunk_mb", [0.1, 3.0, 1000.0])
+def test_device_mode_chunking_keeps_results_exact(chunk_mb):
+    result = run(Config(kv_store="device", gpus=GPUS, chunk_mb=chunk_mb, reference=False,
+                        **RESNET50))
+    assert max(s.error for s in result.samples) == 0.0
+
+
+@pytest.mark.skipif(len(GPUS) < 2, reason="needs two GPUs")
+def test_device_mode_reports_peer_access():
+    result = run(Config(kv_store="device", gpus=GPUS[:2], reference=False, **RESNET50))
+    assert any("peer access" in note or "GPU pairs" in note for note in result.notes)
+
+
+def test_gpu_that_does_not_exist_is_one_line(cli):
+    proc = cli("--gpus", f"0,{len(GPUS)}", "--network", "mlp")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0
+    assert f"GPU {len(GPUS)} does not exist" in proc.stderr
+
+
+def test_arrays_that_do_not_fit_say_how_much(cli, tmp_path):
+    huge = tmp_path / "huge.json"
+    huge.write_text(json.dumps([["w", [200_000, 1_000_000]]]))     # 800 GB in float32
+    proc = cli("--network", str(huge), "--gpus", "0")
+    assert proc.returncode == 2, proc.stderr
+    assert "needs 800" in proc.stderr and "GB is free" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_cli_on_gpus_prints_mxnet_lines(cli, tmp_path):
+    out = tmp_path / "r.json"
+    proc = cli("--kv-store", "device", "--network", "resnet", "--num-layers", "200",
+               "--num-batches", "3", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "num of arrays = 205, total size = 257.991328 MB" in proc.stdout
+    assert proc.stdout.count("GB/sec per gpu, error 0.000000") == 3
+    data = json.loads(out.read_text())
+    assert data["environment"]["devices"][0]["name"].startswith("NVIDIA")
+    assert len(data["iterations"]) == 3

@@ -1,0 +1,110 @@
+"""The kvstore modes on CPU devices: exact results, detected faults, MXNet's key placement."""
+
+import math
+
+import pytest
+import torch
+
+from bandwidth import protocol
+from bandwidth.config import Config
+from bandwidth.data import expected_sum, fill_gradient
+from bandwidth.devices import DeviceSet
+from bandwidth.group import LocalGroup
+from bandwidth.kvstores.device import DeviceStore, assign_owners
+from bandwidth.layout import Layout
+from bandwidth.run import run
+from bandwidth.session import Session
+
+SHAPES = [("fc1_weight", (64, 100)), ("fc1_bias", (64,)), ("fc2_weight", (300, 64)),
+          ("fc2_bias", (300,)), ("odd", (7, 3))]
+NUMEL = sum(math.prod(s) for _, s in SHAPES)
+
+
+def session(kv, n, dtype="float32", optimizer="none", chunk_mb=0.01):
+    return Session(kv, SHAPES, DeviceSet("cpu", tuple(range(n))), list(range(n)), LocalGroup(),
+                   dtype=dtype, optimizer=optimizer, seed=3, chunk_mb=chunk_mb)
+
+
+def errors(s, iterations=3):
+    samples, _ = protocol.measure(s, iterations=iterations, warmup=1, disp_batches=1, check=True,
+                                  nbytes=NUMEL * 4, bus_factor=1.0)
+    return [x.error for x in samples]
+
+
+@pytest.mark.parametrize("kv", ["local", "device"])
+@pytest.mark.parametrize("n", [1, 2, 3, 5])
+def test_float32_without_optimizer_is_exact(kv, n):
+    s = session(kv, n)
+    assert errors(s) == [0.0, 0.0, 0.0]
+    # Every replica holds the closed-form sum, key by key.
+    ref = expected_sum(0, NUMEL, n, 3, "cpu").to(torch.float32)
+    for replica in s.replicas:
+        assert torch.equal(replica.outputs, ref)
+
+
+@pytest.mark.parametrize("kv", ["local", "device"])
+@pytest.mark.parametrize("dtype, bound", [("float32", 1e-6), ("float16", 2e-3), ("bfloat16", 2e-2)])
+def test_sgd_matches_the_closed_form_update(kv, dtype, bound):
+    s = session(kv, 3, dtype=dtype, optimizer="sgd")
+    errs = errors(s, iterations=4)
+    assert all(0 <= e < bound for e in errs), errs
+    # After 5 steps (warm-up included) from zero: w = -5 * 0.01 * sum.
+    ref = expected_sum(0, NUMEL, 3, 3, "cpu") * (-0.05)
+    got = s.replicas[2].outputs.double()
+    assert torch.allclose(got, ref, rtol=bound * 4, atol=1e-6)
+
+
+def test_a_wrong_result_shows_as_error():
+    s = session("device", 2)
+    errors(s, iterations=1)
+    s.replicas[1].outputs[:10] += 1.0       # corrupt what GPU 1 "pulled"
+    assert s.error() > 0.0
+
+
+def test_skipped_broadcast_is_caught():
+    class NoPush(DeviceStore):
+        def step(self):
+            for r in self.replicas:
+                r.outputs.copy_(r.grads)    # every device keeps its own gradient
+    s = session("device", 2)
+    s.store = NoPush(s.replicas, s.layout, None, LocalGroup(), 1000)
+    assert min(errors(s, iterations=2)) > 0.1
+
+
+def test_gradients_differ_per_replica_and_are_not_zero():
+    a, b = torch.empty(1000), torch.empty(1000)
+    fill_gradient(a, 0, 0)
+    fill_gradient(b, 1, 0)
+    assert not torch.equal(a, b)
+    assert (a != 0).float().mean() > 0.9
+    assert a.abs().max() <= 0.5
+
+
+def test_owner_assignment_follows_mxnet_greedy_rule():
+    # Largest first onto the least-loaded device: 100 -> 0, 60 -> 1, 50 -> 1, 10 -> 0 (tie-free).
+    assert assign_owners([10, 100, 50, 60], 2) == [0, 0, 1, 1]
+    order = DeviceStore.key_order([(str(i), (k,)) for i, k in enumerate([10, 100, 50, 60])], 2)
+    assert order == [0, 1, 2, 3]
+    owners = assign_owners([5, 5, 5, 5, 5, 5], 3)
+    assert sorted(owners) == [0, 0, 1, 1, 2, 2]
+
+
+def test_layout_views_share_the_flat_buffer():
+    layout = Layout.build(SHAPES, [4, 3, 2, 1, 0])
+    flat = torch.arange(layout.numel, dtype=torch.float32)
+    v = layout.view(flat, 4)
+    assert v.shape == (7, 3) and v[0, 0] == 0
+    assert layout.view(flat, 0).shape == (64, 100)
+    v.fill_(-1)
+    assert flat[:21].eq(-1).all()
+
+
+def test_nccl_mode_runs_gloo_processes_on_cpu_devices():
+    config = Config(network="mlp", image_shape=(1, 28, 28), num_classes=10, kv_store="nccl",
+                    cpus=3, num_batches=3, optimizer="sgd", timeout_s=120)
+    result = run(config)
+    assert [s.iteration for s in result.samples] == [1, 2, 3]
+    assert all(0 <= s.error < 1e-6 for s in result.samples)
+    assert any("Gloo" in note for note in result.notes)
+    assert result.reference is not None and result.reference.busbw_median > 0
+    assert result.summary.bus_factor == pytest.approx(4 / 3)
