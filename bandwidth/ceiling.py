@@ -19,21 +19,24 @@ from dataclasses import asdict, dataclass
 import torch
 
 
-def _median_seconds(fn, sync, repeats: int, warmup: int = 2) -> float:
+def _median_seconds(fn, sync, repeats: int, warmup: int = 2, burst: int = 1) -> float:
+    """Median over ``repeats`` of the time of ``burst`` back-to-back calls, per call."""
     times = []
     for i in range(warmup + repeats):
         sync()
         start = time.perf_counter()
-        fn()
+        for _ in range(burst):
+            fn()
         sync()
         if i >= warmup:
-            times.append(time.perf_counter() - start)
+            times.append((time.perf_counter() - start) / burst)
     return statistics.median(times)
 
 
-def p2p_copy_gbps(src: int, dst: int, nbytes: int = 256 * 10**6, repeats: int = 20,
-                  bidirectional: bool = False) -> float:
-    """Copy rate between GPUs src and dst in GB/s (bidirectional: both directions added)."""
+def p2p_copy_gbps(src: int, dst: int, nbytes: int = 256 * 10**6, repeats: int = 10,
+                  bidirectional: bool = False, burst: int = 10) -> float:
+    """Copy-engine rate between GPUs src and dst in GB/s (bidirectional: both directions added),
+    timed over bursts of back-to-back copies as p2pBandwidthLatencyTest does."""
     numel = nbytes // 4
     a = torch.empty(numel, device=f"cuda:{src}").uniform_()
     b = torch.empty(numel, device=f"cuda:{dst}").uniform_()
@@ -41,19 +44,25 @@ def p2p_copy_gbps(src: int, dst: int, nbytes: int = 256 * 10**6, repeats: int = 
     b2 = torch.empty_like(b)
     s_ab = torch.cuda.Stream(device=src)
     s_ba = torch.cuda.Stream(device=dst)
+    # Idle destination-side streams: torch fences a cross-device copy with the destination's
+    # current stream, which must not chain one copy to the previous one.
+    idle = [(torch.cuda.Stream(device=dst), torch.cuda.Stream(device=src)) for _ in range(burst)]
+    turn = [0]
 
     def sync():
         torch.cuda.synchronize(src)
         torch.cuda.synchronize(dst)
 
     def copy():
-        with torch.cuda.stream(s_ab), torch.cuda.stream(torch.cuda.current_stream(dst)):
+        at_dst, at_src = idle[turn[0] % burst]
+        turn[0] += 1
+        with torch.cuda.stream(s_ab), torch.cuda.stream(at_dst):
             b2.copy_(a, non_blocking=True)
         if bidirectional:
-            with torch.cuda.stream(s_ba), torch.cuda.stream(torch.cuda.current_stream(src)):
+            with torch.cuda.stream(s_ba), torch.cuda.stream(at_src):
                 a2.copy_(b, non_blocking=True)
 
-    seconds = _median_seconds(copy, sync, repeats)
+    seconds = _median_seconds(copy, sync, repeats, burst=burst)
     return nbytes * (2 if bidirectional else 1) / seconds / 1e9
 
 

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import tempfile
+import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -25,7 +27,24 @@ import torch
 import networks
 from bandwidth.ceiling import host_path, p2p_copy_gbps
 from bandwidth.config import Config
+from bandwidth.devices import DeviceSet
+from bandwidth.group import LocalGroup
 from bandwidth.run import run
+from bandwidth.session import Session
+
+
+def enqueue_seconds(shapes, gpus, chunk_mb: float, repeats: int = 10) -> float:
+    """Host time to enqueue one device-mode step (the GPUs run it asynchronously)."""
+    session = Session("device", shapes, DeviceSet("cuda", gpus), list(range(len(gpus))),
+                      LocalGroup(), dtype="float32", optimizer="none", seed=0, chunk_mb=chunk_mb)
+    times = []
+    for _ in range(repeats + 2):
+        session.synchronize()
+        start = time.perf_counter()
+        session.step()
+        times.append(time.perf_counter() - start)
+    session.close()
+    return statistics.median(times[2:])
 
 
 def main() -> int:
@@ -33,7 +52,7 @@ def main() -> int:
     parser.add_argument("--network", default="resnet")
     parser.add_argument("--num-layers", type=int, default=200)
     parser.add_argument("--iters", type=int, default=20)
-    parser.add_argument("--chunks", default="8,16,32,64,128", help="--chunk-mb values to sweep")
+    parser.add_argument("--chunks", default="16,32,64,128", help="--chunk-mb values to sweep")
     parser.add_argument("--out", default=None, help="write all figures as JSON here")
     args = parser.parse_args()
     if torch.cuda.device_count() < 2:
@@ -60,12 +79,14 @@ def main() -> int:
     bi = p2p_copy_gbps(0, 1, 256 * 10**6, bidirectional=True)
     figures["p2p_unidirectional_gbps"], figures["p2p_bidirectional_gbps"] = uni, bi
 
-    sweep = {}
+    sweep, enqueue = {}, {}
     for mode in ("device", "local"):
         for chunk in [float(c) for c in args.chunks.split(",")]:
             gbps, _ = busbw(replace(base, kv_store=mode, chunk_mb=chunk, reference=False))
             sweep[f"{mode} chunk {chunk:g} MB"] = gbps
-    figures["chunk_sweep"] = sweep
+            if mode == "device":
+                enqueue[f"device chunk {chunk:g} MB"] = enqueue_seconds(shapes, gpus, chunk)
+    figures["chunk_sweep"], figures["device_enqueue_seconds"] = sweep, enqueue
 
     device_net, _ = busbw(replace(base, kv_store="device", reference=False))
     device_flat, _ = busbw(replace(flat, kv_store="device", reference=False))
@@ -91,6 +112,8 @@ def main() -> int:
           f"host path: d2h {hp.d2h_seconds * 1e3:.2f} ms, sum {hp.sum_seconds * 1e3:.2f} ms "
           f"({hp.threads} threads), h2d {hp.h2d_seconds * 1e3:.2f} ms")
     print("# chunk sweep (GB/sec per gpu): " + ", ".join(f"{k}: {v:.1f}" for k, v in sweep.items()))
+    print("# device step, host enqueue time: "
+          + ", ".join(f"{k}: {v * 1e3:.3f} ms" for k, v in enqueue.items()))
     print(f"{'measured':<22} {'GB/s/gpu':>9}   {'against':<28} {'GB/s':>8} {'ratio':>7}")
     for what, gbps, against, ceiling in rows:
         print(f"{what:<22} {gbps:>9.1f}   {against:<28} {ceiling:>8.1f} {100 * gbps / ceiling:>6.1f}%")

@@ -74,11 +74,18 @@ class DeviceStore(KVStore):
         # recv[o][j]: j's slice of o's region, received on o (None where j == o).
         self.recv = [[None if j == o else torch.empty(e - s, dtype=dtype, device=devices[o])
                       for j in range(n)] for o, (s, e) in enumerate(self.regions)]
-        # send[i][j]: stream on device i for copies i -> j; land[j][i]: stream on j for them.
+        # send[i][j]: the stream on device i that runs every copy i -> j, in order.
         self.send = [[dev.new_stream(devices[i]) if i != j else None for j in range(n)]
                      for i in range(n)]
-        self.land = [[dev.new_stream(devices[j]) if i != j else None for i in range(n)]
-                     for j in range(n)]
+        # torch's cross-device copy_ also fences the destination's current stream before and after
+        # the copy. Through one shared destination stream those fences would chain consecutive
+        # copies with a cross-device round trip each; a destination stream per copy keeps the
+        # fence trivially satisfied. land[o][j][c]: pull of chunk c from j into o;
+        # drop[j][o][c]: push of o's chunk c into j.
+        self.land = [[[dev.new_stream(devices[o]) for _ in self.chunks[o]] if j != o else None
+                      for j in range(n)] for o in range(n)]
+        self.drop = [[[dev.new_stream(devices[j]) for _ in self.chunks[o]] if j != o else None
+                      for o in range(n)] for j in range(n)]
         self.compute = [dev.new_stream(d) for d in devices]
         self.pulled = [[[dev.new_event(devices[o]) for _ in self.chunks[o]] for _ in range(n)]
                        for o in range(n)]
@@ -115,10 +122,10 @@ class DeviceStore(KVStore):
                 if j == o:
                     continue
                 for c, (s, e) in enumerate(self.chunks[o]):
-                    with dev.on_streams(self.send[j][o], self.land[o][j]):
+                    with dev.on_streams(self.send[j][o], self.land[o][j][c]):
                         self.recv[o][j][s - start:e - start].copy_(replicas[j].grads[s:e],
                                                                    non_blocking=True)
-                    dev.record(self.pulled[o][j][c], self.land[o][j])
+                    dev.record(self.pulled[o][j][c], self.send[j][o])
         # 2. sum on the owner, chunk by chunk, as soon as that chunk has arrived from everyone.
         for o in range(n):
             start = self.regions[o][0]
@@ -148,7 +155,7 @@ class DeviceStore(KVStore):
                     if j == o:
                         continue
                     dev.wait(self.send[o][j], self.summed[o][c])
-                    with dev.on_streams(self.send[o][j], self.land[j][o]):
+                    with dev.on_streams(self.send[o][j], self.drop[j][o][c]):
                         replicas[j].outputs[s:e].copy_(replicas[o].outputs[s:e], non_blocking=True)
 
     def _single(self):
