@@ -52,7 +52,7 @@ def main() -> int:
     parser.add_argument("--network", default="resnet")
     parser.add_argument("--num-layers", type=int, default=200)
     parser.add_argument("--iters", type=int, default=20)
-    parser.add_argument("--chunks", default="16,32,64,128", help="--chunk-mb values to sweep")
+    parser.add_argument("--chunks", default="8,16,32,64,128", help="--chunk-mb values to sweep")
     parser.add_argument("--out", default=None, help="write all figures as JSON here")
     args = parser.parse_args()
     if torch.cuda.device_count() < 2:
@@ -110,7 +110,8 @@ def main() -> int:
           f"{args.num_layers}, {nbytes / 1e6:.2f} MB float32, {args.iters} iterations (median)")
     print(f"# p2p copy 0->1: unidirectional {uni:.1f} GB/s, bidirectional {bi:.1f} GB/s; "
           f"host path: d2h {hp.d2h_seconds * 1e3:.2f} ms, sum {hp.sum_seconds * 1e3:.2f} ms "
-          f"({hp.threads} threads), h2d {hp.h2d_seconds * 1e3:.2f} ms")
+          f"({hp.threads} threads), h2d {hp.h2d_seconds * 1e3:.2f} ms, all at once "
+          f"{hp.overlap_seconds * 1e3:.2f} ms")
     print("# chunk sweep (GB/sec per gpu): " + ", ".join(f"{k}: {v:.1f}" for k, v in sweep.items()))
     print("# device step, host enqueue time: "
           + ", ".join(f"{k}: {v * 1e3:.3f} ms" for k, v in enqueue.items()))

@@ -10,8 +10,9 @@ run asynchronously:
 3. push: o copies the result into the same region of every other device's outputs.
 
 Each phase is cut into chunks so that sums and pushes of early chunks overlap pulls of later ones.
-Copies from device i to device j run on a stream of their own on each side, so the two directions
-of a link, and different links, are busy at the same time. Per step each device sends and receives
+Copies from device i to device j run in order on a stream of their own on i, ordered against the
+sums by events, so the two directions of a link, and different links, are busy at the same time.
+The copies go straight to the CUDA runtime (bandwidth.rawcopy) to keep host time per copy small. Per step each device sends and receives
 2(n-1)/n of the bytes, which is where MXNet's formula comes from.
 """
 
@@ -22,6 +23,7 @@ import math
 import torch
 
 from bandwidth import devices as dev
+from bandwidth import rawcopy
 from bandwidth.kvstores.base import KVStore
 from bandwidth.layout import chunk_ranges
 
@@ -77,15 +79,6 @@ class DeviceStore(KVStore):
         # send[i][j]: the stream on device i that runs every copy i -> j, in order.
         self.send = [[dev.new_stream(devices[i]) if i != j else None for j in range(n)]
                      for i in range(n)]
-        # torch's cross-device copy_ also fences the destination's current stream before and after
-        # the copy. Through one shared destination stream those fences would chain consecutive
-        # copies with a cross-device round trip each; a destination stream per copy keeps the
-        # fence trivially satisfied. land[o][j][c]: pull of chunk c from j into o;
-        # drop[j][o][c]: push of o's chunk c into j.
-        self.land = [[[dev.new_stream(devices[o]) for _ in self.chunks[o]] if j != o else None
-                      for j in range(n)] for o in range(n)]
-        self.drop = [[[dev.new_stream(devices[j]) for _ in self.chunks[o]] if j != o else None
-                      for o in range(n)] for j in range(n)]
         self.compute = [dev.new_stream(d) for d in devices]
         self.pulled = [[[dev.new_event(devices[o]) for _ in self.chunks[o]] for _ in range(n)]
                        for o in range(n)]
@@ -94,6 +87,10 @@ class DeviceStore(KVStore):
             for r in replicas:
                 r.outputs.zero_()     # the owner's output region doubles as its weight store
         self.peers = dev.peer_matrix(devices)
+        for i in range(n):             # let torch enable peer access for every pair once
+            for j in range(n):
+                if i != j:
+                    replicas[j].outputs[:1].copy_(replicas[i].outputs[:1])
 
     def notes(self):
         n = len(self.replicas)
@@ -115,48 +112,57 @@ class DeviceStore(KVStore):
         if n == 1:
             self._single()
             return
-        # 1. pull every other device's slice of each owner's region.
+        with rawcopy.keep_device():
+            self._exchange(n)
+
+    def _exchange(self, n: int) -> None:
+        replicas = self.replicas
+        # 1. pull every other device's slice of each owner's region (all enqueued at once).
         for o in range(n):
             start = self.regions[o][0]
             for j in range(n):
                 if j == o:
                     continue
                 for c, (s, e) in enumerate(self.chunks[o]):
-                    with dev.on_streams(self.send[j][o], self.land[o][j][c]):
-                        self.recv[o][j][s - start:e - start].copy_(replicas[j].grads[s:e],
-                                                                   non_blocking=True)
+                    rawcopy.copy(self.recv[o][j][s - start:e - start], replicas[j].grads[s:e],
+                                 self.send[j][o])
                     dev.record(self.pulled[o][j][c], self.send[j][o])
-        # 2. sum on the owner, chunk by chunk, as soon as that chunk has arrived from everyone.
-        for o in range(n):
-            start = self.regions[o][0]
-            own = replicas[o]
-            for c, (s, e) in enumerate(self.chunks[o]):
-                stream = self.compute[o]
-                for j in range(n):
-                    if j != o:
-                        dev.wait(stream, self.pulled[o][j][c])
-                with dev.on_streams(stream):
-                    received = [self.recv[o][j][s - start:e - start] for j in range(n) if j != o]
-                    if self.optimizer is None:
-                        torch.add(own.grads[s:e], received[0], out=own.outputs[s:e])
-                        for more in received[1:]:
-                            own.outputs[s:e].add_(more)
-                    else:
-                        total = received[0]
-                        total.add_(own.grads[s:e])
-                        for more in received[1:]:
-                            total.add_(more)
-                        self.optimizer.apply(own.outputs[s:e], total)
-                dev.record(self.summed[o][c], stream)
-        # 3. push each owner's result to every other device.
-        for o in range(n):
-            for c, (s, e) in enumerate(self.chunks[o]):
-                for j in range(n):
-                    if j == o:
-                        continue
-                    dev.wait(self.send[o][j], self.summed[o][c])
-                    with dev.on_streams(self.send[o][j], self.drop[j][o][c]):
-                        replicas[j].outputs[s:e].copy_(replicas[o].outputs[s:e], non_blocking=True)
+        # 2 and 3, chunk by chunk: sum on the owner once the chunk has arrived from everyone, then
+        # push the result to every other device.
+        for c in range(max(len(chunks) for chunks in self.chunks)):
+            for o in range(n):
+                if c < len(self.chunks[o]):
+                    self._sum(o, c)
+                    self._push(o, c)
+
+    def _sum(self, o: int, c: int) -> None:
+        n, own, stream = len(self.replicas), self.replicas[o], self.compute[o]
+        s, e = self.chunks[o][c]
+        start = self.regions[o][0]
+        for j in range(n):
+            if j != o:
+                dev.wait(stream, self.pulled[o][j][c])
+        with dev.on_streams(stream):
+            received = [self.recv[o][j][s - start:e - start] for j in range(n) if j != o]
+            if self.optimizer is None:
+                torch.add(own.grads[s:e], received[0], out=own.outputs[s:e])
+                for more in received[1:]:
+                    own.outputs[s:e].add_(more)
+            else:
+                total = received[0]
+                total.add_(own.grads[s:e])
+                for more in received[1:]:
+                    total.add_(more)
+                self.optimizer.apply(own.outputs[s:e], total)
+        dev.record(self.summed[o][c], stream)
+
+    def _push(self, o: int, c: int) -> None:
+        s, e = self.chunks[o][c]
+        for j in range(len(self.replicas)):
+            if j != o:
+                dev.wait(self.send[o][j], self.summed[o][c])
+                rawcopy.copy(self.replicas[j].outputs[s:e], self.replicas[o].outputs[s:e],
+                             self.send[o][j])
 
     def _single(self):
         (replica,) = self.replicas
