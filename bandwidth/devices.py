@@ -111,6 +111,20 @@ def on_streams(*streams) -> contextlib.ExitStack:
     return stack
 
 
+@contextlib.contextmanager
+def current_streams(streams):
+    """Make each given stream the current one of its device for the block (None: CPU, no-op)."""
+    streams = [s for s in streams if s is not None]
+    previous = [torch.cuda.current_stream(s.device) for s in streams]
+    for s in streams:
+        torch.cuda.set_stream(s)
+    try:
+        yield
+    finally:
+        for s in previous:
+            torch.cuda.set_stream(s)
+
+
 def record(event, stream) -> None:
     if event is not None:
         event.record(stream)

@@ -61,5 +61,11 @@ class Replica:
 
 
 def chunk_ranges(start: int, stop: int, chunk: int) -> list[tuple[int, int]]:
-    """[start, stop) cut into pieces of at most ``chunk`` elements."""
-    return [(s, min(stop, s + chunk)) for s in range(start, stop, max(1, chunk))]
+    """[start, stop) cut into the fewest equal pieces (within one element) of at most ``chunk``
+    elements; equal pieces keep a pipeline free of a short straggler at the end."""
+    length = stop - start
+    if length <= 0:
+        return []
+    pieces = -(-length // max(1, chunk))
+    bounds = [start + length * i // pieces for i in range(pieces + 1)]
+    return list(zip(bounds[:-1], bounds[1:]))

@@ -52,7 +52,7 @@ def main() -> int:
     parser.add_argument("--network", default="resnet")
     parser.add_argument("--num-layers", type=int, default=200)
     parser.add_argument("--iters", type=int, default=20)
-    parser.add_argument("--chunks", default="8,16,32,64,128", help="--chunk-mb values to sweep")
+    parser.add_argument("--chunks", default="16,32,48,64,96", help="--chunk-mb values to sweep")
     parser.add_argument("--out", default=None, help="write all figures as JSON here")
     args = parser.parse_args()
     if torch.cuda.device_count() < 2:
@@ -64,9 +64,14 @@ def main() -> int:
     shapes = networks.get_shapes(args.network, num_layers=args.num_layers)
     numel = networks.num_elements(shapes)
     nbytes = numel * 4
-    flat_file = Path(tempfile.mkdtemp(), "flat.json")
-    flat_file.write_text(json.dumps([["flat", [numel]]]))
-    flat = replace(base, network=str(flat_file), num_layers=None)
+    tmp = Path(tempfile.mkdtemp())
+    (tmp / "flat.json").write_text(json.dumps([["flat", [numel]]]))
+    # The device mode places whole keys: one flat key would sit on one GPU, so its fair flat
+    # counterpart is one equal key per GPU.
+    parts = [numel // len(gpus) + (i < numel % len(gpus)) for i in range(len(gpus))]
+    (tmp / "flat_per_gpu.json").write_text(json.dumps([[f"flat{i}", [p]] for i, p in enumerate(parts)]))
+    flat = replace(base, network=str(tmp / "flat.json"), num_layers=None)
+    flat_per_gpu = replace(base, network=str(tmp / "flat_per_gpu.json"), num_layers=None)
     rows, figures = [], {"gpus": [torch.cuda.get_device_name(g) for g in gpus],
                          "torch": torch.__version__, "network": args.network,
                          "num_layers": args.num_layers, "nbytes": nbytes}
@@ -89,9 +94,10 @@ def main() -> int:
     figures["chunk_sweep"], figures["device_enqueue_seconds"] = sweep, enqueue
 
     device_net, _ = busbw(replace(base, kv_store="device", reference=False))
-    device_flat, _ = busbw(replace(flat, kv_store="device", reference=False))
+    device_flat, _ = busbw(replace(flat_per_gpu, kv_store="device", reference=False))
     rows.append(("device", device_net, "p2p unidirectional copy", uni))
-    rows.append(("device, flat array", device_flat, "device, network arrays", device_net))
+    rows.append(("device", device_net, "p2p bidirectional / 2", bi / 2))
+    rows.append(("device, flat per gpu", device_flat, "device, network arrays", device_net))
 
     nccl_net, result = busbw(replace(base, kv_store="nccl"))
     ref = result.reference.busbw_median

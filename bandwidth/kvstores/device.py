@@ -86,11 +86,34 @@ class DeviceStore(KVStore):
         if optimizer is not None:
             for r in replicas:
                 r.outputs.zero_()     # the owner's output region doubles as its weight store
+        self._plan_views()
         self.peers = dev.peer_matrix(devices)
         for i in range(n):             # let torch enable peer access for every pair once
             for j in range(n):
                 if i != j:
                     replicas[j].outputs[:1].copy_(replicas[i].outputs[:1])
+
+    def _plan_views(self) -> None:
+        """Every slice a step touches, made once: (owner, peer, chunk, receive view, source view)
+        for the pulls, and per (chunk, owner) the sum's operands and the push targets."""
+        reps, n = self.replicas, len(self.replicas)
+        self.pulls = []
+        for o in range(n):
+            base = self.regions[o][0]
+            for j in range(n):
+                if j != o:
+                    self.pulls += [(o, j, c, self.recv[o][j][s - base:e - base], reps[j].grads[s:e])
+                                   for c, (s, e) in enumerate(self.chunks[o])]
+        self.rounds = []
+        for c in range(max(len(chunks) for chunks in self.chunks)):
+            for o in range(n):
+                if c < len(self.chunks[o]):
+                    s, e = self.chunks[o][c]
+                    base = self.regions[o][0]
+                    received = [self.recv[o][j][s - base:e - base] for j in range(n) if j != o]
+                    pushes = [(j, reps[j].outputs[s:e]) for j in range(n) if j != o]
+                    self.rounds.append((o, c, reps[o].grads[s:e], reps[o].outputs[s:e], received,
+                                        pushes))
 
     def notes(self):
         n = len(self.replicas)
@@ -107,62 +130,37 @@ class DeviceStore(KVStore):
         return lines
 
     def step(self):
-        replicas = self.replicas
-        n = len(replicas)
-        if n == 1:
+        if len(self.replicas) == 1:
             self._single()
             return
-        with rawcopy.keep_device():
-            self._exchange(n)
+        with rawcopy.keep_device(), dev.current_streams(self.compute):
+            self._exchange()
 
-    def _exchange(self, n: int) -> None:
-        replicas = self.replicas
+    def _exchange(self) -> None:
         # 1. pull every other device's slice of each owner's region (all enqueued at once).
-        for o in range(n):
-            start = self.regions[o][0]
-            for j in range(n):
-                if j == o:
-                    continue
-                for c, (s, e) in enumerate(self.chunks[o]):
-                    rawcopy.copy(self.recv[o][j][s - start:e - start], replicas[j].grads[s:e],
-                                 self.send[j][o])
-                    dev.record(self.pulled[o][j][c], self.send[j][o])
-        # 2 and 3, chunk by chunk: sum on the owner once the chunk has arrived from everyone, then
-        # push the result to every other device.
-        for c in range(max(len(chunks) for chunks in self.chunks)):
-            for o in range(n):
-                if c < len(self.chunks[o]):
-                    self._sum(o, c)
-                    self._push(o, c)
-
-    def _sum(self, o: int, c: int) -> None:
-        n, own, stream = len(self.replicas), self.replicas[o], self.compute[o]
-        s, e = self.chunks[o][c]
-        start = self.regions[o][0]
-        for j in range(n):
-            if j != o:
-                dev.wait(stream, self.pulled[o][j][c])
-        with dev.on_streams(stream):
-            received = [self.recv[o][j][s - start:e - start] for j in range(n) if j != o]
+        for o, j, c, recv, grads in self.pulls:
+            rawcopy.copy(recv, grads, self.send[j][o])
+            dev.record(self.pulled[o][j][c], self.send[j][o])
+        # 2 and 3, chunk by chunk: sum on the owner (its current stream is compute[o]) once the
+        # chunk has arrived from everyone, then push the result to every other device.
+        for o, c, own_grads, own_out, received, pushes in self.rounds:
+            for j in range(len(self.replicas)):
+                if j != o:
+                    dev.wait(self.compute[o], self.pulled[o][j][c])
             if self.optimizer is None:
-                torch.add(own.grads[s:e], received[0], out=own.outputs[s:e])
+                torch.add(own_grads, received[0], out=own_out)
                 for more in received[1:]:
-                    own.outputs[s:e].add_(more)
+                    own_out.add_(more)
             else:
                 total = received[0]
-                total.add_(own.grads[s:e])
+                total.add_(own_grads)
                 for more in received[1:]:
                     total.add_(more)
-                self.optimizer.apply(own.outputs[s:e], total)
-        dev.record(self.summed[o][c], stream)
-
-    def _push(self, o: int, c: int) -> None:
-        s, e = self.chunks[o][c]
-        for j in range(len(self.replicas)):
-            if j != o:
+                self.optimizer.apply(own_out, total)
+            dev.record(self.summed[o][c], self.compute[o])
+            for j, target in pushes:
                 dev.wait(self.send[o][j], self.summed[o][c])
-                rawcopy.copy(self.replicas[j].outputs[s:e], self.replicas[o].outputs[s:e],
-                             self.send[o][j])
+                rawcopy.copy(target, own_out, self.send[o][j])
 
     def _single(self):
         (replica,) = self.replicas
