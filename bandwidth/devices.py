@@ -111,18 +111,9 @@ def on_streams(*streams) -> contextlib.ExitStack:
     return stack
 
 
-@contextlib.contextmanager
-def current_streams(streams):
-    """Make each given stream the current one of its device for the block (None: CPU, no-op)."""
-    streams = [s for s in streams if s is not None]
-    previous = [torch.cuda.current_stream(s.device) for s in streams]
-    for s in streams:
-        torch.cuda.set_stream(s)
-    try:
-        yield
-    finally:
-        for s in previous:
-            torch.cuda.set_stream(s)
+def current_stream(device: torch.device):
+    """The stream torch runs this device's operations on now (None on CPU devices)."""
+    return torch.cuda.current_stream(device) if device.type == "cuda" else None
 
 
 def record(event, stream) -> None:

@@ -79,7 +79,8 @@ class DeviceStore(KVStore):
         # send[i][j]: the stream on device i that runs every copy i -> j, in order.
         self.send = [[dev.new_stream(devices[i]) if i != j else None for j in range(n)]
                      for i in range(n)]
-        self.compute = [dev.new_stream(d) for d in devices]
+        # Sums run on each device's current stream: no stream switching inside the timed step.
+        self.compute = [dev.current_stream(d) for d in devices]
         self.pulled = [[[dev.new_event(devices[o]) for _ in self.chunks[o]] for _ in range(n)]
                        for o in range(n)]
         self.summed = [[dev.new_event(devices[o]) for _ in self.chunks[o]] for o in range(n)]
@@ -133,7 +134,7 @@ class DeviceStore(KVStore):
         if len(self.replicas) == 1:
             self._single()
             return
-        with rawcopy.keep_device(), dev.current_streams(self.compute):
+        with rawcopy.keep_device():
             self._exchange()
 
     def _exchange(self) -> None:
@@ -141,7 +142,7 @@ class DeviceStore(KVStore):
         for o, j, c, recv, grads in self.pulls:
             rawcopy.copy(recv, grads, self.send[j][o])
             dev.record(self.pulled[o][j][c], self.send[j][o])
-        # 2 and 3, chunk by chunk: sum on the owner (its current stream is compute[o]) once the
+        # 2 and 3, chunk by chunk: sum on the owner (on its current stream, compute[o]) once the
         # chunk has arrived from everyone, then push the result to every other device.
         for o, c, own_grads, own_out, received, pushes in self.rounds:
             for j in range(len(self.replicas)):
