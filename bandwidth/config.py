@@ -33,7 +33,7 @@ class Config:
     optimizer: str = "none"
     dtype: str = "float32"
     reference: bool = True                 # also time one flat all-reduce of the same bytes
-    chunk_mb: float = 32.0                 # pipelining granularity of the device and local modes
+    chunk_mb: float | None = None          # pipelining chunk of device/local (None: the mode's)
     cpu_threads: int | None = None         # CPU summation threads of the local mode (None: torch's)
     timeout_s: float = 300.0               # bound on any multi-process part
     json_path: str | None = None
@@ -111,8 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--dtype", default="float32", help=f"{' | '.join(DTYPES)} (default: float32)")
     ex.add_argument("--gc-type", default="none",
                     help="gradient compression; only 'none' is supported (kept for MXNet's commands)")
-    ex.add_argument("--chunk-mb", type=float, default=32.0,
-                    help="pipelining chunk of the device and local modes, MB (default: 32)")
+    ex.add_argument("--chunk-mb", type=float, default=None,
+                    help="largest pipelining chunk of the device and local modes, MB (default: "
+                         "device: each GPU's share in two chunks, at most 256 MB; local: 32)")
     ex.add_argument("--cpu-threads", type=int, default=None,
                     help="CPU summation threads of the local mode (default: torch's, one per core)")
     tm = parser.add_argument_group("measurement")
@@ -163,7 +164,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         raise ConfigError("give either --gpus or --cpus, not both")
     if args.cpus is not None and args.cpus < 1:
         raise ConfigError(f"--cpus must be at least 1; got {args.cpus}")
-    if args.chunk_mb <= 0:
+    if args.chunk_mb is not None and args.chunk_mb <= 0:
         raise ConfigError(f"--chunk-mb must be positive; got {args.chunk_mb}")
     if args.cpu_threads is not None and args.cpu_threads < 1:
         raise ConfigError(f"--cpu-threads must be at least 1; got {args.cpu_threads}")

@@ -46,29 +46,41 @@ def available() -> bool:
     return _runtime() is not None
 
 
-def copy(dst: torch.Tensor, src: torch.Tensor, stream) -> None:
-    """Copy contiguous ``src`` into ``dst`` (same dtype and size) on ``stream`` (a stream of the
-    source device), asynchronously and without fences: the caller orders it with events. It leaves
-    the stream's device current; callers restore theirs (see ``keep_device``)."""
-    lib = _runtime() if stream is not None else None
-    if lib is None:
-        with torch.cuda.stream(stream) if stream is not None else _nothing():
-            dst.copy_(src, non_blocking=True)
-        return
-    code = lib.cudaSetDevice(stream.device.index)
-    if code == 0:
-        code = lib.cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), src.numel() * src.element_size(),
-                                   _MEMCPY_DEFAULT, stream.cuda_stream)
-    if code != 0:
-        raise RuntimeError(f"cudaMemcpyAsync from {src.device} to {dst.device} failed: CUDA error "
-                           f"{code}")
+class Copy:
+    """One planned copy of contiguous ``src`` into ``dst`` (same dtype and size) on ``stream`` (a
+    stream of the source device): asynchronous and without fences, the caller orders it with
+    events. Pointers and sizes are worked out once; calling it issues the copy. It leaves the
+    stream's device current: callers restore theirs (see ``keep_device``)."""
+
+    def __init__(self, dst: torch.Tensor, src: torch.Tensor, stream):
+        self.dst, self.src, self.stream = dst, src, stream
+        self.lib = _runtime() if stream is not None else None
+        if self.lib is not None:
+            self.args = (dst.data_ptr(), src.data_ptr(), src.numel() * src.element_size(),
+                         _MEMCPY_DEFAULT, stream.cuda_stream)
+            self.device = stream.device.index
+
+    def __call__(self) -> None:
+        if self.lib is None:
+            with torch.cuda.stream(self.stream) if self.stream is not None else _nothing():
+                self.dst.copy_(self.src, non_blocking=True)
+            return
+        code = self.lib.cudaSetDevice(self.device)
+        if code == 0:
+            code = self.lib.cudaMemcpyAsync(*self.args)
+        if code != 0:
+            raise RuntimeError(f"cudaMemcpyAsync from {self.src.device} to {self.dst.device} "
+                               f"failed: CUDA error {code}")
 
 
 class keep_device:
-    """Restore the current CUDA device on exit (``copy`` switches it)."""
+    """Make the current CUDA device ``device`` again on exit (a ``Copy`` switches it)."""
+
+    def __init__(self, device: int | None):
+        self.device = device
 
     def __enter__(self):
-        self.device = torch.cuda.current_device() if torch.cuda.is_initialized() else None
+        return self
 
     def __exit__(self, *exc):
         if self.device is not None:

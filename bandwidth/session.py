@@ -16,7 +16,7 @@ class Session:
     one in a run of one process per device) and the kvstore mode that exchanges them."""
 
     def __init__(self, kv_store: str, shapes, devices: DeviceSet, indices: list[int], group, *,
-                 dtype: str, optimizer: str, seed: int, chunk_mb: float,
+                 dtype: str, optimizer: str, seed: int, chunk_mb: float | None,
                  cpu_threads: int | None = None):
         store_cls = KVSTORES[kv_store]
         self.devices = devices
@@ -33,7 +33,8 @@ class Session:
             fill_gradient(grads, rank=index, seed=seed)
             outputs = torch.zeros_like(grads)
             self.replicas.append(Replica(index, device, grads, outputs))
-        chunk_elements = max(1, int(chunk_mb * 1e6) // DTYPE_BYTES[dtype])
+        chunk_elements = (None if chunk_mb is None        # None: each mode's own default
+                          else max(1, int(chunk_mb * 1e6) // DTYPE_BYTES[dtype]))
         self.store = store_cls(self.replicas, self.layout, self.optimizer, group, chunk_elements,
                                cpu_threads)
         self.steps = 0

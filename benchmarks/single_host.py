@@ -60,7 +60,7 @@ def main() -> int:
     parser.add_argument("--network", default="resnet")
     parser.add_argument("--num-layers", type=int, default=200)
     parser.add_argument("--iters", type=int, default=20)
-    parser.add_argument("--chunks", default="32,48,64,96,160", help="--chunk-mb values to sweep")
+    parser.add_argument("--chunks", default="32,64,128,256", help="--chunk-mb values to sweep")
     parser.add_argument("--out", default=None, help="write all figures as JSON here")
     args = parser.parse_args()
     if torch.cuda.device_count() < 2:

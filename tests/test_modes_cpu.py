@@ -108,3 +108,17 @@ def test_nccl_mode_runs_gloo_processes_on_cpu_devices():
     assert any("Gloo" in note for note in result.notes)
     assert result.reference is not None and result.reference.busbw_median > 0
     assert result.summary.bus_factor == pytest.approx(4 / 3)
+
+
+def test_chunks_are_equal_and_cover_the_range():
+    from bandwidth.layout import chunk_ranges
+    assert chunk_ranges(10, 20, 4) == [(10, 13), (13, 16), (16, 20)]
+    assert chunk_ranges(0, 5, 100) == [(0, 5)]
+    assert chunk_ranges(3, 3, 4) == []
+
+
+def test_device_mode_default_pipelines_each_region_in_two_chunks():
+    s = Session("device", SHAPES, DeviceSet("cpu", (0, 1)), [0, 1], LocalGroup(), dtype="float32",
+                optimizer="none", seed=0, chunk_mb=None)
+    assert [len(c) for c in s.store.chunks] == [2, 2]
+    assert errors(s, iterations=1) == [0.0]

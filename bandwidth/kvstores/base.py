@@ -45,7 +45,7 @@ class KVStore:
         return 0
 
     def __init__(self, replicas: list[Replica], layout: Layout, optimizer: Sgd | None, group,
-                 chunk_elements: int, cpu_threads: int | None = None):
+                 chunk_elements: int | None, cpu_threads: int | None = None):
         self.replicas = replicas
         self.layout = layout
         self.optimizer = optimizer

@@ -70,7 +70,8 @@ class DeviceStore(KVStore):
             stop = max((layout.offsets[k] + layout.key_numel(k) for k in keys), default=start)
             self.regions.append((start, stop))
         self.key_counts = [sum(1 for k in owner if k == o) for o in range(n)]
-        self.chunks = [chunk_ranges(s, e, chunk_elements) for s, e in self.regions]
+        self.chunks = [chunk_ranges(s, e, chunk_elements or _auto_chunk(e - s, replicas[0].grads))
+                       for s, e in self.regions]
         devices = [r.device for r in replicas]
         dtype = replicas[0].grads.dtype
         # recv[o][j]: j's slice of o's region, received on o (None where j == o).
@@ -87,6 +88,7 @@ class DeviceStore(KVStore):
         if optimizer is not None:
             for r in replicas:
                 r.outputs.zero_()     # the owner's output region doubles as its weight store
+        self.home_device = torch.cuda.current_device() if devices[0].type == "cuda" else None
         self._plan_views()
         self.peers = dev.peer_matrix(devices)
         for i in range(n):             # let torch enable peer access for every pair once
@@ -95,15 +97,16 @@ class DeviceStore(KVStore):
                     replicas[j].outputs[:1].copy_(replicas[i].outputs[:1])
 
     def _plan_views(self) -> None:
-        """Every slice a step touches, made once: (owner, peer, chunk, receive view, source view)
-        for the pulls, and per (chunk, owner) the sum's operands and the push targets."""
+        """Every slice and copy a step touches, made once: (owner, peer, chunk, copy) for the
+        pulls, and per (chunk, owner) the sum's operands and the pushes."""
         reps, n = self.replicas, len(self.replicas)
         self.pulls = []
         for o in range(n):
             base = self.regions[o][0]
             for j in range(n):
                 if j != o:
-                    self.pulls += [(o, j, c, self.recv[o][j][s - base:e - base], reps[j].grads[s:e])
+                    self.pulls += [(o, j, c, rawcopy.Copy(self.recv[o][j][s - base:e - base],
+                                                          reps[j].grads[s:e], self.send[j][o]))
                                    for c, (s, e) in enumerate(self.chunks[o])]
         self.rounds = []
         for c in range(max(len(chunks) for chunks in self.chunks)):
@@ -112,7 +115,8 @@ class DeviceStore(KVStore):
                     s, e = self.chunks[o][c]
                     base = self.regions[o][0]
                     received = [self.recv[o][j][s - base:e - base] for j in range(n) if j != o]
-                    pushes = [(j, reps[j].outputs[s:e]) for j in range(n) if j != o]
+                    pushes = [(j, rawcopy.Copy(reps[j].outputs[s:e], reps[o].outputs[s:e],
+                                               self.send[o][j])) for j in range(n) if j != o]
                     self.rounds.append((o, c, reps[o].grads[s:e], reps[o].outputs[s:e], received,
                                         pushes))
 
@@ -134,13 +138,13 @@ class DeviceStore(KVStore):
         if len(self.replicas) == 1:
             self._single()
             return
-        with rawcopy.keep_device():
+        with rawcopy.keep_device(self.home_device):
             self._exchange()
 
     def _exchange(self) -> None:
         # 1. pull every other device's slice of each owner's region (all enqueued at once).
-        for o, j, c, recv, grads in self.pulls:
-            rawcopy.copy(recv, grads, self.send[j][o])
+        for o, j, c, pull in self.pulls:
+            pull()
             dev.record(self.pulled[o][j][c], self.send[j][o])
         # 2 and 3, chunk by chunk: sum on the owner (on its current stream, compute[o]) once the
         # chunk has arrived from everyone, then push the result to every other device.
@@ -159,9 +163,9 @@ class DeviceStore(KVStore):
                     total.add_(more)
                 self.optimizer.apply(own_out, total)
             dev.record(self.summed[o][c], self.compute[o])
-            for j, target in pushes:
+            for j, push in pushes:
                 dev.wait(self.send[o][j], self.summed[o][c])
-                rawcopy.copy(target, own_out, self.send[o][j])
+                push()
 
     def _single(self):
         (replica,) = self.replicas
@@ -169,3 +173,15 @@ class DeviceStore(KVStore):
             replica.outputs.copy_(replica.grads)
         else:
             self.optimizer.apply(replica.outputs, replica.grads)
+
+
+# Fewer, larger copies are faster (each copy and each event costs microseconds on the GPU), but a
+# pipeline needs at least two stages: by default each owner region goes in two chunks, or in
+# chunks of at most 256 MB for very large networks.
+AUTO_MAX_CHUNK_BYTES = 256 * 10**6
+
+
+def _auto_chunk(region_numel: int, sample: torch.Tensor) -> int:
+    max_elements = AUTO_MAX_CHUNK_BYTES // sample.element_size()
+    pieces = max(2, -(-region_numel // max_elements))
+    return max(1, -(-region_numel // pieces))

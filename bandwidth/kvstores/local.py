@@ -16,6 +16,10 @@ from bandwidth.kvstores.base import KVStore
 from bandwidth.layout import chunk_ranges
 
 
+# Small enough that copies and summation overlap well, large enough that per-chunk costs vanish.
+DEFAULT_CHUNK_BYTES = 32 * 10**6
+
+
 class LocalStore(KVStore):
     name = "local"
     summary = "copy to pinned host memory, sum on the CPU (threads), optimizer on the CPU, copy back"
@@ -35,7 +39,8 @@ class LocalStore(KVStore):
         if optimizer is not None:
             self.host_weights = dev.empty(numel, first.dtype, host, pinned)
             self.host_weights.zero_()
-        self.chunks = chunk_ranges(0, numel, chunk_elements)
+        self.chunks = chunk_ranges(0, numel, chunk_elements
+                                   or DEFAULT_CHUNK_BYTES // first.element_size())
         self.down = [dev.new_stream(r.device) for r in replicas]
         self.up = [dev.new_stream(r.device) for r in replicas]
         self.arrived = [[dev.new_event(r.device) for _ in self.chunks] for r in replicas]
