@@ -18,6 +18,8 @@ log="$OUT/gpu.log"
     python3 bandwidth/measure.py --kv-store "$kv" --network resnet --num-layers 200 \
       --num-batches 10 --json "$OUT/measure-$kv.json"
   done
+  echo "== python -m bandwidth.ceiling"
+  python3 -m bandwidth.ceiling
   echo "== benchmarks/single_host.py"
   python3 benchmarks/single_host.py --out "$OUT/single_host.json"
 } 2>&1 | tee "$log"
