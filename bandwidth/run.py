@@ -21,7 +21,7 @@ from bandwidth.session import Session
 from bandwidth.spawn import run_ranks
 
 # Scratch for the chunked data generation and error check (int64 and float64 temporaries).
-CHECK_SCRATCH_BYTES = 6 * 8 * (1 << 24)
+CHECK_SCRATCH_BYTES = 6 * 8 * (1 << 22)
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,8 @@ def make_plan(config: Config) -> Plan:
 def check_memory(plan: Plan) -> None:
     """Refuse, with the numbers, a run whose buffers do not fit."""
     c, n, nbytes = plan.config, plan.devices.n, plan.nbytes
-    per_device = (2 * nbytes + CHECK_SCRATCH_BYTES
+    reference = 4 * plan.numel if c.test_results else 0      # the float32 expected sum
+    per_device = (2 * nbytes + reference + CHECK_SCRATCH_BYTES
                   + plan.store_cls.extra_bytes_per_device(nbytes, n, c.optimizer != "none"))
     free = free_bytes(plan.devices)
     if plan.devices.is_cuda:
@@ -100,7 +101,7 @@ def measure_task(plan: Plan, indices: list[int], group,
     c = plan.config
     session = Session(c.kv_store, plan.shapes, plan.devices, indices, group, dtype=c.dtype,
                       optimizer=c.optimizer, seed=c.seed, chunk_mb=c.chunk_mb,
-                      cpu_threads=c.cpu_threads)
+                      cpu_threads=c.cpu_threads, check=c.test_results)
     try:
         notes = session.store.notes()
         samples, reports = protocol.measure(
@@ -117,7 +118,7 @@ def reference_task(plan: Plan, indices: list[int], group) -> dict:
     """The same bytes as one flat array through the nccl mode (a torch.distributed all-reduce)."""
     c = plan.config
     session = Session("nccl", [("flat", (plan.numel,))], plan.devices, indices, group,
-                      dtype=c.dtype, optimizer="none", seed=c.seed, chunk_mb=c.chunk_mb)
+                      dtype=c.dtype, optimizer="none", seed=c.seed, chunk_mb=c.chunk_mb, check=False)
     try:
         samples, _ = protocol.measure(
             session, iterations=c.num_batches, warmup=c.warmup, disp_batches=c.num_batches,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from bandwidth import optimizers
-from bandwidth.data import error_terms, fill_gradient
+from bandwidth.data import Reference, fill_gradient
 from bandwidth.devices import DeviceSet
 from bandwidth.kvstores import KVSTORES
 from bandwidth.layout import DTYPE_BYTES, TORCH_DTYPES, Layout, Replica
@@ -17,7 +17,7 @@ class Session:
 
     def __init__(self, kv_store: str, shapes, devices: DeviceSet, indices: list[int], group, *,
                  dtype: str, optimizer: str, seed: int, chunk_mb: float | None,
-                 cpu_threads: int | None = None):
+                 cpu_threads: int | None = None, check: bool = True):
         store_cls = KVSTORES[kv_store]
         self.devices = devices
         self.n = devices.n
@@ -37,6 +37,12 @@ class Session:
                           else max(1, int(chunk_mb * 1e6) // DTYPE_BYTES[dtype]))
         self.store = store_cls(self.replicas, self.layout, self.optimizer, group, chunk_elements,
                                cpu_threads)
+        # The exact expected sum, once per distinct device (CPU devices share one).
+        self.references = {}
+        if check:
+            for replica in self.replicas:
+                if replica.device not in self.references:
+                    self.references[replica.device] = Reference(numel, self.n, seed, replica.device)
         self.steps = 0
         self.synchronize()
 
@@ -53,8 +59,12 @@ class Session:
                 torch.cuda.synchronize(replica.device)
 
     def error(self) -> float:
-        wrong, total = error_terms([r.outputs for r in self.replicas], self.n, self.seed,
-                                   self.optimizer, self.steps)
+        wrong = 0.0
+        total = 0.0
+        for replica in self.replicas:
+            w, total = self.references[replica.device].error_terms(
+                [replica.outputs], self.optimizer, self.steps)
+            wrong += w
         wrong = self.group.sum(wrong)
         return wrong / total if total else 0.0
 
@@ -62,3 +72,4 @@ class Session:
         self.synchronize()
         self.store.close()
         self.replicas.clear()
+        self.references.clear()

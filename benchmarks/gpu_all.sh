@@ -9,7 +9,7 @@ mkdir -p "$OUT"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 log="$OUT/gpu.log"
 {
-  echo "== commit $(git rev-parse HEAD 2>/dev/null || echo unknown), $(date -u +%FT%TZ)"
+  echo "== commit ${COMMIT:-$(git rev-parse --verify -q HEAD || echo unknown)}, $(date -u +%FT%TZ)"
   nvidia-smi; nvidia-smi topo -m
   echo "== tests"
   python3 -m pytest -q -p no:cacheprovider tests
