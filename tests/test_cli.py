@@ -1,0 +1,147 @@
+"""measure.py as users run it: as a script from the root and from inside bandwidth/, as a module,
+with real child processes; bad input gives one line and exit status 2."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import ROOT
+
+SMALL = ["--network", "mlp", "--image-shape", "1,28,28", "--num-classes", "10"]
+
+
+def test_dry_run_from_the_root_matches_mxnet_resnet200(cli):
+    proc = cli("--network", "resnet", "--num-layers", "200", "--dry-run",
+               script="bandwidth/measure.py")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "num of arrays = 205, total size = 257.991328 MB"
+    assert lines[2].split()[:2] == ["0", "conv0_weight"]
+    assert lines[-1] == "total: 257,991,328 bytes in float32"
+    assert len(lines) == 1 + 1 + 205 + 1
+
+
+def test_dry_run_from_inside_bandwidth_matches_mxnet_inception_v3(cli):
+    proc = cli("--network", "inception-v3", "--image-shape", "3,299,299", "--dry-run",
+               cwd=ROOT / "bandwidth", script="measure.py")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0] == "num of arrays = 96, total size = 95.200544 MB"
+
+
+def test_dry_run_counts_size_in_the_chosen_dtype(cli):
+    proc = cli("--network", "resnet", "--num-layers", "200", "--dtype", "float16", "--dry-run")
+    assert proc.stdout.splitlines()[0] == "num of arrays = 205, total size = 128.995664 MB"
+
+
+def test_local_mode_on_cpu_devices_prints_mxnet_lines_and_json(cli, tmp_path):
+    out = tmp_path / "result.json"
+    proc = cli(*SMALL, "--kv-store", "local", "--cpus", "3", "--num-batches", "4",
+               "--disp-batches", "2", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    iters = [line for line in proc.stdout.splitlines() if line.startswith("iter ")]
+    assert [line.split(",")[0] for line in iters] == ["iter 2", "iter 4"]
+    assert all(line.endswith("GB/sec per gpu, error 0.000000") for line in iters)
+    assert "num of arrays = 6, total size = 0.437544 MB" in proc.stdout
+    assert "# summary: kvstore local, 3 devices" in proc.stdout
+    assert "reference, one flat all-reduce of the same bytes" in proc.stdout
+    data = json.loads(out.read_text())
+    assert data["schema_version"] == 1
+    assert data["config"]["kv_store"] == "local" and data["devices"] == ["cpu:0", "cpu:1", "cpu:2"]
+    assert len(data["iterations"]) == 4 and len(data["reports"]) == 2
+    assert data["network"]["bytes"] == 437544 and data["network"]["arrays"] == 6
+    assert data["environment"]["torch"] == torch.__version__
+    assert data["summary"]["bus_factor"] == pytest.approx(4 / 3)
+    assert data["reference"]["busbw_median"] > 0
+
+
+def test_nccl_mode_on_cpu_devices_says_it_uses_gloo(cli):
+    proc = cli(*SMALL, "--kv-store", "nccl", "--cpus", "2", "--num-batches", "2",
+               "--optimizer", "sgd")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("GB/sec per gpu, error 0.000000") == 2
+    assert "Gloo all-reduce stands in for NCCL" in proc.stdout
+
+
+def test_default_device_mode_with_sgd(cli):
+    proc = cli(*SMALL, "--cpus", "2", "--num-batches", "3", "--optimizer", "sgd",
+               "--no-reference")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("GB/sec per gpu, error 0.000000") == 3
+    assert "# kvstore device" in proc.stdout
+    assert "not measured (--no-reference)" in proc.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--network", "resnet-9000"], "unknown network 'resnet-9000'; valid: alexnet, bert-base"),
+    (["--network", "resnet", "--num-layers", "51"], "valid --num-layers: 18, 34, 50, 101"),
+    (["--network", "inception-v3"], "inception-v3 at image shape 3,224,224"),
+    (["--kv-store", "dist_sink"], "unknown --kv-store 'dist_sink'"),
+    (["--image-shape", "3x224x224"], "--image-shape must be three positive integers"),
+    (["--cpus", "0"], "--cpus must be at least 1"),
+    (["--network", "missing.json"], "cannot read shape file 'missing.json'"),
+])
+def test_bad_input_is_one_line_and_status_2(cli, args, message):
+    proc = cli(*args)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
+def test_gpus_on_a_machine_without_gpus(cli):
+    proc = cli("--gpus", "0,1", *SMALL)
+    assert proc.returncode == 2
+    assert "GPU 0 does not exist; this machine has no GPU visible (use --cpus N" in proc.stderr
+
+
+def test_arrays_that_do_not_fit_in_host_memory(cli, tmp_path):
+    huge = tmp_path / "huge.json"
+    huge.write_text(json.dumps({"arrays": [{"name": "w", "shape": [10**7, 10**6]}]}))
+    proc = cli("--network", str(huge), "--cpus", "2")
+    assert proc.returncode == 2
+    assert "of host memory but only" in proc.stderr and "GB is available" in proc.stderr
+
+
+def test_bad_shape_file_entries_are_named(cli, tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps([["w", [3, -1]]]))
+    proc = cli("--network", str(bad), "--dry-run")
+    assert proc.returncode == 2
+    assert "entry 0 must be a name and a list of positive integers" in proc.stderr
+
+
+def test_user_shape_file_runs(cli, tmp_path):
+    shapes = tmp_path / "mine.json"
+    shapes.write_text(json.dumps([["emb", [100, 16]], ["head", [16]]]))
+    proc = cli("--network", str(shapes), "--cpus", "2", "--num-batches", "2", "--no-reference")
+    assert proc.returncode == 0, proc.stderr
+    assert "num of arrays = 2, total size = 0.006464 MB" in proc.stdout
+
+
+def test_list_networks_and_help(cli):
+    listed = cli("--list-networks")
+    assert listed.returncode == 0
+    names = [line.split()[0] for line in listed.stdout.splitlines()]
+    for name in ("resnet", "inception-v3", "vgg", "bert-base", "gpt2-xl", "llama-8b", "vit-l16"):
+        assert name in names
+    helped = cli("--help")
+    assert helped.returncode == 0
+    for flag in ("--kv-store", "--gpus", "--cpus", "--num-batches", "--disp-batches",
+                 "--test-results", "--image-shape", "--num-classes", "--num-layers", "--optimizer",
+                 "--dtype", "--json", "--dry-run"):
+        assert flag in helped.stdout
+
+
+@pytest.mark.skipif(shutil.which("bandwidth-measure") is None, reason="package not installed")
+def test_console_entry_point():
+    proc = subprocess.run(["bandwidth-measure", *SMALL, "--dry-run"], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0
+    assert proc.stdout.startswith("num of arrays = 6")
