@@ -30,10 +30,10 @@ import torch  # noqa: E402
 
 import networks  # noqa: E402
 from bandwidth.config import build_parser, config_from_args  # noqa: E402
+from bandwidth.environment import describe as describe_environment  # noqa: E402
 from bandwidth.errors import BandwidthError  # noqa: E402
 from bandwidth.report import array_table, preamble, summary_lines, write_json  # noqa: E402
 from bandwidth.run import make_plan, run, size_line  # noqa: E402
-from bandwidth.environment import describe as describe_environment  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,6 +8,8 @@ why fc1 reads 256x5x5 = 6400 values at 224x224. The LRN layers have no parameter
 
 from __future__ import annotations
 
+from networks._geometry import window_out
+
 Shape = tuple[int, ...]
 Shapes = list[tuple[str, Shape]]
 
@@ -19,15 +21,6 @@ CONVS = (
     ("conv4", 384, 3, 1, 1, False),
     ("conv5", 256, 3, 1, 1, True),
 )
-
-
-def window_out(size: int, kernel: int, stride: int = 1, pad: int = 0) -> int:
-    """Output size of an MXNet convolution or 'valid' pooling; MXNet rejects a kernel larger
-    than the padded input."""
-    if kernel > size + 2 * pad:
-        raise ValueError(f"alexnet: a {kernel}-wide window does not fit a {size}-wide input "
-                         f"(padded by {pad}); use a larger image")
-    return (size + 2 * pad - kernel) // stride + 1
 
 
 def shapes(image_shape: Shape, num_classes: int) -> Shapes:

@@ -8,6 +8,8 @@ to be large enough for the three stride-2 max pools after the stem.
 
 from __future__ import annotations
 
+from networks._geometry import window_out
+
 Shape = tuple[int, ...]
 Shapes = list[tuple[str, Shape]]
 
@@ -26,15 +28,6 @@ INCEPTIONS = (
     ("in5a", 256, 160, 320, 32, 128, 128),
     ("in5b", 384, 192, 384, 48, 128, 128),
 )
-
-
-def window_out(size: int, kernel: int, stride: int = 1, pad: int = 0) -> int:
-    """Output size of an MXNet convolution or 'valid' pooling; MXNet rejects a kernel larger
-    than the padded input."""
-    if kernel > size + 2 * pad:
-        raise ValueError(f"googlenet: a {kernel}-wide window does not fit a {size}-wide input; "
-                         "use a larger image")
-    return (size + 2 * pad - kernel) // stride + 1
 
 
 def conv(name: str, filters: int, channels: int, kernel: int) -> Shapes:

@@ -12,6 +12,8 @@ Flatten, so the classifier input is ``1024 * h * w`` where ``h x w`` is what tha
 
 from __future__ import annotations
 
+from networks._geometry import window_out
+
 Shape = tuple[int, ...]
 Shapes = list[tuple[str, Shape]]
 Act = tuple[int, int, int]  # (channels, height, width) of an activation
@@ -38,15 +40,6 @@ SMALL_BLOCKS = (
     ("D", "in4e", 96),
     ("S", "in5a", 176, 160), ("S", "in5b", 176, 160),
 )
-
-
-def window_out(size: int, kernel: int, stride: int = 1, pad: int = 0) -> int:
-    """Output size of an MXNet convolution or 'valid' pooling; MXNet rejects a kernel larger
-    than the padded input."""
-    if kernel > size + 2 * pad:
-        raise ValueError(f"inception-bn: a {kernel}-wide window does not fit a {size}-wide "
-                         "input; use a larger image")
-    return (size + 2 * pad - kernel) // stride + 1
 
 
 class _Net:

@@ -18,6 +18,8 @@ has no parameters of its own.
 
 from __future__ import annotations
 
+from networks._geometry import window_out
+
 Shape = tuple[int, ...]
 Shapes = list[tuple[str, Shape]]
 Act = tuple[int, int, int]  # (channels, height, width) of an activation
@@ -45,15 +47,6 @@ RESIDUAL_35 = (10, [[_c(32)], [_c(32), _c(32, *SAME3)], [_c(32), _c(48, *SAME3),
 RESIDUAL_17 = (20, [[_c(192)], [_c(129), _c(160, (1, 7), pad=(1, 2)), _c(192, (7, 1), pad=(2, 1))]])
 # Nine block8 units with ReLU and a tenth without: the same shapes.
 RESIDUAL_8 = (10, [[_c(192)], [_c(192), _c(224, (1, 3), pad=(0, 1)), _c(256, (3, 1), pad=(1, 0))]])
-
-
-def window_out(size: int, kernel: int, stride: int = 1, pad: int = 0) -> int:
-    """Output size of an MXNet convolution or 'valid' pooling; MXNet rejects a kernel larger
-    than the padded input."""
-    if kernel > size + 2 * pad:
-        raise ValueError(f"inception-resnet-v2: a {kernel}-wide window does not fit a {size}-wide "
-                         "input; use a larger image (the network is meant for 3,299,299)")
-    return (size + 2 * pad - kernel) // stride + 1
 
 
 class _Net:

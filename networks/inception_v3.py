@@ -9,6 +9,8 @@ an image much below 299 is rejected, as MXNet rejects it.
 
 from __future__ import annotations
 
+from networks._geometry import window_out
+
 Shape = tuple[int, ...]
 Shapes = list[tuple[str, Shape]]
 Act = tuple[int, int, int]  # (channels, height, width) of an activation
@@ -30,15 +32,6 @@ BLOCK_D = ("mixed_8", 192, 320, 192, 192, 192, 192)
 # E: (name, 1x1, 3 reduce, 1x3, 3x1, 3x3 reduce, 3x3, 1x3, 3x1, pool proj)
 BLOCKS_E = (("mixed_9", 320, 384, 384, 384, 448, 384, 384, 384, 192),
             ("mixed_10", 320, 384, 384, 384, 448, 384, 384, 384, 192))
-
-
-def window_out(size: int, kernel: int, stride: int = 1, pad: int = 0) -> int:
-    """Output size of an MXNet convolution or 'valid' pooling; MXNet rejects a kernel larger
-    than the padded input."""
-    if kernel > size + 2 * pad:
-        raise ValueError(f"inception-v3: a {kernel}-wide window does not fit a {size}-wide "
-                         "input; use a larger image (the network is meant for 3,299,299)")
-    return (size + 2 * pad - kernel) // stride + 1
 
 
 def pool(x: Act, kernel: int, stride: int = 1, pad: int = 0) -> Act:

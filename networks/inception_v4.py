@@ -11,6 +11,8 @@ Flatten. At 299x299 the last blocks are 8x8, so that pool leaves 3x3 and ``fc1``
 
 from __future__ import annotations
 
+from networks._geometry import window_out
+
 Shape = tuple[int, ...]
 Shapes = list[tuple[str, Shape]]
 Act = tuple[int, int, int]  # (channels, height, width) of an activation
@@ -66,15 +68,6 @@ INCEPTION_C = [
       _c("conv8_3*1", 512, (3, 1), pad=(1, 0))],
      [_c("conv9_1*3", 256, (3, 1), pad=(1, 0)), _c("conv10_3*1", 256, (1, 3), pad=(0, 1))]),
 ]
-
-
-def window_out(size: int, kernel: int, stride: int = 1, pad: int = 0) -> int:
-    """Output size of an MXNet convolution or 'valid' pooling; MXNet rejects a kernel larger
-    than the padded input."""
-    if kernel > size + 2 * pad:
-        raise ValueError(f"inception-v4: a {kernel}-wide window does not fit a {size}-wide "
-                         "input; use a larger image (the network is meant for 3,299,299)")
-    return (size + 2 * pad - kernel) // stride + 1
 
 
 def concat(parts: list[Act]) -> Act:

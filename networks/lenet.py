@@ -7,16 +7,10 @@ fresh process: convolution0/1 and fullyconnected0/1, each with a weight and a bi
 
 from __future__ import annotations
 
+from networks._geometry import window_out
+
 Shape = tuple[int, ...]
 Shapes = list[tuple[str, Shape]]
-
-
-def window_out(size: int, kernel: int, stride: int = 1) -> int:
-    """Output size of an unpadded MXNet convolution or 'valid' pooling."""
-    if kernel > size:
-        raise ValueError(f"lenet: a {kernel}-wide window does not fit a {size}-wide input; "
-                         "use a larger image")
-    return (size - kernel) // stride + 1
 
 
 def shapes(image_shape: Shape, num_classes: int) -> Shapes:

@@ -10,6 +10,8 @@ other than 224 therefore changes fc's input: 1024 x (F - 6)^2 for a final featur
 
 from __future__ import annotations
 
+from networks._geometry import window_out
+
 Shape = tuple[int, ...]
 Shapes = list[tuple[str, Shape]]
 
@@ -23,15 +25,6 @@ PAIRS = (
     (1, 16), (1, 16), (1, 16), (1, 16), (1, 16),
     (2, 32), (1, 32),
 )
-
-
-def window_out(size: int, kernel: int, stride: int = 1, pad: int = 0) -> int:
-    """Output size of an MXNet convolution or 'valid' pooling; MXNet rejects a kernel larger
-    than the padded input."""
-    if kernel > size + 2 * pad:
-        raise ValueError(f"mobilenet: a {kernel}-wide window does not fit a {size}-wide input; "
-                         "use an image of at least 193x193")
-    return (size + 2 * pad - kernel) // stride + 1
 
 
 def shapes(image_shape: Shape, num_classes: int, alpha: float = 1.0) -> Shapes:

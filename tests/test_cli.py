@@ -2,14 +2,11 @@
 with real child processes; bad input gives one line and exit status 2."""
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 
 import pytest
 import torch
-
 from conftest import ROOT
 
 SMALL = ["--network", "mlp", "--image-shape", "1,28,28", "--num-classes", "10"]

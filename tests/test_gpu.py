@@ -4,10 +4,10 @@ import json
 
 import pytest
 import torch
+from conftest import requires_cuda
 
 from bandwidth.config import Config
 from bandwidth.run import run
-from conftest import requires_cuda
 
 pytestmark = [pytest.mark.gpu, requires_cuda]
 

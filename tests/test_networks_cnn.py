@@ -9,8 +9,7 @@ import math
 
 import pytest
 
-from networks import (alexnet, googlenet, lenet, mlp, mobilenet, mobilenetv2, resnet, resnext,
-                      vgg)
+from networks import alexnet, googlenet, lenet, mlp, mobilenet, mobilenetv2, resnet, resnext, vgg
 
 IMAGENET = (3, 224, 224)
 MNIST = (1, 28, 28)

@@ -12,8 +12,9 @@ run asynchronously:
 Each phase is cut into chunks so that sums and pushes of early chunks overlap pulls of later ones.
 Copies from device i to device j run in order on a stream of their own on i, ordered against the
 sums by events, so the two directions of a link, and different links, are busy at the same time.
-The copies go straight to the CUDA runtime (bandwidth.rawcopy) to keep host time per copy small. Per step each device sends and receives
-2(n-1)/n of the bytes, which is where MXNet's formula comes from.
+The copies go straight to the CUDA runtime (bandwidth.rawcopy) to keep host time per copy small.
+Per step each device sends and receives 2(n-1)/n of the bytes, which is where MXNet's formula
+comes from.
 """
 
 from __future__ import annotations
@@ -122,7 +123,9 @@ class DeviceStore(KVStore):
 
     def notes(self):
         n = len(self.replicas)
-        lines = [f"owner GPU of each key: {', '.join(f'{o}: {c} keys, {e - s} elements' for o, (c, (s, e)) in enumerate(zip(self.key_counts, self.regions)))}"]
+        placement = ", ".join(f"{o}: {count} keys, {e - s} elements" for o, (count, (s, e))
+                              in enumerate(zip(self.key_counts, self.regions)))
+        lines = [f"owner GPU of each key: {placement}"]
         if self.peers:
             pairs = n * (n - 1)
             enabled = sum(self.peers[i][j] for i in range(n) for j in range(n) if i != j)

@@ -15,7 +15,6 @@ from bandwidth import devices as dev
 from bandwidth.kvstores.base import KVStore
 from bandwidth.layout import chunk_ranges
 
-
 # Small enough that copies and summation overlap well, large enough that per-chunk costs vanish.
 DEFAULT_CHUNK_BYTES = 32 * 10**6
 
