@@ -36,8 +36,6 @@ class Config:
     chunk_mb: float | None = None          # pipelining chunk of device/local (None: the mode's)
     cpu_threads: int | None = None         # CPU summation threads of the local mode (None: torch's)
     timeout_s: float = 300.0               # bound on any multi-process part
-    json_path: str | None = None
-    dry_run: bool = False
     seed: int = 0
 
     def to_dict(self) -> dict:
@@ -50,6 +48,59 @@ class Config:
         if data.get("gpus") is not None:
             data["gpus"] = tuple(data["gpus"])
         return cls(**data)
+
+
+@dataclass(frozen=True)
+class Job:
+    """What one command asks for: the configurations to measure (a sweep when there are several)
+    and what to do with the results."""
+
+    configs: tuple[Config, ...]
+    json_path: str | None = None
+    csv_path: str | None = None
+    plot_path: str | None = None
+    dry_run: bool = False
+    ceiling: bool = False                  # run the full ceiling measurement first
+    save_baseline: str | None = None
+    baseline: str | None = None
+    tolerance_pct: float = 10.0
+    repeat: int = 1
+    min_gbps: float | None = None
+    force: bool = False
+    baseline_row: str | None = None        # the row the ratio table divides by
+    speedup: bool = False
+
+    @property
+    def is_sweep(self) -> bool:
+        return len(self.configs) > 1
+
+
+SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def parse_size(text: str) -> int:
+    """nccl-tests' sizes: bytes with an optional K, M or G suffix (powers of two): 1M = 1048576."""
+    body, unit = (text[:-1], text[-1].upper()) if text[-1:].isalpha() else (text, "")
+    try:
+        value = int(float(body) * SIZE_UNITS[unit])
+    except (KeyError, ValueError):
+        value = 0
+    if value <= 0:
+        raise ConfigError(f"a size must be a positive number of bytes with an optional K, M or G "
+                          f"suffix, such as 1M; got {text!r}")
+    return value
+
+
+def size_sweep(begin: int, end: int, factor: float) -> list[int]:
+    """Sizes from ``begin`` to ``end`` multiplying by ``factor`` (nccl-tests' -b -e -f)."""
+    if end < begin:
+        raise ConfigError(f"-e {end} is smaller than -b {begin}")
+    if factor <= 1 and begin != end:
+        raise ConfigError(f"-f must be greater than 1 to sweep sizes; got {factor:g}")
+    sizes = [begin]
+    while begin != end and sizes[-1] * factor <= end:
+        sizes.append(int(sizes[-1] * factor))
+    return sizes
 
 
 def parse_image_shape(text: str) -> tuple[int, int, int]:
@@ -82,30 +133,45 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="measure.py",
         description="Measure the bandwidth of exchanging (reduce + broadcast) a network's parameter "
-                    "arrays under one kvstore mode, in MXNet's 'GB/sec per gpu' (= all-reduce busbw).",
+                    "arrays under one kvstore mode, in MXNet's 'GB/sec per gpu' (= all-reduce busbw). "
+                    "Comma lists of modes and networks, several GPU sets, --scaling or a flat-buffer "
+                    "size sweep make one job that ends in a table.",
         epilog="examples:\n"
                "  python measure.py --kv-store device --gpus 0,1 --network resnet --num-layers 200\n"
                "  python measure.py --kv-store nccl --network inception-v3 --image-shape 3,299,299\n"
                "  python measure.py --kv-store local --cpus 4 --network mlp   # no GPU needed\n"
+               "  python measure.py --kv-store local,device,nccl --network resnet,vgg --plot bw.png\n"
+               "  python measure.py --kv-store nccl --scaling --network resnet --num-layers 200\n"
+               "  python measure.py --kv-store nccl --network flat -b 1M -e 1G -f 2\n"
+               "  python measure.py --save-baseline base.json; python measure.py --baseline "
+               "base.json --tolerance 10%\n"
                "  python measure.py --network resnet --num-layers 200 --dry-run",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     net = parser.add_argument_group("network")
     net.add_argument("--network", default="resnet",
-                     help="network whose parameter shapes are exchanged, or a .json shape file "
+                     help="network(s) whose parameter shapes are exchanged: a comma list of names, "
+                          ".json shape files, or 'flat' for one flat buffer per size of -b/-e/-f "
                           "(default: resnet; --list-networks shows all)")
     net.add_argument("--num-layers", type=int, default=None,
                      help="depth, for resnet, resnext and vgg (default: the network's own, resnet 152)")
     net.add_argument("--image-shape", default="3,224,224", help="C,H,W (default: 3,224,224)")
     net.add_argument("--num-classes", type=int, default=1000, help="classes (default: 1000)")
     net.add_argument("--list-networks", action="store_true", help="list the networks and exit")
+    net.add_argument("-b", "--minbytes", default="1M", help="flat sweep: smallest size (default 1M)")
+    net.add_argument("-e", "--maxbytes", default="1G", help="flat sweep: largest size (default 1G)")
+    net.add_argument("-f", "--stepfactor", type=float, default=2.0,
+                     help="flat sweep: size multiplier (default 2)")
     ex = parser.add_argument_group("exchange")
     ex.add_argument("--kv-store", "--kvstore", dest="kv_store", default="device",
-                    help=f"kvstore mode: {', '.join(KVSTORES)} (default: device)")
-    ex.add_argument("--gpus", default=None,
-                    help="comma list of GPU ids, e.g. 0,1,2,3 (default: every visible GPU)")
+                    help=f"kvstore mode(s), a comma list of: {', '.join(KVSTORES)} (default: device)")
+    ex.add_argument("--gpus", nargs="+", default=None,
+                    help="comma list of GPU ids, e.g. 0,1,2,3; several lists make a sweep "
+                         "(--gpus 0,1 0,1,2,3) (default: every visible GPU)")
     ex.add_argument("--cpus", type=int, default=None,
                     help="use N replicas in host memory instead of GPUs (default when no GPU is "
                          "visible: 2)")
+    ex.add_argument("--scaling", action="store_true",
+                    help="sweep the device count from 1 to all of --gpus (or --cpus)")
     ex.add_argument("--optimizer", default="none",
                     help="'sgd' (lr 0.01, no momentum, no weight decay, as MXNet) or 'none' (default)")
     ex.add_argument("--dtype", default="float32", help=f"{' | '.join(DTYPES)} (default: float32)")
@@ -125,22 +191,43 @@ def build_parser() -> argparse.ArgumentParser:
     tm.add_argument("--test-results", type=int, default=1,
                     help="1: check every pulled value against the known result (default); 0: skip")
     tm.add_argument("--no-reference", dest="reference", action="store_false",
-                    help="skip the flat all-reduce reference measured after the run")
+                    help="skip the flat all-reduce reference and the mode's ceiling measurement")
+    tm.add_argument("--ceiling", action="store_true",
+                    help="measure and print this host's full ceilings first (python -m "
+                         "bandwidth.ceiling)")
     tm.add_argument("--timeout", type=float, default=300.0,
                     help="seconds before a multi-process part is stopped as hung (default: 300)")
     tm.add_argument("--seed", type=int, default=0, help="seed of the test data (default: 0)")
     out = parser.add_argument_group("output")
     out.add_argument("--json", dest="json_path", default=None,
                      help="write configuration, environment, every iteration and the summary here")
+    out.add_argument("--csv", dest="csv_path", default=None, help="write the result table as CSV")
+    out.add_argument("--plot", dest="plot_path", default=None,
+                     help="draw the results into this PNG (bars against the ceiling, lines for "
+                          "scaling and size sweeps)")
+    out.add_argument("--baseline-row", default=None,
+                     help="add a performance-ratio table against this row (number or label)")
+    out.add_argument("--speedup", action="store_true",
+                     help="add a speed-up table over device counts (with --scaling)")
     out.add_argument("--dry-run", action="store_true",
                      help="print the arrays (name, shape, bytes) and exit without allocating")
+    ci = parser.add_argument_group("regression checks")
+    ci.add_argument("--save-baseline", default=None,
+                    help="write the results with this machine's hardware fingerprint as a baseline")
+    ci.add_argument("--baseline", default=None,
+                    help="compare with this baseline: exit 1 when a row dropped by more than "
+                         "--tolerance")
+    ci.add_argument("--tolerance", default="10%", help="allowed drop (default: 10%%)")
+    ci.add_argument("--repeat", type=int, default=1,
+                    help="measure N times; a row passes if any repeat is within tolerance")
+    ci.add_argument("--min-gbps", type=float, default=None,
+                    help="fail (exit 1) when any row's GB/sec per gpu is below this floor")
+    ci.add_argument("--force", action="store_true",
+                    help="compare with a baseline from different hardware anyway")
     return parser
 
 
-def config_from_args(args: argparse.Namespace) -> Config:
-    """Validate the parsed flags and freeze them; bad values raise ConfigError."""
-    from bandwidth.kvstores import canonical_name
-
+def _check_scalars(args: argparse.Namespace) -> None:
     if args.num_batches < 1:
         raise ConfigError(f"--num-batches must be at least 1; got {args.num_batches}")
     if args.warmup < 0:
@@ -154,9 +241,6 @@ def config_from_args(args: argparse.Namespace) -> Config:
         raise ConfigError(f"--num-classes must be positive; got {args.num_classes}")
     if args.dtype not in DTYPES:
         raise ConfigError(f"unknown --dtype {args.dtype!r}; valid: {', '.join(DTYPES)}")
-    optimizer = "none" if args.optimizer in (None, "None", "none") else args.optimizer.lower()
-    if optimizer not in OPTIMIZERS:
-        raise ConfigError(f"unknown --optimizer {args.optimizer!r}; valid: {', '.join(OPTIMIZERS)}")
     if args.gc_type.lower() != "none":
         raise ConfigError(f"--gc-type {args.gc_type!r} is not supported: gradient compression is "
                           "not implemented; use --gc-type none")
@@ -170,13 +254,79 @@ def config_from_args(args: argparse.Namespace) -> Config:
         raise ConfigError(f"--cpu-threads must be at least 1; got {args.cpu_threads}")
     if args.timeout <= 0:
         raise ConfigError(f"--timeout must be positive; got {args.timeout}")
-    return Config(
-        network=args.network, num_layers=args.num_layers,
-        image_shape=parse_image_shape(args.image_shape), num_classes=args.num_classes,
-        kv_store=canonical_name(args.kv_store),
-        gpus=None if args.gpus is None else parse_gpus(args.gpus), cpus=args.cpus,
-        num_batches=args.num_batches, warmup=args.warmup, disp_batches=args.disp_batches,
-        test_results=bool(args.test_results), optimizer=optimizer, dtype=args.dtype,
-        reference=args.reference, chunk_mb=args.chunk_mb, cpu_threads=args.cpu_threads,
-        timeout_s=args.timeout, json_path=args.json_path, dry_run=args.dry_run, seed=args.seed)
+    if args.repeat < 1:
+        raise ConfigError(f"--repeat must be at least 1; got {args.repeat}")
+    if args.min_gbps is not None and args.min_gbps < 0:
+        raise ConfigError(f"--min-gbps must not be negative; got {args.min_gbps}")
 
+
+def parse_tolerance(text: str) -> float:
+    """'10%' or '10' -> 10.0 (percent)."""
+    try:
+        value = float(text.strip().rstrip("%"))
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < 100:
+        raise ConfigError(f"--tolerance must be a percentage from 0 to 100 such as 10%; got {text!r}")
+    return value
+
+
+def _device_sets(args: argparse.Namespace) -> list[tuple[tuple[int, ...] | None, int | None]]:
+    """(gpus, cpus) per configuration: the --gpus sets, or 1..N with --scaling."""
+    if args.cpus is not None:
+        counts = range(1, args.cpus + 1) if args.scaling else [args.cpus]
+        return [(None, c) for c in counts]
+    if args.gpus is None:
+        return [(None, None)]          # resolved later: every visible GPU, or 2 CPU devices
+    sets = [parse_gpus(text) for text in args.gpus]
+    if args.scaling:
+        if len(sets) != 1:
+            raise ConfigError("--scaling takes one --gpus list (or none: every visible GPU)")
+        return [(sets[0][:k], None) for k in range(1, len(sets[0]) + 1)]
+    return [(gpus, None) for gpus in sets]
+
+
+def _networks(args: argparse.Namespace, dtype_bytes: int) -> list[str]:
+    names = [n for n in args.network.split(",") if n]
+    if not names:
+        raise ConfigError("--network needs at least one name")
+    out = []
+    for name in names:
+        if name == "flat":
+            sizes = size_sweep(parse_size(args.minbytes), parse_size(args.maxbytes),
+                               args.stepfactor)
+            out += [f"flat:{max(1, size // dtype_bytes)}" for size in sizes]
+        else:
+            out.append(name)
+    return out
+
+
+def job_from_args(args: argparse.Namespace) -> Job:
+    """Validate the parsed flags and freeze them into a Job; bad values raise ConfigError."""
+    from bandwidth.kvstores import canonical_name
+    from bandwidth.layout import DTYPE_BYTES
+
+    _check_scalars(args)
+    optimizer = "none" if args.optimizer in (None, "None", "none") else args.optimizer.lower()
+    if optimizer not in OPTIMIZERS:
+        raise ConfigError(f"unknown --optimizer {args.optimizer!r}; valid: {', '.join(OPTIMIZERS)}")
+    modes = [canonical_name(m) for m in args.kv_store.split(",") if m]
+    if not modes:
+        raise ConfigError("--kv-store needs at least one mode")
+    image_shape = parse_image_shape(args.image_shape)
+    common = dict(num_layers=args.num_layers, image_shape=image_shape,
+                  num_classes=args.num_classes, num_batches=args.num_batches, warmup=args.warmup,
+                  disp_batches=args.disp_batches, test_results=bool(args.test_results),
+                  optimizer=optimizer, dtype=args.dtype, reference=args.reference,
+                  chunk_mb=args.chunk_mb, cpu_threads=args.cpu_threads, timeout_s=args.timeout,
+                  seed=args.seed)
+    configs = tuple(Config(network=network, kv_store=mode, gpus=gpus, cpus=cpus, **common)
+                    for mode in modes
+                    for network in _networks(args, DTYPE_BYTES[args.dtype])
+                    for gpus, cpus in _device_sets(args))
+    return Job(configs=configs, json_path=args.json_path, csv_path=args.csv_path,
+               plot_path=args.plot_path, dry_run=args.dry_run, ceiling=args.ceiling,
+               save_baseline=args.save_baseline, baseline=args.baseline,
+               tolerance_pct=parse_tolerance(args.tolerance), repeat=args.repeat,
+               min_gbps=args.min_gbps, force=args.force, baseline_row=args.baseline_row,
+               speedup=args.speedup)

@@ -29,11 +29,13 @@ import sys  # noqa: E402
 import torch  # noqa: E402
 
 import networks  # noqa: E402
-from bandwidth.config import build_parser, config_from_args  # noqa: E402
+from bandwidth.config import Job, build_parser, job_from_args  # noqa: E402
 from bandwidth.environment import describe as describe_environment  # noqa: E402
 from bandwidth.errors import BandwidthError  # noqa: E402
-from bandwidth.report import array_table, preamble, summary_lines, write_json  # noqa: E402
-from bandwidth.run import make_plan, run, size_line  # noqa: E402
+from bandwidth.report import (array_table, ceiling_text, document, preamble,  # noqa: E402
+                              summary_lines, write_document)
+from bandwidth.results import rows_from_document  # noqa: E402
+from bandwidth.run import Result, make_plan, run, size_line  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,23 +46,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:<22} {networks.NETWORKS[name].summary}")
         return 0
     try:
-        config = config_from_args(args)
-        plan = make_plan(config)
-        if config.dry_run:
-            print(size_line(plan.shapes, config.dtype))
-            print("\n".join(array_table(plan)))
-            return 0
-        for line in preamble(plan, describe_environment(plan.devices)):
-            print(line)
-        print(size_line(plan.shapes, config.dtype), flush=True)
-        result = run(config, on_report=lambda report: print(report.line(), flush=True), plan=plan)
-        for note in result.notes:
-            print(f"# note: {note}")
-        print("\n".join(summary_lines(result)))
-        if config.json_path:
-            write_json(result, config.json_path)
-            print(f"# wrote {config.json_path}")
-        return 0
+        return execute(job_from_args(args))
     except BandwidthError as exc:
         print(f"measure.py: error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -74,6 +60,70 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("measure.py: interrupted", file=sys.stderr)
         return 130
+
+
+def execute(job: Job) -> int:
+    plans = [make_plan(config) for config in job.configs]     # every configuration checked first
+    if job.dry_run:
+        for plan in plans:
+            print(size_line(plan.shapes, plan.config.dtype))
+            print("\n".join(array_table(plan)))
+        return 0
+    widest = max(plans, key=lambda p: p.devices.n)
+    environment = describe_environment(widest.devices)
+    for line in preamble(plans[0], environment, sweep=len(plans)):
+        print(line)
+    if job.ceiling:
+        print_ceilings(widest)
+    repeats: list[list[Result]] = []
+    for repeat in range(job.repeat):
+        results = []
+        for index, plan in enumerate(plans):
+            if job.is_sweep:
+                results.append(run(plan.config, plan=plan))
+                progress(index, len(plans), repeat, job.repeat, results[-1])
+            else:
+                print(size_line(plan.shapes, plan.config.dtype), flush=True)
+                result = run(plan.config, plan=plan,
+                             on_report=lambda report: print(report.line(), flush=True))
+                for note in result.notes:
+                    print(f"# note: {note}")
+                print("\n".join(summary_lines(result)), flush=True)
+                results.append(result)
+        repeats.append(results)
+    doc = document(repeats[-1], environment)
+    rows = rows_from_document(doc, "this run")
+    if job.is_sweep:
+        print("\n".join(sweep_table(rows)))
+    for path in filter(None, (job.json_path, job.save_baseline)):
+        write_document(doc, path)
+        print(f"# wrote {path}")
+    return 0
+
+
+def progress(index: int, total: int, repeat: int, repeats: int, result: Result) -> None:
+    """One line per finished configuration of a sweep, on stderr."""
+    plan, s = result.plan, result.summary
+    run_of = f" (repeat {repeat + 1}/{repeats})" if repeats > 1 else ""
+    print(f"[{index + 1}/{total}]{run_of} {plan.config.kv_store} {plan.network_label} on "
+          f"{plan.devices.describe()}: {s.busbw_median:.3f} GB/sec per gpu, "
+          f"{ceiling_text(result)}", file=sys.stderr, flush=True)
+
+
+def sweep_table(rows) -> list[str]:
+    lines = [f"{'kvstore':<8} {'network':<22} {'devices':<14} {'GB/s/gpu':>10} {'algbw':>10} "
+             f"{'% ceil':>7} {'error':>9}"]
+    for r in rows:
+        pct = "n/a" if r.pct_of_ceiling is None else f"{r.pct_of_ceiling:.1f}"
+        lines.append(f"{r.kv_store:<8} {r.network:<22} {r.devices:<14} {r.busbw_gbps:>10.3f} "
+                     f"{r.algbw_gbps:>10.3f} {pct:>7} {r.error:>9.6f}")
+    return lines
+
+
+def print_ceilings(plan) -> None:
+    from bandwidth import ceiling
+    ceiling.main(["--gpus", ",".join(map(str, plan.devices.ids))] if plan.devices.is_cuda
+                 else [])
 
 
 if __name__ == "__main__":

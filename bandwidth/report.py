@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 from dataclasses import asdict
 
+from bandwidth.results import SCHEMA_VERSION, fingerprint
 from bandwidth.run import Plan, Result
 
-SCHEMA_VERSION = 1
 
-
-def preamble(plan: Plan, environment: dict) -> list[str]:
+def preamble(plan: Plan, environment: dict, sweep: int = 1) -> list[str]:
     c, env = plan.config, environment
     versions = f"torch {env['torch']}"
     if env.get("cuda"):
@@ -20,11 +20,14 @@ def preamble(plan: Plan, environment: dict) -> list[str]:
     if env.get("driver"):
         versions += f", driver {env['driver']}"
     names = sorted({d["name"] for d in env["devices"]})
+    lines = [f"# bandwidth {env['toolkit']} on {env['host']}: {versions}",
+             f"# devices: {len(env['devices'])} x {', '.join(names)}"]
+    if sweep > 1:
+        return lines + [f"# sweep of {sweep} configurations, {c.dtype}, optimizer {c.optimizer}, "
+                        f"{c.num_batches} iterations after {c.warmup} warm-up each"]
     shape = ",".join(map(str, c.image_shape))
-    return [
-        f"# bandwidth {env['toolkit']} on {env['host']}: {versions}",
-        f"# devices: {plan.devices.describe()}: {', '.join(names)}",
-        f"# kvstore {c.kv_store}: {plan.store_cls.summary}",
+    return lines + [
+        f"# kvstore {c.kv_store} on {plan.devices.describe()}: {plan.store_cls.summary}",
         f"# network {plan.network_label} (image shape {shape}, {c.num_classes} classes), "
         f"{c.dtype}, optimizer {c.optimizer}, {c.num_batches} iterations after {c.warmup} "
         "warm-up",
@@ -53,7 +56,7 @@ def summary_lines(result: Result) -> list[str]:
              f"min {s.busbw_min:.3f}, max {s.busbw_max:.3f}",
              f"#   algbw {s.algbw_median:.3f} GB/s, time median {s.seconds_median:.6f} s, "
              f"max error {_error_text(s.error_max)}",
-             f"#   bound by: {plan.store_cls.bound}"]
+             f"#   ceiling: {ceiling_text(result)}"]
     ref = result.reference
     if ref is not None:
         ratio = s.busbw_median / ref.busbw_median if ref.busbw_median else float("nan")
@@ -66,16 +69,25 @@ def summary_lines(result: Result) -> list[str]:
     return lines
 
 
+def ceiling_text(result: Result) -> str:
+    """'92.1 % of 384.8 GB/s (p2p unidirectional copy ...)', or n/a with the reason."""
+    plan, ceiling = result.plan, result.ceiling
+    if ceiling is None:
+        why = ("one device" if plan.devices.n < 2 else
+               "not measured (--no-reference)" if not plan.config.reference else "unknown")
+        return f"n/a ({why}); bound by {plan.store_cls.bound}"
+    return f"{result.pct_of_ceiling:.1f} % of {ceiling.gbps:.3f} GB/s ({ceiling.name})"
+
+
 def _error_text(error: float) -> str:
     return "not checked" if error < 0 else f"{error:.6f}"
 
 
-def to_json(result: Result) -> dict:
+def result_json(result: Result) -> dict:
+    """One entry of a result document's "results" (bandwidth.results describes the schema)."""
     plan = result.plan
     return {
-        "schema_version": SCHEMA_VERSION,
         "config": plan.config.to_dict(),
-        "environment": result.environment,
         "network": {"name": plan.network_label, "arrays": len(plan.shapes), "bytes": plan.nbytes,
                     "shapes": [[name, list(shape)] for name, shape in plan.shapes]},
         "kv_store": {"name": plan.config.kv_store, "bound": plan.store_cls.bound,
@@ -85,10 +97,25 @@ def to_json(result: Result) -> dict:
         "reports": [asdict(r) for r in result.reports],
         "summary": asdict(result.summary),
         "reference": None if result.reference is None else asdict(result.reference),
+        "ceiling": None if result.ceiling is None else asdict(result.ceiling),
     }
 
 
-def write_json(result: Result, path: str) -> None:
+def document(results: list[Result], environment: dict, extra: dict | None = None) -> dict:
+    """The result document that --json and --save-baseline write."""
+    doc = {
+        "schema_version": SCHEMA_VERSION,
+        "tool": f"bandwidth {environment.get('toolkit')}",
+        "created": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "environment": environment,
+        "fingerprint": fingerprint(environment),
+        "results": [result_json(r) for r in results],
+    }
+    doc.update(extra or {})
+    return doc
+
+
+def write_document(doc: dict, path: str) -> None:
     with open(path, "w") as out:
-        json.dump(to_json(result), out, indent=1)
+        json.dump(doc, out, indent=1)
         out.write("\n")

@@ -9,6 +9,7 @@ from typing import Callable
 
 import networks
 from bandwidth import protocol
+from bandwidth.bounds import Bound, bound
 from bandwidth.config import Config
 from bandwidth.devices import DeviceSet, free_bytes, resolve
 from bandwidth.environment import describe as describe_environment
@@ -42,6 +43,8 @@ class Plan:
     @property
     def network_label(self) -> str:
         c = self.config
+        if c.network.startswith("flat:"):
+            return f"flat {human_bytes(self.nbytes)}"
         if c.network in networks.NETWORKS and networks.supported_layers(c.network, c.image_shape):
             layers = c.num_layers or networks.NETWORKS[c.network].default_layers
             return f"{c.network}-{layers}"
@@ -56,7 +59,14 @@ class Result:
     reports: list[Report]
     summary: Summary
     reference: Summary | None
+    ceiling: Bound | None = None
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def pct_of_ceiling(self) -> float | None:
+        if self.ceiling is None or not self.ceiling.gbps:
+            return None
+        return 100.0 * self.summary.busbw_median / self.ceiling.gbps
 
 
 def make_plan(config: Config) -> Plan:
@@ -153,13 +163,22 @@ def run(config: Config, on_report: Callable[[Report], None] | None = None,
     if reference is not None:
         ref_summary = Summary.of([Sample(**s) for s in reference["samples"]], plan.nbytes,
                                  KVSTORES["nccl"].bus_factor(n))
+    ceiling = bound(plan, ref_summary) if config.reference else None
     return Result(plan=plan, environment=describe_environment(plan.devices), samples=samples,
                   reports=[Report(**r) for r in measured["reports"]],
                   summary=Summary.of(samples, plan.nbytes, factor), reference=ref_summary,
-                  notes=measured["notes"])
+                  ceiling=ceiling, notes=measured["notes"])
 
 
 def size_line(shapes, dtype: str = "float32") -> str:
     """MXNet's line: the count and size of the arrays in MB of 1e6 bytes (MXNet: float32)."""
     size_mb = sum(math.prod(s) for _, s in shapes) * DTYPE_BYTES[dtype] / 1e6
     return f"num of arrays = {len(shapes)}, total size = {size_mb:f} MB"
+
+
+def human_bytes(nbytes: int) -> str:
+    """1048576 -> '1M', 1536 -> '1.5K' (powers of two, as nccl-tests' sizes)."""
+    for unit, scale in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:g}{unit}"
+    return f"{nbytes}B"

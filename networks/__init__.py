@@ -101,6 +101,8 @@ def get_shapes(name: str, image_shape: Shape = (3, 224, 224), num_classes: int =
     ``num_layers`` None picks the network's default depth. Raises NetworkError with the valid
     choices for an unknown name or an unsupported depth.
     """
+    if name.startswith("flat:"):
+        return flat(name)
     if name.endswith(".json") or Path(name).is_file():
         return load_json(Path(name))
     if name not in NETWORKS:
@@ -127,6 +129,15 @@ def get_shapes(name: str, image_shape: Shape = (3, 224, 224), num_classes: int =
         raise
     except ValueError as exc:      # e.g. an image too small for the network's pooling
         raise NetworkError(f"{name} at image shape {shape_text}: {exc}") from None
+
+
+def flat(name: str) -> Shapes:
+    """``flat:N``: one array of N elements (a flat buffer, as nccl-tests exchanges)."""
+    count = name.partition(":")[2]
+    if not count.isdigit() or int(count) < 1:
+        raise NetworkError(f"{name!r}: a flat buffer is written flat:N with N a positive number of "
+                           "elements (or use --network flat -b 1M -e 1G -f 2)")
+    return [("flat", (int(count),))]
 
 
 def load_json(path: Path) -> Shapes:

@@ -46,14 +46,17 @@ def test_local_mode_on_cpu_devices_prints_mxnet_lines_and_json(cli, tmp_path):
     assert "num of arrays = 6, total size = 0.437544 MB" in proc.stdout
     assert "# summary: kvstore local, 3 devices" in proc.stdout
     assert "reference, one flat all-reduce of the same bytes" in proc.stdout
-    data = json.loads(out.read_text())
-    assert data["schema_version"] == 1
+    doc = json.loads(out.read_text())
+    assert doc["schema_version"] == 1 and doc["environment"]["torch"] == torch.__version__
+    assert doc["fingerprint"]["device_count"] == 3
+    (data,) = doc["results"]
     assert data["config"]["kv_store"] == "local" and data["devices"] == ["cpu:0", "cpu:1", "cpu:2"]
     assert len(data["iterations"]) == 4 and len(data["reports"]) == 2
     assert data["network"]["bytes"] == 437544 and data["network"]["arrays"] == 6
-    assert data["environment"]["torch"] == torch.__version__
     assert data["summary"]["bus_factor"] == pytest.approx(4 / 3)
     assert data["reference"]["busbw_median"] > 0
+    assert data["ceiling"]["gbps"] > 0 and data["ceiling"]["name"].startswith("host memory")
+    assert "% of " in proc.stdout.split("# summary")[1]
 
 
 def test_nccl_mode_on_cpu_devices_says_it_uses_gloo(cli):
@@ -71,6 +74,7 @@ def test_default_device_mode_with_sgd(cli):
     assert proc.stdout.count("GB/sec per gpu, error 0.000000") == 3
     assert "# kvstore device" in proc.stdout
     assert "not measured (--no-reference)" in proc.stdout
+    assert "#   ceiling: n/a (not measured (--no-reference))" in proc.stdout
 
 
 @pytest.mark.parametrize("args, message", [
@@ -142,3 +146,23 @@ def test_console_entry_point():
                           text=True, timeout=60)
     assert proc.returncode == 0
     assert proc.stdout.startswith("num of arrays = 6")
+
+
+def test_sweep_prints_progress_and_one_table(cli, tmp_path):
+    out = tmp_path / "sweep.json"
+    proc = cli(*SMALL, "--kv-store", "local,device", "--cpus", "2", "--scaling",
+               "--num-batches", "2", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert [line[:5] for line in proc.stderr.splitlines()] == ["[1/4]", "[2/4]", "[3/4]", "[4/4]"]
+    table = proc.stdout.split("# sweep of 4 configurations")[1]
+    assert table.count("cpu x1") == 2 and table.count("cpu x2") == 2
+    assert "n/a" in table               # one device: no ceiling
+    assert len(json.loads(out.read_text())["results"]) == 4
+
+
+def test_flat_size_sweep(cli):
+    proc = cli("--network", "flat", "-b", "64K", "-e", "256K", "--cpus", "2", "--num-batches", "2",
+               "--kv-store", "nccl", "--no-reference")
+    assert proc.returncode == 0, proc.stderr
+    for size in ("flat 64K", "flat 128K", "flat 256K"):
+        assert size in proc.stdout

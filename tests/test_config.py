@@ -1,11 +1,17 @@
 import pytest
 
-from bandwidth.config import build_parser, config_from_args, parse_gpus, parse_image_shape
+from bandwidth.config import (build_parser, job_from_args, parse_gpus, parse_image_shape,
+                              parse_size, parse_tolerance, size_sweep)
 from bandwidth.errors import ConfigError
 
 
+def job(*argv):
+    return job_from_args(build_parser().parse_args(list(argv)))
+
+
 def parse(*argv):
-    return config_from_args(build_parser().parse_args(list(argv)))
+    (config,) = job(*argv).configs
+    return config
 
 
 def test_defaults_follow_mxnet():
@@ -32,14 +38,37 @@ def test_kvstore_spellings_and_optimizer_none_string():
     (["--num-batches", "0"], "--num-batches must be at least 1"),
     (["--disp-batches", "6"], "exceeds --num-batches 5"),
     (["--gc-type", "2bit"], "gradient compression is not implemented"),
+    (["--tolerance", "ten"], "--tolerance must be a percentage"),
+    (["--repeat", "0"], "--repeat must be at least 1"),
+    (["--network", "flat", "-b", "1X"], "a size must be a positive number of bytes"),
+    (["--network", "flat", "-b", "1G", "-e", "1M"], "is smaller than -b"),
+    (["--scaling", "--gpus", "0,1", "2,3"], "--scaling takes one --gpus list"),
 ])
 def test_bad_values_name_the_rule(argv, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        parse(*argv)
+        job(*argv)
 
 
 def test_parsers():
     assert parse_image_shape("3,299,299") == (3, 299, 299)
     assert parse_gpus("0,3") == (0, 3)
+    assert parse_size("1M") == 1 << 20 and parse_size("64K") == 65536 and parse_size("100") == 100
+    assert parse_tolerance("10%") == 10.0 and parse_tolerance("2.5") == 2.5
+    assert size_sweep(1 << 20, 1 << 23, 2) == [1 << 20, 1 << 21, 1 << 22, 1 << 23]
     with pytest.raises(ConfigError):
         parse_image_shape("3,-1,2")
+
+
+def test_sweeps_expand_modes_networks_and_device_sets():
+    j = job("--kv-store", "local,nccl", "--network", "mlp,lenet", "--gpus", "0,1", "0,1,2,3")
+    assert j.is_sweep and len(j.configs) == 8
+    assert [(c.kv_store, c.network, c.gpus) for c in j.configs[:4]] == [
+        ("local", "mlp", (0, 1)), ("local", "mlp", (0, 1, 2, 3)),
+        ("local", "lenet", (0, 1)), ("local", "lenet", (0, 1, 2, 3))]
+
+
+def test_scaling_and_flat_sweep():
+    assert [c.cpus for c in job("--cpus", "3", "--scaling").configs] == [1, 2, 3]
+    assert [c.gpus for c in job("--gpus", "0,2", "--scaling").configs] == [(0,), (0, 2)]
+    flats = job("--network", "flat", "-b", "1M", "-e", "4M", "--dtype", "float16").configs
+    assert [c.network for c in flats] == ["flat:524288", "flat:1048576", "flat:2097152"]

@@ -21,6 +21,8 @@ class KVStore:
     summary: ClassVar[str]
     # The link that bounds this mode; shown beside its figures.
     bound: ClassVar[str]
+    # Which ceiling bandwidth.bounds measures for it: "peer link", "host path", "flat all-reduce".
+    bound_kind: ClassVar[str | None] = None
     # True: one process per device, started by the tool (torch.distributed needs it).
     process_per_device: ClassVar[bool] = False
 

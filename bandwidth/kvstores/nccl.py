@@ -19,6 +19,7 @@ class NcclStore(KVStore):
     name = "nccl"
     summary = "all-reduce of one flat bucket through torch.distributed (NCCL; Gloo on CPU devices)"
     bound = "flat all-reduce of the same bytes"
+    bound_kind = "flat all-reduce"
     process_per_device = True
 
     @classmethod

@@ -1,0 +1,122 @@
+"""The result document (what ``--json`` writes) and the flat Row view that tables, plots, CSV,
+comparisons and regression checks read.
+
+Document, schema version 1::
+
+    {"schema_version": 1, "tool": "bandwidth 0.1.0", "created": "2026-11-22T05:00:00Z",
+     "environment": {...},            # host, versions, devices, driver, peer access (one host)
+     "fingerprint": {...},            # what must match for a baseline to apply (see below)
+     "results": [                     # one per measured configuration
+       {"config": {...}, "network": {"name", "arrays", "bytes", "shapes"},
+        "kv_store": {"name", "bound", "notes"}, "devices": ["cuda:0", ...],
+        "iterations": [{"iteration", "seconds", "error"}], "reports": [...],
+        "summary": {"busbw_median", "busbw_min", "busbw_max", "algbw_median", "seconds_median",
+                    "error_max", "nbytes", "bus_factor", "iterations"},
+        "reference": {... same fields as summary ...} | null,
+        "ceiling": {"name": "p2p unidirectional copy", "gbps": 384.8} | null}]}
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from bandwidth.errors import ConfigError
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Row:
+    """One measured configuration, flattened: what a table line or a plot bar shows."""
+
+    source: str                 # the document it came from (file name, or "this run")
+    kv_store: str
+    network: str                # label, e.g. resnet-200
+    devices: str                # e.g. "cuda:0,1" or "cpu x2"
+    n: int
+    dtype: str
+    optimizer: str
+    nbytes: int
+    busbw_gbps: float           # median over iterations: MXNet's GB/sec per gpu
+    busbw_min: float
+    busbw_max: float
+    algbw_gbps: float
+    seconds: float
+    error: float                # largest error over iterations (-1: not checked)
+    ceiling_name: str | None
+    ceiling_gbps: float | None
+
+    @property
+    def key(self) -> tuple:
+        """What identifies 'the same measurement' across runs."""
+        return (self.kv_store, self.network, self.devices, self.dtype, self.optimizer)
+
+    @property
+    def label(self) -> str:
+        return f"{self.kv_store} {self.network} {self.devices}"
+
+    @property
+    def pct_of_ceiling(self) -> float | None:
+        if not self.ceiling_gbps:
+            return None
+        return 100.0 * self.busbw_gbps / self.ceiling_gbps
+
+
+def devices_label(labels: list[str]) -> str:
+    """``["cuda:0", "cuda:1"]`` -> ``cuda:0,1``; CPU devices -> ``cpu x2``."""
+    if not labels:
+        return "none"
+    kind = labels[0].split(":")[0]
+    if kind == "cpu":
+        return f"cpu x{len(labels)}"
+    return f"{kind}:" + ",".join(label.split(":")[1] for label in labels)
+
+
+def rows_from_document(doc: dict, source: str) -> list[Row]:
+    rows = []
+    for result in doc.get("results", []):
+        config, summary, ceiling = result["config"], result["summary"], result.get("ceiling")
+        rows.append(Row(
+            source=source, kv_store=config["kv_store"], network=result["network"]["name"],
+            devices=devices_label(result["devices"]), n=len(result["devices"]),
+            dtype=config["dtype"], optimizer=config["optimizer"], nbytes=summary["nbytes"],
+            busbw_gbps=summary["busbw_median"], busbw_min=summary["busbw_min"],
+            busbw_max=summary["busbw_max"], algbw_gbps=summary["algbw_median"],
+            seconds=summary["seconds_median"], error=summary["error_max"],
+            ceiling_name=ceiling["name"] if ceiling else None,
+            ceiling_gbps=ceiling["gbps"] if ceiling else None))
+    return rows
+
+
+def load_document(path: str | Path) -> dict:
+    """Read a result document; a missing, unreadable or foreign file is a ConfigError."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read {str(path)!r}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{str(path)!r} is not JSON: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("schema_version") != SCHEMA_VERSION \
+            or not isinstance(doc.get("results"), list):
+        raise ConfigError(f"{str(path)!r} is not a result file of this tool (schema version "
+                          f"{SCHEMA_VERSION}); write one with --json or --save-baseline")
+    return doc
+
+
+def load_rows(path: str | Path) -> list[Row]:
+    return rows_from_document(load_document(path), Path(path).name)
+
+
+def fingerprint(environment: dict) -> dict:
+    """The hardware a figure belongs to: device model and count, driver, and link topology."""
+    names = [d.get("name") for d in environment.get("devices", [])]
+    return {
+        "device_model": sorted(set(names))[0] if names else None,
+        "device_count": len(names),
+        "driver": environment.get("driver"),
+        "links": environment.get("links"),
+        "peer_access": environment.get("peer_access"),
+    }
