@@ -18,24 +18,41 @@ TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": 
 
 
 @dataclass(frozen=True)
+class Segment:
+    """A run of one array's elements in the flat buffer (an array split over parameter servers
+    has several)."""
+
+    key: int
+    start: int          # first element within the array
+    length: int
+    offset: int         # first element within the flat buffer
+
+
+@dataclass(frozen=True)
 class Layout:
     names: tuple[str, ...]
     shapes: tuple[tuple[int, ...], ...]
-    order: tuple[int, ...]              # keys in buffer order
-    offsets: tuple[int, ...]            # element offset of key k (indexed by key)
+    segments: tuple[Segment, ...]       # in buffer order, covering the buffer without gaps
 
     @classmethod
     def build(cls, shapes: list[tuple[str, tuple[int, ...]]], order: list[int] | None = None):
+        """Whole arrays, one after another in ``order`` (default: key order)."""
         order = list(range(len(shapes))) if order is None else list(order)
         if sorted(order) != list(range(len(shapes))):
             raise ValueError("key order must be a permutation of the keys")
-        offsets = [0] * len(shapes)
-        cursor = 0
-        for key in order:
-            offsets[key] = cursor
-            cursor += math.prod(shapes[key][1])
-        return cls(tuple(n for n, _ in shapes), tuple(s for _, s in shapes), tuple(order),
-                   tuple(offsets))
+        return cls.from_pieces(shapes, [(k, 0, math.prod(shapes[k][1])) for k in order])
+
+    @classmethod
+    def from_pieces(cls, shapes, pieces: list[tuple[int, int, int]]):
+        """Arrays cut into (key, start, length) pieces, laid out in the given order."""
+        segments, cursor = [], 0
+        for key, start, length in pieces:
+            segments.append(Segment(key, start, length, cursor))
+            cursor += length
+        layout = cls(tuple(n for n, _ in shapes), tuple(s for _, s in shapes), tuple(segments))
+        if cursor != layout.numel:
+            raise ValueError(f"pieces cover {cursor} elements, the arrays hold {layout.numel}")
+        return layout
 
     @property
     def numel(self) -> int:
@@ -45,9 +62,9 @@ class Layout:
         return math.prod(self.shapes[key])
 
     def view(self, flat: torch.Tensor, key: int) -> torch.Tensor:
-        """Array ``key`` as a view of the flat buffer, in its own shape."""
-        start = self.offsets[key]
-        return flat[start:start + self.key_numel(key)].view(self.shapes[key])
+        """Array ``key`` as a view of the flat buffer, in its own shape (whole arrays only)."""
+        (segment,) = [s for s in self.segments if s.key == key]
+        return flat[segment.offset:segment.offset + segment.length].view(self.shapes[key])
 
 
 @dataclass

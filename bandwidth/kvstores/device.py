@@ -65,20 +65,31 @@ class DeviceStore(KVStore):
         super().__init__(replicas, layout, optimizer, group, chunk_elements, cpu_threads)
         n = len(replicas)
         owner = assign_owners([layout.key_numel(k) for k in range(len(layout.shapes))], n)
-        self.regions = []
-        for o in range(n):
-            keys = [k for k in layout.order if owner[k] == o]
-            start = layout.offsets[keys[0]] if keys else 0
-            stop = max((layout.offsets[k] + layout.key_numel(k) for k in keys), default=start)
-            self.regions.append((start, stop))
+        # ranges[o]: the runs of the flat buffer that owner o reduces (one run in this mode, where
+        # the keys are grouped by owner; several when the parameter-server modes lay the buffer
+        # out by server).
+        self.ranges = [[] for _ in range(n)]
+        for seg in layout.segments:
+            runs = self.ranges[owner[seg.key]]
+            if runs and runs[-1][1] == seg.offset:
+                runs[-1] = (runs[-1][0], seg.offset + seg.length)
+            else:
+                runs.append((seg.offset, seg.offset + seg.length))
         self.key_counts = [sum(1 for k in owner if k == o) for o in range(n)]
-        self.chunks = [chunk_ranges(s, e, chunk_elements or _auto_chunk(e - s, replicas[0].grads))
-                       for s, e in self.regions]
+        self.owned = [sum(e - s for s, e in runs) for runs in self.ranges]
+        self.chunks, self.recv_at = [], []
+        for o in range(n):
+            chunk = chunk_elements or _auto_chunk(self.owned[o], replicas[0].grads)
+            self.chunks.append([c for s, e in self.ranges[o] for c in chunk_ranges(s, e, chunk)])
+            starts = [0]
+            for s, e in self.chunks[o]:
+                starts.append(starts[-1] + e - s)
+            self.recv_at.append(starts[:-1])       # where chunk c lands in the receive buffer
         devices = [r.device for r in replicas]
         dtype = replicas[0].grads.dtype
-        # recv[o][j]: j's slice of o's region, received on o (None where j == o).
-        self.recv = [[None if j == o else torch.empty(e - s, dtype=dtype, device=devices[o])
-                      for j in range(n)] for o, (s, e) in enumerate(self.regions)]
+        # recv[o][j]: j's copy of what o owns, received on o (None where j == o).
+        self.recv = [[None if j == o else torch.empty(self.owned[o], dtype=dtype, device=devices[o])
+                      for j in range(n)] for o in range(n)]
         # send[i][j]: the stream on device i that runs every copy i -> j, in order.
         self.send = [[dev.new_stream(devices[i]) if i != j else None for j in range(n)]
                      for i in range(n)]
@@ -104,10 +115,9 @@ class DeviceStore(KVStore):
         reps, n = self.replicas, len(self.replicas)
         self.pulls = []
         for o in range(n):
-            base = self.regions[o][0]
             for j in range(n):
                 if j != o:
-                    self.pulls += [(o, j, c, rawcopy.Copy(self.recv[o][j][s - base:e - base],
+                    self.pulls += [(o, j, c, rawcopy.Copy(self._received(o, j, c),
                                                           reps[j].grads[s:e], self.send[j][o]))
                                    for c, (s, e) in enumerate(self.chunks[o])]
         self.rounds = []
@@ -115,17 +125,21 @@ class DeviceStore(KVStore):
             for o in range(n):
                 if c < len(self.chunks[o]):
                     s, e = self.chunks[o][c]
-                    base = self.regions[o][0]
-                    received = [self.recv[o][j][s - base:e - base] for j in range(n) if j != o]
+                    received = [self._received(o, j, c) for j in range(n) if j != o]
                     pushes = [(j, rawcopy.Copy(reps[j].outputs[s:e], reps[o].outputs[s:e],
                                                self.send[o][j])) for j in range(n) if j != o]
                     self.rounds.append((o, c, reps[o].grads[s:e], reps[o].outputs[s:e], received,
                                         pushes))
 
+    def _received(self, o: int, j: int, c: int) -> torch.Tensor:
+        s, e = self.chunks[o][c]
+        at = self.recv_at[o][c]
+        return self.recv[o][j][at:at + e - s]
+
     def notes(self):
         n = len(self.replicas)
-        placement = ", ".join(f"{o}: {count} keys, {e - s} elements" for o, (count, (s, e))
-                              in enumerate(zip(self.key_counts, self.regions)))
+        placement = ", ".join(f"{o}: {count} keys, {owned} elements" for o, (count, owned)
+                              in enumerate(zip(self.key_counts, self.owned)))
         lines = [f"owner GPU of each key: {placement}"]
         if self.peers:
             pairs = n * (n - 1)
@@ -143,15 +157,36 @@ class DeviceStore(KVStore):
             self._single()
             return
         with rawcopy.keep_device(self.home_device):
-            self._exchange()
+            self._pull()
+            self._sum(push=True)
 
-    def _exchange(self) -> None:
-        # 1. pull every other device's slice of each owner's region (all enqueued at once).
+    def reduce(self) -> None:
+        """Only the reduce half: each owner ends with the sum of what it owns in its outputs
+        (the parameter-server modes then send that to the servers)."""
+        if len(self.replicas) == 1:
+            self._single()
+            return
+        with rawcopy.keep_device(self.home_device):
+            self._pull()
+            self._sum(push=False)
+
+    def broadcast(self) -> None:
+        """Only the broadcast half: each owner's outputs to every other device. The caller orders
+        it after whatever wrote the owners' outputs (a device synchronisation)."""
+        with rawcopy.keep_device(self.home_device):
+            for _, _, _, _, _, pushes in self.rounds:
+                for _, push in pushes:
+                    push()
+
+    def _pull(self) -> None:
+        # Every other device's copy of each owner's elements (all enqueued at once).
         for o, j, c, pull in self.pulls:
             pull()
             dev.record(self.pulled[o][j][c], self.send[j][o])
-        # 2 and 3, chunk by chunk: sum on the owner (on its current stream, compute[o]) once the
-        # chunk has arrived from everyone, then push the result to every other device.
+
+    def _sum(self, push: bool) -> None:
+        # Chunk by chunk: sum on the owner (on its current stream, compute[o]) once the chunk has
+        # arrived from everyone, then push the result to every other device.
         for o, c, own_grads, own_out, received, pushes in self.rounds:
             for j in range(len(self.replicas)):
                 if j != o:
@@ -167,9 +202,10 @@ class DeviceStore(KVStore):
                     total.add_(more)
                 self.optimizer.apply(own_out, total)
             dev.record(self.summed[o][c], self.compute[o])
-            for j, push in pushes:
-                dev.wait(self.send[o][j], self.summed[o][c])
-                push()
+            if push:
+                for j, copy in pushes:
+                    dev.wait(self.send[o][j], self.summed[o][c])
+                    copy()
 
     def _single(self):
         (replica,) = self.replicas
