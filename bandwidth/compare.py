@@ -1,0 +1,119 @@
+"""Report result documents from separate runs together, and check them against a baseline.
+
+Usage (each FILE is a document written by ``measure.py --json`` or ``--save-baseline``)::
+
+    python -m bandwidth.compare h200.json tcp.json rdma.json          # one table of all rows
+    python -m bandwidth.compare tcp.json rdma.json --baseline-row 1 --plot cmp.png --csv cmp.csv
+    python -m bandwidth.compare gpus2.json gpus4.json gpus8.json --speedup
+    python -m bandwidth.compare now.json --baseline base.json --tolerance 10%
+    python -m bandwidth.compare run1.json run2.json run3.json --baseline base.json  # 3 repeats
+    python -m bandwidth.compare now.json --min-gbps 300                # floor only, no baseline
+
+Prints the table of every row (mode x network x GPUs: GB/s per GPU, algbw, % of ceiling, error),
+the performance-ratio table against ``--baseline-row`` (a row number or label; default row 1),
+with ``--speedup`` the speed-up table of scaling runs, and with ``--baseline`` or ``--min-gbps``
+the regression check. With a baseline, rows of the same key in several FILEs are repeats: a row
+passes if any repeat is within the tolerance.
+
+Exit status: 0 reported / passed; 1 a regression or a row below --min-gbps; 2 bad input (an
+unreadable file, a bad flag value, a baseline from other hardware without --force, no row in
+common with the baseline).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from bandwidth import baseline as bl
+from bandwidth.errors import BandwidthError, ConfigError
+from bandwidth.results import Row, load_document, rows_from_document
+from bandwidth.table import report_lines, write_csv
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m bandwidth.compare",
+        description="Join result documents (measure.py --json) from separate runs into one table, "
+                    "a performance-ratio table, a speed-up table and a plot; optionally check "
+                    "them against a baseline (exit 1 on a regression).",
+        epilog=__doc__.split("::", 1)[1].split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("files", nargs="+", metavar="FILE.json", help="result documents")
+    parser.add_argument("--baseline-row", default=None, metavar="N|LABEL",
+                        help="row the ratio table divides by: its number in the table or its "
+                             "label, e.g. 'device resnet-200 cuda:0,1' (default: row 1)")
+    parser.add_argument("--speedup", action="store_true",
+                        help="also print the speed-up table of scaling runs (same mode and "
+                             "network at several GPU counts)")
+    parser.add_argument("--plot", default=None, metavar="FILE.png",
+                        help="draw the rows (bars, scaling or size-sweep lines, chosen from them)")
+    parser.add_argument("--csv", default=None, metavar="FILE.csv", help="write the rows as CSV")
+    check = parser.add_argument_group("regression check")
+    check.add_argument("--baseline", default=None, metavar="BASE.json",
+                       help="compare every FILE's rows with this document's (matched by mode, "
+                            "network, GPUs, dtype, optimizer)")
+    check.add_argument("--tolerance", default="10%",
+                       help="allowed drop below the baseline, in percent: 10%% or 10 "
+                            "(default 10%%)")
+    check.add_argument("--min-gbps", default=None, metavar="X",
+                       help="fail any row whose GB/s per GPU (busbw) is below X")
+    check.add_argument("--force", action="store_true",
+                       help="compare with a baseline measured on other hardware")
+    return parser
+
+
+def source_names(paths: list[str]) -> list[str]:
+    """File names, or the paths as given where two files share a name (run1/r.json, run2/r.json)."""
+    names = [Path(p).name for p in paths]
+    return [n if names.count(n) == 1 else str(p) for n, p in zip(names, paths)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return _compare(args)
+    except BandwidthError as exc:
+        print(f"compare: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+def _compare(args: argparse.Namespace) -> int:
+    tolerance = bl.parse_tolerance(args.tolerance)
+    min_gbps = None if args.min_gbps is None else bl.parse_min_gbps(args.min_gbps)
+    docs = [load_document(p) for p in args.files]
+    rows: list[Row] = []
+    for name, doc in zip(source_names(args.files), docs):
+        found = rows_from_document(doc, name)
+        if not found:
+            raise ConfigError(f"{name!r} holds no results")
+        rows += found
+    base_doc = None if args.baseline is None else bl.load_baseline(args.baseline)
+    result = None
+    if base_doc is not None or min_gbps is not None:
+        # Before anything is printed: a baseline from other hardware is refused with one line.
+        fingerprints = {name: bl.document_fingerprint(doc)
+                        for name, doc in zip(source_names(args.files), docs)}
+        base_name = Path(args.baseline).name if args.baseline else "the baseline"
+        result = bl.check(rows, base_doc, tolerance, min_gbps, fingerprints=fingerprints,
+                          force=args.force, baseline_name=base_name)
+    for line in report_lines(rows, args.baseline_row, args.speedup):
+        print(line)
+    if args.csv:
+        write_csv(rows, args.csv)
+        print(f"# wrote {args.csv}")
+    if args.plot:
+        from bandwidth.plot import plot_rows
+
+        kind = plot_rows(rows, args.plot)
+        print(f"# wrote {args.plot} ({kind} plot)")
+    if result is None:
+        return 0
+    print()
+    print("\n".join(result.lines))
+    return result.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
