@@ -25,13 +25,17 @@ class LocalGroup:
 
 
 class DistGroup:
-    def __init__(self, device: torch.device):
+    """``group``: a torch.distributed group (default: every rank), e.g. only the workers of a
+    parameter-server job."""
+
+    def __init__(self, device: torch.device, group=None):
         import torch.distributed as dist
 
         self._dist = dist
-        self.rank = dist.get_rank()
-        self.size = dist.get_world_size()
-        self.backend = dist.get_backend()
+        self._group = group
+        self.rank = dist.get_rank(group)
+        self.size = dist.get_world_size(group)
+        self.backend = dist.get_backend(group)
         # NCCL reduces only device tensors; Gloo host tensors.
         self._device = device if self.backend == "nccl" else torch.device("cpu")
 
@@ -47,5 +51,5 @@ class DistGroup:
     def _reduce(self, value: float, op) -> float:
         # A tiny all-reduce doubles as a barrier and works the same on NCCL and Gloo.
         t = torch.tensor([value], dtype=torch.float64, device=self._device)
-        self._dist.all_reduce(t, op=op)
+        self._dist.all_reduce(t, op=op, group=self._group)
         return float(t.item())

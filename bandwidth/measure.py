@@ -24,6 +24,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(_here.parent))
 
 import logging  # noqa: E402
+import os  # noqa: E402
 import sys  # noqa: E402
 
 import torch  # noqa: E402
@@ -31,7 +32,8 @@ import torch  # noqa: E402
 import networks  # noqa: E402
 from bandwidth.config import Job, build_parser, job_from_args  # noqa: E402
 from bandwidth.environment import describe as describe_environment  # noqa: E402
-from bandwidth.errors import BandwidthError  # noqa: E402
+from bandwidth.errors import BandwidthError, ConfigError  # noqa: E402
+from bandwidth.kvstores import KVSTORES  # noqa: E402
 from bandwidth.report import (array_table, ceiling_text, document, preamble,  # noqa: E402
                               summary_lines, write_document)
 from bandwidth.results import rows_from_document  # noqa: E402
@@ -46,7 +48,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:<22} {networks.NETWORKS[name].summary}")
         return 0
     try:
-        return execute(job_from_args(args))
+        # The launcher's contract, read once here: a process started by launch.py has a role.
+        role = None
+        if "DMLC_ROLE" in os.environ:
+            from bandwidth.launch.contract import Role
+            role = Role.from_environ(os.environ)
+        return execute(job_from_args(args), role)
     except BandwidthError as exc:
         print(f"measure.py: error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -62,7 +69,9 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-def execute(job: Job) -> int:
+def execute(job: Job, role=None) -> int:
+    if any(KVSTORES[c.kv_store].distributed for c in job.configs):
+        return execute_distributed(job, role)
     plans = [make_plan(config) for config in job.configs]     # every configuration checked first
     if job.dry_run:
         for plan in plans:
@@ -98,6 +107,34 @@ def execute(job: Job) -> int:
     for path in filter(None, (job.json_path, job.save_baseline)):
         write_document(doc, path)
         print(f"# wrote {path}")
+    return 0
+
+
+def execute_distributed(job: Job, role) -> int:
+    """One configuration under launch.py: workers measure and print, servers serve."""
+    from bandwidth.distributed import check_role, run_distributed
+
+    if job.is_sweep:
+        raise ConfigError("the distributed modes measure one configuration per launch; "
+                          "give one --kv-store, --network and device set")
+    (config,) = job.configs
+    on_worker = role is None or role.name == "worker"
+    plan = make_plan(config, with_devices=on_worker)
+    check_role(config.kv_store, role, servers_needed=not plan.store_cls.process_per_device)
+    if on_worker and role.task_id == 0:
+        for line in preamble(plan, describe_environment(plan.devices)):
+            print(line)
+    if on_worker:
+        print(size_line(plan.shapes, config.dtype), flush=True)
+    result = run_distributed(plan, role, on_report=lambda report: print(report.line(), flush=True))
+    if result is None:
+        return 0
+    for note in result.notes:
+        print(f"# note: {note}")
+    print("\n".join(summary_lines(result)), flush=True)
+    if job.json_path and role.task_id == 0:
+        write_document(document([result], result.environment), job.json_path)
+        print(f"# wrote {job.json_path}")
     return 0
 
 

@@ -69,15 +69,20 @@ class Result:
         return 100.0 * self.summary.busbw_median / self.ceiling.gbps
 
 
-def make_plan(config: Config) -> Plan:
-    """Check everything that can be checked before allocating: network, devices, mode."""
+def make_plan(config: Config, with_devices: bool = True) -> Plan:
+    """Check everything that can be checked before allocating: network, devices, mode.
+    ``with_devices`` False (a parameter server, which holds no device arrays): no device check."""
     try:
         shapes = networks.get_shapes(config.network, image_shape=config.image_shape,
                                      num_classes=config.num_classes, num_layers=config.num_layers)
     except ValueError as exc:          # NetworkError, or a shape a network cannot take
         raise ConfigError(str(exc)) from None
-    devices = resolve(config.gpus, config.cpus)
+    devices = resolve(config.gpus, config.cpus) if with_devices else DeviceSet("cpu", (0,))
     store_cls = KVSTORES[config.kv_store]
+    if store_cls.needs_optimizer and config.optimizer == "none":
+        raise UnsupportedError(f"--kv-store {config.kv_store} needs an optimizer: asynchronous "
+                               "servers apply every push at once, which is only defined with one "
+                               "(MXNet crashed here); add --optimizer sgd")
     reason = store_cls.unavailable(devices, config.dtype)
     if reason:
         raise UnsupportedError(f"--kv-store {config.kv_store} cannot run here: {reason}")
@@ -107,17 +112,21 @@ def check_memory(plan: Plan) -> None:
 
 
 def measure_task(plan: Plan, indices: list[int], group,
-                 on_report: Callable[[Report], None] | None) -> dict:
+                 on_report: Callable[[Report], None] | None, *, cluster=None,
+                 first_replica: int = 0, replicas: int | None = None) -> dict:
+    """Measure this process's replicas (``first_replica`` onwards, of ``replicas`` in the job)."""
     c = plan.config
     session = Session(c.kv_store, plan.shapes, plan.devices, indices, group, dtype=c.dtype,
                       optimizer=c.optimizer, seed=c.seed, chunk_mb=c.chunk_mb,
-                      cpu_threads=c.cpu_threads, check=c.test_results)
+                      cpu_threads=c.cpu_threads, check=c.test_results, cluster=cluster,
+                      first_replica=first_replica, replicas=replicas)
     try:
         notes = session.store.notes()
         samples, reports = protocol.measure(
             session, iterations=c.num_batches, warmup=c.warmup, disp_batches=c.disp_batches,
-            check=c.test_results, nbytes=plan.nbytes,
-            bus_factor=plan.store_cls.bus_factor(plan.devices.n), on_report=on_report)
+            check=c.test_results, nbytes=plan.nbytes, on_report=on_report,
+            bus_factor=plan.store_cls.bus_factor(
+                plan.store_cls.counted_devices(plan.devices.n, replicas or plan.devices.n)))
     finally:
         session.close()
     return {"samples": [asdict(s) for s in samples], "reports": [asdict(r) for r in reports],

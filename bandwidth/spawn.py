@@ -26,11 +26,13 @@ PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
 
 
 def run_ranks(payload: dict, world_size: int, timeout_s: float) -> dict:
-    """Run ``payload`` on ``world_size`` local ranks; return what rank 0 wrote."""
+    """Run ``payload`` on ``world_size`` local ranks; return what rank 0 wrote. A payload with a
+    ``rendezvous`` (host, port, prefix, first_rank, world_size) joins a job-wide store instead of
+    the one hosted here (the ``dist_nccl`` mode under launch.py)."""
     import torch.distributed as dist
 
-    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
-                          timeout=timedelta(seconds=timeout_s))
+    store = None if "rendezvous" in payload else dist.TCPStore(
+        "127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=timeout_s))
     with tempfile.TemporaryDirectory(prefix="bandwidth-") as tmp:
         payload_path = Path(tmp, "payload.json")
         result_path = Path(tmp, "result.json")
@@ -38,7 +40,8 @@ def run_ranks(payload: dict, world_size: int, timeout_s: float) -> dict:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
         ranks = [_Rank(r, [sys.executable, "-m", "bandwidth.worker", "--rank", str(r),
-                           "--world-size", str(world_size), "--store-port", str(store.port),
+                           "--world-size", str(world_size),
+                           "--store-port", str(store.port if store else 0),
                            "--payload", str(payload_path), "--result", str(result_path),
                            "--timeout", str(timeout_s)], env) for r in range(world_size)]
         try:

@@ -41,14 +41,25 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def execute(payload: dict, rank: int, world_size: int, port: int, timeout_s: float) -> dict:
+    if payload["tasks"] == ["collectives"]:
+        # The ceiling's collective sweep (bandwidth.ceiling.collectives): no Config, its own spec.
+        from bandwidth.ceiling.collectives import rank_task
+        return {"collectives": rank_task(payload["collectives"], rank, world_size, port,
+                                         timeout_s)}
     plan = make_plan(Config.from_dict(payload["config"]))
     device = plan.devices.torch_device(rank)
     if device.type == "cuda":
         torch.cuda.set_device(device)
     timeout = timedelta(seconds=timeout_s)
-    store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timeout)
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", store=store, rank=rank,
-                            world_size=world_size, timeout=timeout,
+    # This host's ranks, or (dist_nccl under launch.py) a slice of a job-wide world.
+    meet = payload.get("rendezvous") or {"host": "127.0.0.1", "port": port, "prefix": "",
+                                         "first_rank": 0, "world_size": world_size}
+    store = dist.TCPStore(meet["host"], meet["port"], is_master=False, timeout=timeout)
+    if meet["prefix"]:
+        store = dist.PrefixStore(meet["prefix"], store)
+    first = meet["first_rank"]
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", store=store,
+                            rank=first + rank, world_size=meet["world_size"], timeout=timeout,
                             device_id=device if device.type == "cuda" else None)
     try:
         group = DistGroup(device)
@@ -58,7 +69,8 @@ def execute(payload: dict, rank: int, world_size: int, port: int, timeout_s: flo
             if rank == 0 and payload.get("print_reports"):
                 def on_report(report):
                     print(report.line(), flush=True)
-            result["measure"] = measure_task(plan, [rank], group, on_report)
+            result["measure"] = measure_task(plan, [rank], group, on_report,
+                                             first_replica=first, replicas=meet["world_size"])
         if "reference" in payload["tasks"]:
             result["reference"] = reference_task(plan, [rank], group)
         return result

@@ -1,7 +1,6 @@
 """Supervision of the per-device worker processes: failures and hangs end with one clear error
 and leave no process behind."""
 
-import os
 import time
 
 import pytest
@@ -11,16 +10,34 @@ from bandwidth.errors import WorkerError
 from bandwidth.spawn import run_ranks
 
 
-def _alive_workers(marker: str) -> list[int]:
+def _alive(pids: list[int]) -> list[int]:
+    alive = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                if stat.read().split(")")[-1].split()[0] != "Z":
+                    alive.append(pid)
+        except OSError:
+            pass
+    return alive
+
+
+@pytest.fixture
+def started(monkeypatch):
+    """The pids of every worker process bandwidth.spawn starts during the test."""
+    import subprocess
+
+    import bandwidth.spawn
+
     pids = []
-    for pid in os.listdir("/proc"):
-        if pid.isdigit():
-            try:
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    if marker.encode() in f.read():
-                        pids.append(int(pid))
-            except OSError:
-                pass
+    real = subprocess.Popen
+
+    def recording(*args, **kwargs):
+        proc = real(*args, **kwargs)
+        pids.append(proc.pid)
+        return proc
+
+    monkeypatch.setattr(bandwidth.spawn.subprocess, "Popen", recording)
     return pids
 
 
@@ -30,12 +47,12 @@ def test_a_failing_rank_is_named_with_its_status_and_message():
         run_ranks({"config": config, "tasks": ["measure"]}, 2, timeout_s=60)
 
 
-def test_a_hung_run_is_stopped_at_the_deadline_and_nothing_is_left():
+def test_a_hung_run_is_stopped_at_the_deadline_and_nothing_is_left(started):
     config = Config(network="resnet", num_layers=50, kv_store="nccl", cpus=2, num_batches=1000,
                     seed=987654321).to_dict()
     start = time.monotonic()
     with pytest.raises(WorkerError, match="did not finish within 3 s"):
         run_ranks({"config": config, "tasks": ["measure"]}, 2, timeout_s=3)
     assert time.monotonic() - start < 20
-    time.sleep(0.5)
-    assert _alive_workers("bandwidth.worker") == []
+    assert len(started) == 2
+    assert _alive(started) == []

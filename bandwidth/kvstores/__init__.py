@@ -5,15 +5,22 @@ from __future__ import annotations
 from bandwidth.errors import ConfigError
 from bandwidth.kvstores.base import KVStore
 from bandwidth.kvstores.device import DeviceStore
+from bandwidth.kvstores.dist import DistAsync, DistAsyncDevice, DistSync, DistSyncDevice
 from bandwidth.kvstores.local import LocalStore
-from bandwidth.kvstores.nccl import NcclStore
+from bandwidth.kvstores.nccl import DistNcclStore, NcclStore
 
 KVSTORES: dict[str, type[KVStore]] = {
     "local": LocalStore,
     "device": DeviceStore,
     "nccl": NcclStore,
+    "dist_sync": DistSync,
+    "dist_async": DistAsync,
+    "dist_sync_device": DistSyncDevice,
+    "dist_async_device": DistAsyncDevice,
+    "dist_nccl": DistNcclStore,
 }
-ALIASES: dict[str, str] = {}
+ALIASES: dict[str, str] = {"dist_device_sync": "dist_sync_device",
+                           "dist_device_async": "dist_async_device"}
 
 
 def canonical_name(name: str) -> str:

@@ -25,6 +25,10 @@ class KVStore:
     bound_kind: ClassVar[str | None] = None
     # True: one process per device, started by the tool (torch.distributed needs it).
     process_per_device: ClassVar[bool] = False
+    # True: runs under launch.py with workers and servers; __init__ takes a ``cluster``.
+    distributed: ClassVar[bool] = False
+    # True: MXNet refuses it without an optimizer (the async parameter servers).
+    needs_optimizer: ClassVar[bool] = False
 
     @classmethod
     def unavailable(cls, devices: DeviceSet, dtype: str) -> str | None:
@@ -37,9 +41,20 @@ class KVStore:
         return list(range(len(shapes)))
 
     @classmethod
+    def make_layout(cls, shapes, n: int, cluster=None) -> Layout:
+        """How the arrays sit in the flat buffers."""
+        return Layout.build(shapes, cls.key_order(shapes, n))
+
+    @classmethod
     def bus_factor(cls, n: int) -> float:
         """Bytes each device moves per byte of the arrays: MXNet's 2(n-1)/n, nccl-tests' busbw."""
         return allreduce_factor(n)
+
+    @classmethod
+    def counted_devices(cls, local: int, total: int) -> int:
+        """The n of the bus factor: MXNet counts this worker's devices (even for its
+        parameter-server modes); an all-reduce over every worker counts them all."""
+        return local
 
     @classmethod
     def extra_bytes_per_device(cls, nbytes: int, n: int, optimizer: bool) -> int:

@@ -59,3 +59,24 @@ class NcclStore(KVStore):
         dist.all_reduce(self.bucket)
         if self.optimizer is not None:
             self.optimizer.apply(self.replica.outputs, self.bucket)
+
+
+class DistNcclStore(NcclStore):
+    """``dist_nccl``: every GPU of every worker in one NCCL all-reduce (what Horovod and DDP do);
+    Gloo on CPU devices. Each worker started by launch.py starts one process per device, and all
+    of them meet at the launcher's rendezvous."""
+
+    name = "dist_nccl"
+    summary = ("one all-reduce across every device of every worker (NCCL; Gloo on CPU devices), "
+               "one process per device")
+    bound = "the network between hosts (and the flat all-reduce of the same bytes)"
+    bound_kind = None
+    distributed = True
+
+    @classmethod
+    def counted_devices(cls, local, total):
+        return total
+
+    def __init__(self, replicas, layout, optimizer, group, chunk_elements, cpu_threads=None,
+                 cluster=None):
+        super().__init__(replicas, layout, optimizer, group, chunk_elements, cpu_threads)

@@ -1,0 +1,85 @@
+"""Parameter server: holds its share of the store in host memory and answers the workers' pushes
+and pulls (the server side of bandwidth/kvstores/dist.py), with MXNet's semantics.
+
+Sync: for every message (a run of its share), wait for one push from each worker, sum them, apply
+the optimizer to the stored weights (or store the sum), and answer every worker with the stored
+value. Receives for all workers and messages of an iteration are posted at once, so workers and
+keys are served concurrently; a message is answered as soon as all its pushes are in.
+
+Async: every push is applied at once with the optimizer and answered with the stored value at
+that moment (one thread per worker; updates are serialised by a lock).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+import torch.distributed as dist
+
+from bandwidth.kvstores.dist import messages, ps_layout
+from bandwidth.layout import DTYPE_BYTES, TORCH_DTYPES
+
+
+def serve(shapes, cluster, server: int, *, devices: int, by_owner: bool, sync: bool,
+          optimizer, dtype: str, iterations: int) -> None:
+    """Serve ``iterations`` steps of every worker, then return."""
+    _, ranges = ps_layout(shapes, cluster.num_servers, devices, by_owner=by_owner)
+    base = ranges[server][0]
+    mine = [(tag, s - base, e - base) for tag, (owner, s, e)
+            in enumerate(messages(ranges, DTYPE_BYTES[dtype])) if owner == server]
+    size = ranges[server][1] - base
+    store = torch.zeros(size, dtype=TORCH_DTYPES[dtype])
+    inbox = [torch.empty(size, dtype=store.dtype) for _ in range(cluster.num_workers)]
+    if sync:
+        _serve_sync(store, inbox, mine, optimizer, iterations)
+    else:
+        _serve_async(store, inbox, mine, optimizer, iterations)
+
+
+def _serve_sync(store, inbox, mine, optimizer, iterations: int) -> None:
+    workers = range(len(inbox))
+    for _ in range(iterations):
+        pushes = {(w, tag): dist.irecv(inbox[w][s:e], src=w, tag=tag)
+                  for tag, s, e in mine for w in workers}
+        answers = []
+        for tag, s, e in mine:
+            for w in workers:
+                pushes[(w, tag)].wait()
+            merged = inbox[0][s:e]
+            for w in workers[1:]:
+                merged.add_(inbox[w][s:e])
+            if optimizer is None:
+                store[s:e].copy_(merged)
+            else:
+                optimizer.apply(store[s:e], merged)
+            answers += [dist.isend(store[s:e], dst=w, tag=tag) for w in workers]
+        for work in answers:
+            work.wait()
+
+
+def _serve_async(store, inbox, mine, optimizer, iterations: int) -> None:
+    lock = threading.Lock()
+    failures: list[BaseException] = []
+
+    def serve_worker(w: int) -> None:
+        reply = torch.empty_like(store)
+        try:
+            for _ in range(iterations):
+                for tag, s, e in mine:
+                    dist.recv(inbox[w][s:e], src=w, tag=tag)
+                    with lock:
+                        optimizer.apply(store[s:e], inbox[w][s:e])
+                        reply[s:e].copy_(store[s:e])
+                    dist.send(reply[s:e], dst=w, tag=tag)
+        except BaseException as exc:          # reported by the main thread, never lost
+            failures.append(exc)
+
+    threads = [threading.Thread(target=serve_worker, args=(w,), name=f"serve-worker-{w}")
+               for w in range(len(inbox))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if failures:
+        raise failures[0]
