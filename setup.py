@@ -16,11 +16,13 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["bandwidth", "bandwidth.*", "networks", "networks.*"]),
+    py_modules=["launch"],
     install_requires=["torch>=2.1", "numpy"],
     extras_require={"test": ["pytest>=7", "pytest-timeout"], "plot": ["matplotlib"],
                     "topology": ["nvidia-ml-py"]},
     entry_points={"console_scripts": [
         "bandwidth-measure = bandwidth.measure:main",
+        "bandwidth-launch = bandwidth.launch.cli:main",
         "bandwidth-ceiling = bandwidth.ceiling:main",
     ]},
 )

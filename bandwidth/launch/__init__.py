@@ -1,0 +1,16 @@
+"""The distributed launcher: MXNet's ``tools/launch.py`` interface, with supervision.
+
+Modules, in the order a launch uses them:
+
+* ``cli`` -- the command line (``python launch.py``, ``bandwidth-launch``); exact usage there
+* ``config`` -- flags parsed once into a frozen ``LaunchConfig``
+* ``hostfile`` -- the hosts file format (``hosts.example``)
+* ``launchers`` -- the table of launchers: ``local``, ``ssh``, ``mpi``
+* ``plan`` -- which host each process runs on (round-robin within slots)
+* ``contract`` -- the environment every process receives, and ``Role.from_environ`` to read it
+* ``environ`` -- which of the launcher's variables are forwarded (an allowlist)
+* ``rendezvous`` -- the TCPStore the launcher hosts, and the watch on who joined
+* ``supervisor`` -- start, forward output, stop everything at the first failure, report
+* ``local``, ``ssh`` (+ ``guard``), ``mpi`` (+ ``mpirole``) -- the launchers themselves
+* ``driver`` -- ``run(config, environ)``, the whole launch without the command line
+"""

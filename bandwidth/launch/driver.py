@@ -1,0 +1,48 @@
+"""``run(config, environ)``: one launch from a LaunchConfig, without the command line.
+
+Steps: check the launcher's programs; host the rendezvous TCPStore (a taken ``--port`` fails
+here, before anything starts); place the processes; with ``--sync-dst-dir`` copy the working
+directory to every host (all hosts at once, each once); start and supervise the processes. Returns
+when all exited with status 0; raises ``LaunchFailed`` (one report, the exit status) or
+``ConfigError``/``UnsupportedError`` (bad input) otherwise. Nothing started is left running.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+from bandwidth.launch.config import LaunchConfig
+from bandwidth.launch.contract import Job
+from bandwidth.launch.hostfile import LOCALHOST
+from bandwidth.launch.launchers import LAUNCHERS, check_programs
+from bandwidth.launch.plan import make_plan
+from bandwidth.launch.rendezvous import JoinWatch, address_towards, free_port, open_store
+from bandwidth.launch.supervisor import Supervisor
+
+log = logging.getLogger(__name__)
+
+
+def run(config: LaunchConfig, environ: Mapping[str, str]) -> None:
+    launcher = LAUNCHERS[config.launcher]
+    check_programs(launcher, sync=config.sync_dst_dir is not None)
+    hosts = config.hosts or (LOCALHOST,)
+    store = open_store(config.port, config.timeout_s)   # lives as long as this call
+    master_addr = config.master_addr or address_towards(hosts)
+    ps_root_port = free_port() if config.scheduler else store.port
+    job = Job(config.num_workers, config.num_servers, master_addr, store.port, ps_root_port,
+              launcher.name)
+    plan = make_plan(config, job, hosts, place_scheduler=launcher.place_scheduler,
+                     environ=environ)
+    log.info("%s launcher: %d workers, %d servers%s on %d hosts; rendezvous at %s:%d",
+             launcher.name, job.num_workers, job.num_servers,
+             " and a scheduler" if config.scheduler else "", len(set(plan.hosts)),
+             master_addr, store.port)
+    if config.sync_dst_dir is not None:
+        # No start timeout: copying takes as long as the tree is big; ssh's own
+        # ConnectTimeout still bounds reaching each host.
+        Supervisor(launcher.sync(plan), start_timeout_s=float("inf")).run()
+    watch = JoinWatch(store, [role.label for role, _ in plan.world], config.timeout_s,
+                      f"{master_addr}:{store.port}")
+    Supervisor(launcher.build(plan), start_timeout_s=launcher.start_timeout_s(config.timeout_s),
+               check=watch).run()

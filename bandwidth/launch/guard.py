@@ -1,0 +1,93 @@
+"""Run one command in its own process group; stop the whole group when stdin closes.
+
+Usage (the ssh launcher sends this file's source and runs it on every remote host as
+``python3 -c SOURCE``; it needs only the standard library)::
+
+    python3 -m bandwidth.launch.guard [--grace SECONDS] -- command [args...]
+
+Why: without a terminal, sshd does not signal a remote command when the connection goes away, so
+a remote program outlives a launcher that crashed or an ssh client that was killed. The launcher
+keeps the ssh client's stdin open and never writes to it. When the launcher stops this process,
+dies (even by SIGKILL), or the connection drops, this side's stdin reads end-of-file and the
+guard sends SIGTERM to the command's process group, then SIGKILL after the grace period.
+SIGTERM, SIGHUP and SIGINT to the guard do the same. Whatever ends the command, members of its
+process group that are still running afterwards are killed too, so nothing is left behind.
+
+Protocol lines on stderr, read by the launcher and not shown to the user:
+``bandwidth-guard: started PID`` once the command runs, and last ``bandwidth-guard: exit N`` or
+``bandwidth-guard: signal NAME``. The guard exits with the command's status (128+N for signal N).
+"""
+
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+
+PREFIX = "bandwidth-guard:"
+
+
+def _say(message):
+    sys.stderr.write(f"{PREFIX} {message}\n")
+    sys.stderr.flush()
+
+
+def _kill_group(pgid, sig):
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _exited(pid):
+    """True once ``pid`` has exited; it stays a zombie (WNOWAIT), so its process-group id
+    cannot be reused before the group is killed."""
+    return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+
+
+def main(argv=None):
+    args = list(sys.argv[1:] if argv is None else argv)
+    grace_s = 5.0
+    if args[:1] == ["--grace"]:
+        grace_s, args = float(args[1]), args[2:]
+    if args[:1] == ["--"]:
+        args = args[1:]
+    if not args:
+        sys.stderr.write("usage: python3 -m bandwidth.launch.guard [--grace S] -- command...\n")
+        return 2
+    try:
+        proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, start_new_session=True)
+    except OSError as err:
+        sys.stderr.write(f"cannot run {args[0]!r}: {err.strerror}\n")
+        _say("exit 127")
+        return 127
+    _say(f"started {proc.pid}")
+    stop_signals = []
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, lambda signum, frame: stop_signals.append(signum))
+    stdin_open = True
+    while not stop_signals and not _exited(proc.pid):
+        # Poll both the command and stdin every 0.2 s; a read of b"" is end-of-file.
+        ready = select.select([0] if stdin_open else [], [], [], 0.2)[0]
+        if ready and not os.read(0, 4096):
+            break
+    if not _exited(proc.pid):
+        _kill_group(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while not _exited(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    # The leader is still running or a zombie (not reaped), so the group id is still this
+    # command's: SIGKILL reaches whatever is left of the group, stragglers included.
+    _kill_group(proc.pid, signal.SIGKILL)
+    proc.wait()
+    code = proc.returncode
+    if code < 0:
+        _say(f"signal {signal.Signals(-code).name}")
+        return 128 - code
+    _say(f"exit {code}")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

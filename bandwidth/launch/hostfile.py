@@ -1,0 +1,85 @@
+"""Read a hosts file: which machines the ssh and mpi launchers start processes on.
+
+Format (one host per line; see ``hosts.example`` at the top of the repository)::
+
+    # comments and blank lines are ignored
+    node1                 # ssh port from ~/.ssh/config or 22, no slot limit
+    node2:2222            # ssh port 2222
+    node3 slots=4         # at most 4 processes on node3
+    [fe80::1]:22 slots=2  # IPv6 addresses in brackets
+
+``host`` is a host name or address (letters, digits, ``.``, ``-``, ``_``), so a line can never
+smuggle an ssh option such as ``-oProxyCommand=...``; user names and aliases belong in
+``~/.ssh/config`` or the file given with ``--ssh-config``. A malformed line raises
+``HostfileError`` naming ``file:line`` and the text.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from bandwidth.errors import ConfigError
+
+_NAME = r"[A-Za-z0-9_][A-Za-z0-9._-]*"
+_LINE = re.compile(rf"^(?:(?P<name>{_NAME})|\[(?P<v6>[0-9A-Fa-f:.]+)\])(?::(?P<port>\d+))?"
+                   r"(?:\s+slots=(?P<slots>\d+))?$")
+
+
+class HostfileError(ConfigError):
+    """A hosts file that cannot be read or has a malformed line."""
+
+
+@dataclass(frozen=True)
+class Host:
+    """One machine: ``name`` as written (brackets removed), ``port`` the ssh port (None: ssh's
+    default), ``slots`` the most processes placed on it (None: no limit)."""
+
+    name: str
+    port: int | None = None
+    slots: int | None = None
+
+    def __str__(self) -> str:
+        return f"[{self.name}]" if ":" in self.name else self.name
+
+
+LOCALHOST = Host("127.0.0.1")
+
+
+def parse_hostfile(path: str | Path) -> list[Host]:
+    """The hosts of ``path`` in file order; raises HostfileError on the first bad line."""
+    try:
+        text = Path(path).read_text()
+    except OSError as err:
+        raise HostfileError(f"cannot read hosts file {path}: {err.strerror}") from None
+    hosts: list[Host] = []
+    seen: dict[tuple[str, int | None], int] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        host = _parse_line(line, f"{path}:{number}", raw)
+        key = (host.name, host.port)
+        if key in seen:
+            raise HostfileError(f"{path}:{number}: {raw.strip()!r}: host already listed on line "
+                                f"{seen[key]}; list each host once and give it slots=N")
+        seen[key] = number
+        hosts.append(host)
+    if not hosts:
+        raise HostfileError(f"{path}: no hosts (expected lines like 'node1', 'node2:2222 slots=4')")
+    return hosts
+
+
+def _parse_line(line: str, where: str, raw: str) -> Host:
+    match = _LINE.match(line)
+    if match is None:
+        raise HostfileError(f"{where}: malformed line {raw.strip()!r}: expected 'host[:port] "
+                            "[slots=N]' (IPv6 as '[addr]:port')")
+    port = None if match["port"] is None else int(match["port"])
+    slots = None if match["slots"] is None else int(match["slots"])
+    if port is not None and not 0 < port < 65536:
+        raise HostfileError(f"{where}: {raw.strip()!r}: port {port} is not in 1..65535")
+    if slots == 0:
+        raise HostfileError(f"{where}: {raw.strip()!r}: slots=0 places nothing; remove the line")
+    return Host(match["name"] or match["v6"], port, slots)

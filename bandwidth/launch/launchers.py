@@ -1,0 +1,64 @@
+"""The table of launchers: one entry per ``--launcher`` name, saying what it needs and does.
+
+Adding a launcher is one module with ``build(plan) -> list[Child]`` and one line here; the
+driver and the option checks read only this table.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from bandwidth.errors import UnsupportedError
+from bandwidth.launch import local, mpi, ssh
+from bandwidth.launch.plan import Plan
+from bandwidth.launch.supervisor import Child
+
+
+@dataclass(frozen=True)
+class Launcher:
+    name: str
+    summary: str
+    build: Callable[[Plan], list[Child]]
+    hostfile: str                                   # "refused" | "required" | "optional"
+    programs: tuple[str, ...] = ()                  # needed on this host's PATH
+    place_scheduler: bool = False                   # the scheduler is placed like the others
+    sync: Callable[[Plan], list[Child]] | None = None   # supports --sync-dst-dir
+    ssh_options: bool = False                       # reads --ssh-config / --ssh-option
+    start_timeout_s: Callable[[int], float] = float     # from --timeout: how long to start
+    version_check: Callable[[], None] | None = None
+
+
+def _open_mpi_only() -> None:
+    try:
+        text = subprocess.run(["mpirun", "--version"], capture_output=True, text=True,
+                              timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise UnsupportedError(f"--launcher mpi: cannot run 'mpirun --version': {err}") from None
+    if "Open MPI" not in text:
+        first = text.strip().splitlines()[0] if text.strip() else "no version output"
+        raise UnsupportedError(f"--launcher mpi needs Open MPI's mpirun, found: {first}")
+
+
+LAUNCHERS = {launcher.name: launcher for launcher in (
+    Launcher("local", "every process on this host", local.build, hostfile="refused"),
+    Launcher("ssh", "one ssh connection per process, to the hosts of -H", ssh.build,
+             hostfile="required", programs=("ssh",), sync=ssh.sync_children, ssh_options=True,
+             start_timeout_s=ssh.start_timeout_s),
+    Launcher("mpi", "one Open MPI mpirun for all processes (-H optional)", mpi.build,
+             hostfile="optional", programs=("mpirun",), place_scheduler=True,
+             version_check=_open_mpi_only),
+)}
+
+
+def check_programs(launcher: Launcher, sync: bool) -> None:
+    """UnsupportedError naming the missing program and how to get it."""
+    for program in launcher.programs + (("rsync",) if sync else ()):
+        if shutil.which(program) is None:
+            package = {"ssh": "openssh-client", "mpirun": "openmpi-bin"}.get(program, program)
+            raise UnsupportedError(f"--launcher {launcher.name} needs '{program}' on PATH "
+                                   f"(e.g. apt-get install {package})")
+    if launcher.version_check is not None:
+        launcher.version_check()

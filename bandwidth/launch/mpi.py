@@ -1,0 +1,132 @@
+"""The mpi launcher: every process from one Open MPI ``mpirun``.
+
+The command (``NAME`` runs over the forwarded and job-wide variables; values stay in mpirun's
+environment, off the command line)::
+
+    mpirun --allow-run-as-root --tag-output -np N -H host1:c1,host2:c2 --map-by node \\
+        -x NAME... python3 -m bandwidth.launch.mpirole --hosts h0,h1,... -- command...
+
+``c1, c2`` are the numbers of processes the placement rule (``bandwidth.launch.plan``) gives
+each host, so mpirun never oversubscribes and ``--map-by node`` deals ranks the same way; the
+scheduler (``--scheduler``) is the last MPI process. ``mpirole`` derives each process's role from
+``OMPI_COMM_WORLD_RANK``. ``--tag-output`` marks every output line with its MPI rank, which the
+launcher strips again: stderr gets the usual ``[worker 0@host]`` prefix and a tail per rank for
+the report. When a process fails, mpirun ends the job and prints which rank failed and how; the
+launcher names that rank's role, host and status. mpirun runs on the launching host and passes
+remote processes only the ``-x`` variables; processes on the launching host inherit mpirun's
+environment, which the launcher filters the same way.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from bandwidth.launch.environ import child_environ
+from bandwidth.launch.hostfile import Host
+from bandwidth.launch.plan import Plan, slot_counts
+from bandwidth.launch.supervisor import Child, Failure, emit, status_failure
+
+_TAG = re.compile(r"\[\d+,(\d+)\]<(stdout|stderr)>:")
+_EXIT = re.compile(r"Process name: \[\[\d+,\d+\],(\d+)\]")
+_EXIT_CODE = re.compile(r"Exit code:\s+(\d+)")
+_SIGNAL = re.compile(r"process rank (\d+) with PID \d+ on node \S+ exited on signal (\d+)")
+MPI_VARIABLE_PREFIXES = ("OMPI_", "OPAL_", "PMIX_", "ORTE_")  # mpirun's own configuration
+PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+
+
+def mpirun_argv(placed: Sequence[Host], exported: Sequence[str], command: Sequence[str],
+                python: str = "python3") -> list[str]:
+    """The mpirun command for processes on ``placed`` (one host per MPI rank)."""
+    slots = ",".join(f"{host}:{count}" for host, count in slot_counts(placed))
+    argv = ["mpirun", "--allow-run-as-root", "--tag-output", "-np", str(len(placed)),
+            "-H", slots, "--map-by", "node"]
+    for name in exported:
+        argv += ["-x", name]
+    return argv + [python, "-m", "bandwidth.launch.mpirole",
+                   "--hosts", ",".join(str(h) for h in placed), "--", *command]
+
+
+class MpiChild(Child):
+    """mpirun, whose tagged output is split back into one stream per rank."""
+
+    grace_s = 10.0   # mpirun forwards SIGTERM to every rank and tears the job down itself
+
+    def __init__(self, argv: Sequence[str], env: dict[str, str], labels: Sequence[str],
+                 subjects: Sequence[str]):
+        super().__init__("mpirun", "mpirun", argv, env, capture_stdout=True)
+        self.labels, self.subjects = list(labels), list(subjects)
+        self.rank_tails = [collections.deque(maxlen=self.tail.maxlen) for _ in labels]
+        self.own = collections.deque(maxlen=60)     # mpirun's own messages
+        self.partial: dict[tuple[int, str], str] = {}
+
+    def on_line(self, stream: str, line: str) -> None:
+        pieces = _TAG.split(line)
+        if pieces[0] or len(pieces) == 1:
+            self._emit(None, stream, pieces[0])
+        # A rank's output can be split over several tags on one line ("err[1,1]<stderr>: 1");
+        # text up to the next tag belongs to that rank, and the newline ends the last one.
+        for i in range(1, len(pieces), 3):
+            key = (int(pieces[i]), pieces[i + 1])
+            self.partial[key] = self.partial.get(key, "") + pieces[i + 2]
+        if len(pieces) > 1:
+            key = (int(pieces[-3]), pieces[-2])
+            self._emit(key[0], key[1], self.partial.pop(key))
+
+    def _emit(self, rank: int | None, stream: str, text: str) -> None:
+        if rank is None:
+            self.own.append(text)
+            emit(sys.stderr, f"[mpirun] {text}\n")
+        elif stream == "stdout":
+            emit(sys.stdout, text + "\n")
+        else:
+            if rank < len(self.rank_tails):
+                self.rank_tails[rank].append(text)
+            label = self.labels[rank] if rank < len(self.labels) else f"mpi rank {rank}"
+            emit(sys.stderr, f"[{label}] {text}\n")
+
+    def failure(self) -> Failure | None:
+        code = self.proc.returncode
+        if code == 0:
+            return None
+        text = "\n".join(self.own)
+        rank, returncode = None, code
+        if (match := _SIGNAL.search(text)) is not None:
+            rank, returncode = int(match[1]), -int(match[2])
+        elif (match := _EXIT.search(text)) is not None:
+            exit_code = _EXIT_CODE.search(text, match.end())
+            rank, returncode = int(match[1]), int(exit_code[1]) if exit_code else code
+        if rank is None or rank >= len(self.subjects):
+            return status_failure("mpirun", code, "mpirun", self.own)
+        return status_failure(self.subjects[rank], returncode, self.labels[rank],
+                              self.rank_tails[rank])
+
+    def terminate(self) -> None:
+        # mpirun, not its process group: the ranks are in their own groups, and mpirun
+        # forwards the signal to them and cleans up.
+        try:
+            self.proc.send_signal(signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+
+
+def build(plan: Plan) -> list[Child]:
+    """The one mpirun child. Remote processes get the ``-x`` variables (forwarded ones, the
+    job-wide contract); mpirun and the processes on this host also get the session variables
+    and mpirun's own configuration (``OMPI_*``...)."""
+    config = plan.config
+    remote = child_environ(plan.environ, config.env, same_host=False)
+    # The wrapper module must import on every host: put this toolkit first on PYTHONPATH.
+    remote["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, remote.get("PYTHONPATH")) if p)
+    remote.update(plan.job.to_environ())
+    env = {name: value for name, value in plan.environ.items()
+           if name.startswith(MPI_VARIABLE_PREFIXES)}
+    env.update(child_environ(plan.environ, config.env, same_host=True))
+    env.update(remote)
+    argv = mpirun_argv(plan.hosts, sorted(remote), config.command)
+    return [MpiChild(argv, env, [r.label for r in plan.roles], [r.title for r in plan.roles])]

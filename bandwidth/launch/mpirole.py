@@ -1,0 +1,81 @@
+"""Give one ``mpirun`` process its role in the contract, then become the command.
+
+Usage (what ``--launcher mpi`` puts after ``mpirun ...``; not meant to be typed)::
+
+    python3 -m bandwidth.launch.mpirole --hosts HOST0,HOST1,... -- command [args...]
+
+Open MPI numbers the processes with ``OMPI_COMM_WORLD_RANK``. Process ``i`` gets the role of
+index ``i`` in rank order: workers ``0..n-1``, then servers ``n..n+s-1``, then, when
+``OMPI_COMM_WORLD_SIZE`` is ``n+s+1``, the scheduler (``contract.Job.role_at``). The job-wide
+variables (``DMLC_NUM_WORKER``, ``MASTER_ADDR``, ...) arrive from mpirun with ``-x``; this
+wrapper adds the per-process ones (``DMLC_ROLE``, ``DMLC_TASK_ID``, ``RANK``, ``LOCAL_RANK``,
+``LOCAL_WORLD_SIZE``, ``DMLC_NODE_HOST``) and ``exec``s the command, so the command's exit
+status and signals are mpirun's to see.
+
+``--hosts`` is the launcher's placement (``bandwidth.launch.plan``), one host per process.
+mpirun places with ``--map-by node`` on the same hosts and slot counts, which is the same
+round-robin; the wrapper checks that mpirun's local rank and local size agree with the plan
+and stops with an error if not (for instance when two hosts-file names are one machine), rather
+than give a process another host's name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from bandwidth.launch.contract import ContractError, Job
+from bandwidth.launch.hostfile import Host
+from bandwidth.launch.plan import local_ranks
+
+
+def environ_for(index: int, mpi_size: int, hosts: list[str], environ: dict[str, str],
+                mpi_local: tuple[int, int]) -> dict[str, str]:
+    """The environment of MPI process ``index``; raises ContractError on any mismatch."""
+    job = Job.from_environ(environ)
+    if mpi_size not in (job.world_size, job.world_size + 1) or len(hosts) != mpi_size:
+        raise ContractError(f"mpirun started {mpi_size} processes and --hosts lists {len(hosts)} "
+                            f"for {job.num_workers} workers and {job.num_servers} servers")
+    placed = [Host(name) for name in hosts]
+    planned = local_ranks(placed)[index]
+    if planned != mpi_local:
+        raise ContractError(
+            f"mpirun placed process {index} as local rank {mpi_local[0]} of {mpi_local[1]} on "
+            f"its node, but the launcher planned {planned[0]} of {planned[1]} on {hosts[index]}: "
+            "list each machine once in the hosts file")
+    world_local = local_ranks(placed[:job.world_size])
+    local = world_local[index] if index < job.world_size else None
+    env = dict(environ)
+    env.update(job.role(index, hosts[index], local).to_environ())
+    return env
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python3 -m bandwidth.launch.mpirole")
+    parser.add_argument("--hosts", required=True, help="host of each MPI process, comma-separated")
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("no command after --")
+    try:
+        env = environ_for(int(os.environ["OMPI_COMM_WORLD_RANK"]),
+                          int(os.environ["OMPI_COMM_WORLD_SIZE"]), args.hosts.split(","),
+                          dict(os.environ), (int(os.environ["OMPI_COMM_WORLD_LOCAL_RANK"]),
+                                             int(os.environ["OMPI_COMM_WORLD_LOCAL_SIZE"])))
+    except KeyError as err:
+        print(f"mpirole: {err.args[0]} is not set: run under Open MPI's mpirun", file=sys.stderr)
+        return 2
+    except ContractError as err:
+        print(f"mpirole: {err}", file=sys.stderr)
+        return 2
+    try:
+        os.execvpe(command[0], command, env)
+    except OSError as err:
+        print(f"mpirole: cannot run {command[0]!r}: {err.strerror}", file=sys.stderr)
+        return 127
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,96 @@
+"""Where each process of a job runs: the placement rule, written once for every launcher.
+
+Processes are numbered in rank order: workers ``0..n-1``, then servers ``n..n+s-1`` (then, for
+``--launcher mpi`` only, the scheduler). They are dealt one at a time to the hosts in file order,
+cycling, and a host whose ``slots=N`` are taken is skipped. Example, hosts ``a slots=1``, ``b``,
+``c`` with ``-n 3 -s 2``: worker 0 -> a, worker 1 -> b, worker 2 -> c, server 0 -> b (a is full),
+server 1 -> c. With as many hosts as workers and servers each, every host gets one worker and one
+server (MXNet's ssh launcher put servers on the first hosts and workers after them, so hosts
+were loaded unevenly when there were more hosts than either).
+
+``LOCAL_RANK`` counts the world ranks on the same host in rank order; ``LOCAL_WORLD_SIZE`` is
+their number. The scheduler is not a world rank and is not counted.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from bandwidth.errors import ConfigError
+from bandwidth.launch.contract import Job, Role
+from bandwidth.launch.hostfile import Host
+
+if TYPE_CHECKING:
+    from bandwidth.launch.config import LaunchConfig
+
+
+def deal(hosts: Sequence[Host], count: int) -> list[Host]:
+    """The host of each of ``count`` processes (see the module docstring)."""
+    capacity = [h.slots for h in hosts]
+    if all(c is not None for c in capacity) and sum(capacity) < count:
+        raise ConfigError(f"{count} processes do not fit in the hosts file's {sum(capacity)} "
+                          "slots: add hosts, raise slots=N, or drop slots= to lift the limit")
+    placed: list[Host] = []
+    used = Counter()
+    index = 0
+    while len(placed) < count:
+        host = hosts[index % len(hosts)]
+        index += 1
+        if host.slots is None or used[host] < host.slots:
+            used[host] += 1
+            placed.append(host)
+    return placed
+
+
+def local_ranks(placed: Sequence[Host]) -> list[tuple[int, int]]:
+    """``(local_rank, local_world_size)`` of each placed process, in the same order."""
+    totals = Counter(placed)
+    seen: Counter = Counter()
+    out = []
+    for host in placed:
+        out.append((seen[host], totals[host]))
+        seen[host] += 1
+    return out
+
+
+def slot_counts(placed: Sequence[Host]) -> list[tuple[Host, int]]:
+    """Each distinct host with its number of processes, in first-use order (for ``mpirun -H``)."""
+    return list(Counter(placed).items())
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything a launcher backend needs: the configuration, the job, and for each process
+    (world ranks in rank order, then the scheduler if any) its Role and host."""
+
+    config: LaunchConfig
+    job: Job
+    roles: tuple[Role, ...]
+    hosts: tuple[Host, ...]
+    environ: Mapping[str, str]     # the launcher's environment, read once by the CLI
+
+    @property
+    def world(self) -> tuple[tuple[Role, Host], ...]:
+        return tuple(zip(self.roles[:self.job.world_size], self.hosts))
+
+    @property
+    def scheduler(self) -> Role | None:
+        return self.roles[self.job.world_size] if len(self.roles) > self.job.world_size else None
+
+
+def make_plan(config: LaunchConfig, job: Job, hosts: Sequence[Host], *, place_scheduler: bool,
+              environ: Mapping[str, str]) -> Plan:
+    """Place the job on ``hosts``. The scheduler (``config.scheduler``) is dealt like the others
+    when ``place_scheduler`` (mpi), else it runs on the launching host (``MASTER_ADDR``)."""
+    count = job.world_size + (1 if config.scheduler and place_scheduler else 0)
+    placed = deal(hosts, count)
+    world = placed[:job.world_size]
+    roles = [job.role(i, host.name, local)
+             for i, (host, local) in enumerate(zip(world, local_ranks(world)))]
+    if config.scheduler:
+        roles.append(job.role(job.world_size, placed[-1].name if place_scheduler
+                              else job.master_addr))
+    return Plan(config, job, tuple(roles), tuple(placed), environ)

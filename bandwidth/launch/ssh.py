@@ -1,0 +1,200 @@
+"""The ssh launcher: one ssh client per process, and rsync for ``--sync-dst-dir``.
+
+Each process is started as (every word of the remote command passed through ``shlex.quote``)::
+
+    ssh [-F CONFIG] -T -o BatchMode=yes -o ConnectTimeout=T -o ServerAliveInterval=15
+        -o ServerAliveCountMax=4 [-p PORT] [-o OPTION]... -- HOST \\
+        "cd DIR && exec env NAME=VALUE... python3 -c <guard source> --grace G -- command..."
+
+* ``BatchMode=yes``: never prompt (a prompt would hang the launch); keys or an agent only.
+  Host keys are checked as ssh always does: add hosts to ``known_hosts`` first, or point
+  ``--ssh-option UserKnownHostsFile=...`` / ``--ssh-config`` at your own file.
+* ``ConnectTimeout=T`` (``--timeout``) covers the TCP connect and the banner exchange, so an
+  unreachable host fails with ``FAIL: host: connection timed out after T s``; the launcher
+  also fails a process whose remote side has not started within T s (+5 s for the login).
+* The remote command runs under ``bandwidth.launch.guard``, which stops its process group when
+  the ssh connection closes: stopping a process is closing its ssh client's stdin, and a killed
+  launcher or ssh client leaves nothing running remotely.
+* The remote login shell must be POSIX (sh, bash, dash, zsh) to read the quoting.
+* ``env`` values travel on the remote command line; only the forwarded variables
+  (``bandwidth.launch.environ``) are sent, never the launcher's whole environment.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+import signal
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from bandwidth.launch import guard
+from bandwidth.launch.environ import child_environ
+from bandwidth.launch.hostfile import Host
+from bandwidth.launch.local import local_child
+from bandwidth.launch.plan import Plan
+from bandwidth.launch.supervisor import Child, Failure, status_failure
+
+GUARD_SOURCE = Path(guard.__file__).read_text()
+GUARD_GRACE_S = 5.0
+LOGIN_SLACK_S = 5.0   # authentication and the remote shell, on top of the connect timeout
+
+# (what ssh says, what the report says) for ssh's own errors (exit status 255).
+_SSH_ERRORS = (
+    ("timed out", "connection timed out after {timeout} s"),
+    ("Connection refused", "connection refused (is sshd listening on port {port}?)"),
+    ("No route to host", "no route to host"),
+    ("Could not resolve hostname", "cannot resolve the host name"),
+    ("Host key verification failed", "host key verification failed: add the host's key to "
+     "known_hosts (ssh-keyscan -p {port} {host}); the launcher never disables the check"),
+    ("Permission denied", "ssh authentication failed (BatchMode: set up a key or an agent)"),
+)
+
+
+@dataclass(frozen=True)
+class SshOptions:
+    """How to reach the hosts: ``-F config_file`` and ``-o`` options, the connect timeout."""
+
+    connect_timeout_s: int
+    config_file: str | None = None
+    options: tuple[str, ...] = ()
+
+    def argv(self, host: Host) -> list[str]:
+        """The ssh command up to and excluding the host."""
+        argv = ["ssh"] + (["-F", self.config_file] if self.config_file else [])
+        argv += ["-T", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={self.connect_timeout_s}",
+                 "-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=4"]
+        argv += ["-p", str(host.port)] if host.port else []
+        for option in self.options:
+            argv += ["-o", option]
+        return argv
+
+
+def remote_command(workdir: str, env: Mapping[str, str], command: Sequence[str],
+                   python: str = "python3") -> str:
+    """The one string ssh hands to the remote login shell."""
+    words = ["exec", "env", *(f"{name}={value}" for name, value in env.items()), python, "-c",
+             GUARD_SOURCE, "--grace", f"{GUARD_GRACE_S:g}", "--", *command]
+    return f"cd {shlex.quote(workdir)} && {shlex.join(words)}"
+
+
+def explain_ssh_error(lines: Sequence[str], host: Host, timeout_s: int) -> str:
+    """Turn ssh's stderr into the report's wording."""
+    for needle, wording in _SSH_ERRORS:
+        if any(needle in line for line in lines):
+            return wording.format(timeout=timeout_s, port=host.port or 22, host=host.name)
+    last = next((line for line in reversed(lines) if line.strip()), "no message")
+    return f"ssh failed: {last.strip()}"
+
+
+class SshChild(Child):
+    """One process on a remote host, run through ssh and the guard."""
+
+    grace_s = GUARD_GRACE_S + 3.0
+
+    def __init__(self, label: str, subject: str, host: Host, ssh: SshOptions, remote: str,
+                 ssh_env: dict[str, str]):
+        super().__init__(label, subject, ssh.argv(host) + ["--", str(host), remote], ssh_env,
+                         stdin_pipe=True)
+        self.host, self.ssh = host, ssh
+        self.remote_pid: int | None = None
+        self.remote_end: tuple[str, str] | None = None   # ("exit", "3") or ("signal", "SIGKILL")
+
+    @property
+    def running(self) -> bool:
+        return self.remote_pid is not None
+
+    def on_line(self, stream: str, line: str) -> None:
+        if stream == "stderr" and line.startswith(guard.PREFIX):
+            kind, _, value = line[len(guard.PREFIX):].strip().partition(" ")
+            if kind == "started":
+                self.remote_pid = int(value)
+            else:
+                self.remote_end = (kind, value)
+            return
+        super().on_line(stream, line)
+
+    def failure(self) -> Failure | None:
+        if self.remote_end is not None:
+            kind, value = self.remote_end
+            if kind == "signal":
+                return status_failure(self.subject, -_signal_number(value), self.label, self.tail)
+            code = int(value)
+            return None if code == 0 else status_failure(self.subject, code, self.label, self.tail)
+        if self.remote_pid is None:
+            what = explain_ssh_error(self.tail, self.host, self.ssh.connect_timeout_s)
+            return Failure(str(self.host), f"{what} (starting {self.label})", 255,
+                           f"ssh to {self.host}", tuple(self.tail))
+        return Failure(self.subject, f"lost its ssh connection (ssh exited with status "
+                       f"{self.proc.returncode})", 255, self.label, tuple(self.tail))
+
+    def start_timeout(self, timeout_s: float) -> Failure:
+        return Failure(str(self.host), f"connection timed out after {self.ssh.connect_timeout_s}"
+                       f" s (starting {self.label})", 255, f"ssh to {self.host}", tuple(self.tail))
+
+    def terminate(self) -> None:
+        # End-of-file on the guard's stdin: it stops the remote group (TERM, then KILL).
+        try:
+            self.proc.stdin.close()
+        except BrokenPipeError:
+            pass
+
+
+def _signal_number(name: str) -> int:
+    return int(getattr(signal.Signals, name, signal.SIGKILL))
+
+
+def rsync_child(host: Host, ssh: SshOptions, source_dir: str, dst_dir: str,
+                env: dict[str, str]) -> Child:
+    """Copy ``source_dir``'s contents to ``dst_dir`` on ``host`` (created if its parent exists)."""
+    rsh = shlex.join(ssh.argv(host))
+    target = f"{host}:{dst_dir.rstrip('/')}/"
+    argv = ["rsync", "-a", "--protect-args", "-e", rsh, f"{source_dir.rstrip('/')}/", target]
+    return _RsyncChild(f"rsync {host}", f"{host}", argv, env, host, ssh)
+
+
+class _RsyncChild(Child):
+    def __init__(self, label, subject, argv, env, host: Host, ssh: SshOptions):
+        super().__init__(label, subject, argv, env)
+        self.host, self.ssh = host, ssh
+
+    def failure(self) -> Failure | None:
+        code = self.proc.returncode
+        if code == 0:
+            return None
+        what = explain_ssh_error(self.tail, self.host, self.ssh.connect_timeout_s)
+        if what.startswith("ssh failed"):
+            what = f"rsync --sync-dst-dir failed with status {code}"
+        return Failure(self.subject, what, code if code > 0 else 128 - code, self.label,
+                       tuple(self.tail))
+
+
+def start_timeout_s(connect_timeout_s: int) -> float:
+    """How long an ssh child may take to report that its remote program started."""
+    return math.ceil(connect_timeout_s) + LOGIN_SLACK_S
+
+
+def build(plan: Plan) -> list[Child]:
+    """An ssh child per world rank, and the scheduler (if any) as a local process."""
+    config = plan.config
+    ssh = SshOptions(config.timeout_s, config.ssh_config, config.ssh_options)
+    workdir = config.sync_dst_dir or config.workdir
+    children: list[Child] = []
+    for role, host in plan.world:
+        env = child_environ(plan.environ, config.env, same_host=False)
+        env.update(role.to_environ())
+        remote = remote_command(workdir, env, config.command)
+        children.append(SshChild(role.label, role.title, host, ssh, remote, dict(plan.environ)))
+    if plan.scheduler is not None:
+        children.append(local_child(plan, plan.scheduler))
+    return children
+
+
+def sync_children(plan: Plan) -> list[Child]:
+    """One rsync per distinct host that runs a process (``--sync-dst-dir``)."""
+    config = plan.config
+    ssh = SshOptions(config.timeout_s, config.ssh_config, config.ssh_options)
+    hosts = dict.fromkeys(host for _, host in plan.world)
+    return [rsync_child(host, ssh, config.workdir, config.sync_dst_dir, dict(plan.environ))
+            for host in hosts]
