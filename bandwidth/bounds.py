@@ -15,8 +15,10 @@ import torch
 
 from bandwidth.formulas import allreduce_factor
 
-# Large enough for the link's full rate, small enough to take a fraction of a second.
+# The rate of the link itself, whatever the network's size: large enough for the full rate (and
+# for scheduling noise on a busy host not to count), small enough to take a fraction of a second.
 PROBE_BYTES = 256 * 10**6
+CPU_PROBE_BYTES = 64 * 10**6
 
 
 @dataclass(frozen=True)
@@ -28,10 +30,10 @@ class Bound:
 def bound(plan, reference) -> Bound | None:
     """The bound of ``plan``'s mode on ``plan``'s devices (``reference``: the flat all-reduce
     summary of the same run, or None)."""
-    devices, n, nbytes = plan.devices, plan.devices.n, plan.nbytes
+    devices, n = plan.devices, plan.devices.n
     if n < 2:
         return None
-    probe = min(nbytes, PROBE_BYTES)
+    probe = PROBE_BYTES if devices.is_cuda else CPU_PROBE_BYTES
     kind = plan.store_cls.bound_kind
     if kind == "flat all-reduce":
         if reference is None:

@@ -220,7 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
     ci.add_argument("--tolerance", default="10%", help="allowed drop (default: 10%%)")
     ci.add_argument("--repeat", type=int, default=1,
                     help="measure N times; a row passes if any repeat is within tolerance")
-    ci.add_argument("--min-gbps", type=float, default=None,
+    ci.add_argument("--min-gbps", default=None,
                     help="fail (exit 1) when any row's GB/sec per gpu is below this floor")
     ci.add_argument("--force", action="store_true",
                     help="compare with a baseline from different hardware anyway")
@@ -256,19 +256,6 @@ def _check_scalars(args: argparse.Namespace) -> None:
         raise ConfigError(f"--timeout must be positive; got {args.timeout}")
     if args.repeat < 1:
         raise ConfigError(f"--repeat must be at least 1; got {args.repeat}")
-    if args.min_gbps is not None and args.min_gbps < 0:
-        raise ConfigError(f"--min-gbps must not be negative; got {args.min_gbps}")
-
-
-def parse_tolerance(text: str) -> float:
-    """'10%' or '10' -> 10.0 (percent)."""
-    try:
-        value = float(text.strip().rstrip("%"))
-    except ValueError:
-        value = -1.0
-    if not 0 <= value < 100:
-        raise ConfigError(f"--tolerance must be a percentage from 0 to 100 such as 10%; got {text!r}")
-    return value
 
 
 def _device_sets(args: argparse.Namespace) -> list[tuple[tuple[int, ...] | None, int | None]]:
@@ -303,6 +290,7 @@ def _networks(args: argparse.Namespace, dtype_bytes: int) -> list[str]:
 
 def job_from_args(args: argparse.Namespace) -> Job:
     """Validate the parsed flags and freeze them into a Job; bad values raise ConfigError."""
+    from bandwidth.baseline import parse_min_gbps, parse_tolerance
     from bandwidth.kvstores import canonical_name
     from bandwidth.layout import DTYPE_BYTES
 
@@ -328,5 +316,5 @@ def job_from_args(args: argparse.Namespace) -> Job:
                plot_path=args.plot_path, dry_run=args.dry_run, ceiling=args.ceiling,
                save_baseline=args.save_baseline, baseline=args.baseline,
                tolerance_pct=parse_tolerance(args.tolerance), repeat=args.repeat,
-               min_gbps=args.min_gbps, force=args.force, baseline_row=args.baseline_row,
+               min_gbps=None if args.min_gbps is None else parse_min_gbps(args.min_gbps), force=args.force, baseline_row=args.baseline_row,
                speedup=args.speedup)

@@ -36,7 +36,8 @@ from bandwidth.errors import BandwidthError, ConfigError  # noqa: E402
 from bandwidth.kvstores import KVSTORES  # noqa: E402
 from bandwidth.report import (array_table, ceiling_text, document, preamble,  # noqa: E402
                               summary_lines, write_document)
-from bandwidth.results import rows_from_document  # noqa: E402
+from bandwidth import baseline, table  # noqa: E402
+from bandwidth.results import fingerprint, rows_from_document  # noqa: E402
 from bandwidth.run import Result, make_plan, run, size_line  # noqa: E402
 
 
@@ -80,34 +81,68 @@ def execute(job: Job, role=None) -> int:
         return 0
     widest = max(plans, key=lambda p: p.devices.n)
     environment = describe_environment(widest.devices)
+    base = None
+    if job.baseline:                       # refuse other hardware before measuring anything
+        base = baseline.load_baseline(job.baseline)
+        baseline.check_fingerprint(baseline.document_fingerprint(base), fingerprint(environment),
+                                   job.force)
     for line in preamble(plans[0], environment, sweep=len(plans)):
         print(line)
     if job.ceiling:
         print_ceilings(widest)
-    repeats: list[list[Result]] = []
+    every_row, verdict, doc = [], None, None
     for repeat in range(job.repeat):
-        results = []
-        for index, plan in enumerate(plans):
-            if job.is_sweep:
-                results.append(run(plan.config, plan=plan))
-                progress(index, len(plans), repeat, job.repeat, results[-1])
-            else:
-                print(size_line(plan.shapes, plan.config.dtype), flush=True)
-                result = run(plan.config, plan=plan,
-                             on_report=lambda report: print(report.line(), flush=True))
-                for note in result.notes:
-                    print(f"# note: {note}")
-                print("\n".join(summary_lines(result)), flush=True)
-                results.append(result)
-        repeats.append(results)
-    doc = document(repeats[-1], environment)
+        results = [measure_one(job, plan, index, len(plans), repeat) for index, plan
+                   in enumerate(plans)]
+        doc = document(results, environment)
+        every_row += rows_from_document(doc, f"repeat {repeat + 1}")
+        if base is not None or job.min_gbps is not None:
+            verdict = baseline.check(every_row, base, job.tolerance_pct, job.min_gbps,
+                                     fingerprints={"this machine": fingerprint(environment)},
+                                     force=job.force, baseline_name=job.baseline or "")
+            if verdict.exit_code == 0:
+                break                      # as fleet health checks: the first good repeat passes
     rows = rows_from_document(doc, "this run")
     if job.is_sweep:
-        print("\n".join(sweep_table(rows)))
+        print("\n".join(table.sweep_table(rows)))
+    if job.baseline_row:
+        print("\n".join([""] + table.ratio_table(rows, table.pick_baseline_row(rows,
+                                                                               job.baseline_row))))
+    if job.speedup:
+        print("\n".join([""] + table.speedup_table(rows)))
+    outputs(job, doc, rows)
+    if verdict is not None:
+        print("\n".join(verdict.lines))
+        return verdict.exit_code
+    return 0
+
+
+def measure_one(job: Job, plan, index: int, total: int, repeat: int) -> Result:
+    """One configuration: MXNet's lines for a single one, a progress line per sweep entry."""
+    if job.is_sweep or job.repeat > 1:
+        result = run(plan.config, plan=plan)
+        progress(index, total, repeat, job.repeat, result)
+        return result
+    print(size_line(plan.shapes, plan.config.dtype), flush=True)
+    result = run(plan.config, plan=plan, on_report=lambda report: print(report.line(), flush=True))
+    for note in result.notes:
+        print(f"# note: {note}")
+    print("\n".join(summary_lines(result)), flush=True)
+    return result
+
+
+def outputs(job: Job, doc: dict, rows) -> None:
     for path in filter(None, (job.json_path, job.save_baseline)):
         write_document(doc, path)
         print(f"# wrote {path}")
-    return 0
+    if job.csv_path:
+        table.write_csv(rows, job.csv_path)
+        print(f"# wrote {job.csv_path}")
+    if job.plot_path:
+        from bandwidth import plot
+
+        kind = plot.plot_rows(rows, job.plot_path)
+        print(f"# wrote {job.plot_path} ({kind})")
 
 
 def execute_distributed(job: Job, role) -> int:
@@ -145,16 +180,6 @@ def progress(index: int, total: int, repeat: int, repeats: int, result: Result) 
     print(f"[{index + 1}/{total}]{run_of} {plan.config.kv_store} {plan.network_label} on "
           f"{plan.devices.describe()}: {s.busbw_median:.3f} GB/sec per gpu, "
           f"{ceiling_text(result)}", file=sys.stderr, flush=True)
-
-
-def sweep_table(rows) -> list[str]:
-    lines = [f"{'kvstore':<8} {'network':<22} {'devices':<14} {'GB/s/gpu':>10} {'algbw':>10} "
-             f"{'% ceil':>7} {'error':>9}"]
-    for r in rows:
-        pct = "n/a" if r.pct_of_ceiling is None else f"{r.pct_of_ceiling:.1f}"
-        lines.append(f"{r.kv_store:<8} {r.network:<22} {r.devices:<14} {r.busbw_gbps:>10.3f} "
-                     f"{r.algbw_gbps:>10.3f} {pct:>7} {r.error:>9.6f}")
-    return lines
 
 
 def print_ceilings(plan) -> None:
