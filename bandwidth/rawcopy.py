@@ -94,3 +94,116 @@ class _nothing:
 
     def __exit__(self, *exc):
         return False
+
+
+# Peer copies for the ceiling measurement (bandwidth.ceiling). p2pBandwidthLatencyTest copies with
+# cudaMemcpyPeerAsync; with peer access disabled the driver stages such a copy through host memory.
+
+_PEER_ACCESS_ALREADY_ENABLED = 704   # cudaErrorPeerAccessAlreadyEnabled
+_PEER_ACCESS_NOT_ENABLED = 705       # cudaErrorPeerAccessNotEnabled
+
+
+@functools.cache
+def _peer_runtime():
+    """The runtime library with the peer-copy entry points declared (None where there is none)."""
+    lib = _runtime()
+    if lib is None:
+        return None
+    lib.cudaMemcpyPeerAsync.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
+                                        ctypes.c_int, ctypes.c_size_t, ctypes.c_void_p]
+    lib.cudaMemcpyPeerAsync.restype = ctypes.c_int
+    lib.cudaDeviceEnablePeerAccess.argtypes = [ctypes.c_int, ctypes.c_uint]
+    lib.cudaDeviceEnablePeerAccess.restype = ctypes.c_int
+    lib.cudaDeviceDisablePeerAccess.argtypes = [ctypes.c_int]
+    lib.cudaDeviceDisablePeerAccess.restype = ctypes.c_int
+    lib.cudaGetLastError.argtypes = []
+    lib.cudaGetLastError.restype = ctypes.c_int
+    lib.cudaGetErrorString.argtypes = [ctypes.c_int]
+    lib.cudaGetErrorString.restype = ctypes.c_char_p
+    lib.cudaDeviceGetPCIBusId.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int]
+    lib.cudaDeviceGetPCIBusId.restype = ctypes.c_int
+    return lib
+
+
+def _error_text(lib, code: int) -> str:
+    name = lib.cudaGetErrorString(code)
+    return f"CUDA error {code} ({name.decode() if name else 'unknown'})"
+
+
+class PeerCopy:
+    """``cudaMemcpyPeerAsync`` of ``nbytes`` (default: all of ``src``) from ``src`` to ``dst`` on
+    ``stream`` (a torch stream, usually of the source device), without torch's fences. Whether
+    it goes over the peer link or through host memory depends on whether this process enabled
+    peer access. Needs the runtime library (``available()``). Leaves the stream's device current.
+
+        copy = PeerCopy(b1, a0, torch.cuda.Stream(device=0)); copy(); torch.cuda.synchronize(0)
+    """
+
+    def __init__(self, dst: torch.Tensor, src: torch.Tensor, stream, nbytes: int | None = None):
+        self.lib = _peer_runtime()
+        if self.lib is None:
+            raise RuntimeError("the CUDA runtime library torch loaded was not found")
+        nbytes = src.numel() * src.element_size() if nbytes is None else nbytes
+        if nbytes > min(src.numel() * src.element_size(), dst.numel() * dst.element_size()):
+            raise ValueError(f"a peer copy of {nbytes} bytes does not fit its buffers")
+        self.args = (dst.data_ptr(), dst.device.index, src.data_ptr(), src.device.index, nbytes,
+                     stream.cuda_stream)
+        self.device = stream.device.index
+        self.what = f"{src.device} to {dst.device}"
+
+    def __call__(self) -> None:
+        code = self.lib.cudaSetDevice(self.device)
+        if code == 0:
+            code = self.lib.cudaMemcpyPeerAsync(*self.args)
+        if code != 0:
+            self.lib.cudaGetLastError()          # clear it, so torch does not trip over it later
+            raise RuntimeError(f"cudaMemcpyPeerAsync from {self.what} failed: "
+                               f"{_error_text(self.lib, code)}")
+
+
+def disable_peer_access(device: int, peer: int) -> bool:
+    """Make sure ``device`` cannot access ``peer`` directly in this process (what
+    p2pBandwidthLatencyTest's P2P=Disabled runs rely on). Returns True if it had been enabled.
+    torch enables peer access on its first cross-device copy and never disables it, so call
+    this only in a process that makes no torch cross-device copy afterwards."""
+    lib = _peer_runtime()
+    if lib is None:
+        raise RuntimeError("the CUDA runtime library torch loaded was not found")
+    with keep_device(torch.cuda.current_device()):
+        code = lib.cudaSetDevice(device)
+        if code == 0:
+            code = lib.cudaDeviceDisablePeerAccess(peer)
+        lib.cudaGetLastError()                   # 705 (not enabled) is the expected answer
+    if code in (0, _PEER_ACCESS_NOT_ENABLED):
+        return code == 0
+    raise RuntimeError(f"cudaDeviceDisablePeerAccess({peer}) on GPU {device} failed: "
+                       f"{_error_text(lib, code)}")
+
+
+def enable_peer_access(device: int, peer: int) -> None:
+    """Let ``device`` access ``peer`` directly (as torch's first cross-device copy would); an
+    already enabled pair is fine. Raises RuntimeError where the pair has no peer access."""
+    lib = _peer_runtime()
+    if lib is None:
+        raise RuntimeError("the CUDA runtime library torch loaded was not found")
+    with keep_device(torch.cuda.current_device()):
+        code = lib.cudaSetDevice(device)
+        if code == 0:
+            code = lib.cudaDeviceEnablePeerAccess(peer, 0)
+        lib.cudaGetLastError()
+    if code not in (0, _PEER_ACCESS_ALREADY_ENABLED):
+        raise RuntimeError(f"cudaDeviceEnablePeerAccess({peer}) on GPU {device} failed: "
+                           f"{_error_text(lib, code)}")
+
+
+def pci_bus_id(device: int) -> str | None:
+    """The PCI bus id of a CUDA device as the runtime reports it (``0000:00:06.0``), or None."""
+    lib = _peer_runtime()
+    if lib is None:
+        return None
+    buf = ctypes.create_string_buffer(32)
+    code = lib.cudaDeviceGetPCIBusId(buf, len(buf), device)
+    if code != 0:
+        lib.cudaGetLastError()
+        return None
+    return buf.value.decode()

@@ -1,0 +1,31 @@
+"""Hardware ceilings of this host, which bound the kvstore modes.
+
+    python -m bandwidth.ceiling [--gpus 0,1 | --cpus N] [-b 1M] [-e 1G] [-f 2] [--mb 256]
+                                [--json FILE] [--skip nccl,p2p,...]
+
+Prints, as a reader of cuda-samples' p2pBandwidthLatencyTest and of nccl-tests recognises them:
+the unidirectional and bidirectional P2P bandwidth matrices with peer access disabled and enabled,
+the P2P latency matrices, host<->device bandwidth per GPU (pinned and pageable, both directions),
+the host's memory copy and summation rates, NCCL all-reduce / reduce-scatter / all-gather /
+broadcast algbw and busbw over a size sweep, and the NVML link topology. On CPU devices: host
+memory and Gloo collectives; the rest is ``n/a`` with its reason.
+
+Programmatic use::
+
+    from bandwidth.ceiling import CeilingOptions, measure_ceilings
+    ceilings = measure_ceilings(DeviceSet("cuda", (0, 1)), CeilingOptions())
+    doc["ceilings"] = ceilings.to_dict()
+
+Modules: ``timing`` (the protocol), ``p2p`` (+ ``unpeered``, its P2P=Disabled child), ``host``,
+``collectives``, ``model`` (result tree, JSON), ``render`` (text), ``suite`` (measure_ceilings),
+``cli``. ``p2p_copy_gbps`` and ``host_path`` are the single-host benchmark's ceilings.
+"""
+
+from bandwidth.ceiling.cli import main
+from bandwidth.ceiling.host import HostPath, host_path
+from bandwidth.ceiling.model import Ceilings
+from bandwidth.ceiling.p2p import p2p_copy_gbps
+from bandwidth.ceiling.suite import CeilingOptions, measure_ceilings
+
+__all__ = ["CeilingOptions", "Ceilings", "HostPath", "host_path", "main", "measure_ceilings",
+           "p2p_copy_gbps"]

@@ -1,0 +1,5 @@
+import sys
+
+from bandwidth.ceiling.cli import main
+
+sys.exit(main())

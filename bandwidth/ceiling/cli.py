@@ -1,0 +1,107 @@
+"""The command line of ``python -m bandwidth.ceiling`` (see the package docstring)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from bandwidth.ceiling import render
+from bandwidth.ceiling.suite import PARTS, CeilingOptions, measure_ceilings
+from bandwidth.config import parse_gpus, parse_size, size_sweep
+from bandwidth.devices import resolve
+from bandwidth.errors import BandwidthError, ConfigError
+
+PROG = "python -m bandwidth.ceiling"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):             # one line and status 2, not the usage block
+        raise ConfigError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog=PROG, formatter_class=argparse.RawDescriptionHelpFormatter,
+                description="Measure this host's communication ceilings: peer-to-peer bandwidth "
+                            "and latency matrices (p2pBandwidthLatencyTest's), host<->device "
+                            "copies per GPU, host memory copy and sum rates, collective busbw "
+                            "over a size sweep (nccl-tests'), and the NVML link topology.",
+                epilog="examples:\n"
+                       f"  {PROG}                          # every visible GPU\n"
+                       f"  {PROG} --gpus 0,1 -b 1M -e 1G -f 2 --json ceilings.json\n"
+                       f"  {PROG} --skip nccl,p2p-disabled --mb 64\n"
+                       f"  {PROG} --cpus 2                 # no GPU: memory, Gloo\n"
+                       "parts for --skip: " + ", ".join(PARTS))
+    p.add_argument("--gpus", default=None, help="comma list of GPU ids (default: every visible "
+                   "GPU; CPU devices when there is none)")
+    p.add_argument("--cpus", type=int, default=None, help="N CPU devices instead of GPUs")
+    p.add_argument("-b", "--minbytes", default=None,
+                   help="collectives: smallest size, e.g. 1M (default 1M on GPUs, 64K on CPUs)")
+    p.add_argument("-e", "--maxbytes", default=None,
+                   help="collectives: largest size (default 1G on GPUs, 4M on CPUs)")
+    p.add_argument("-f", "--stepfactor", type=float, default=2.0,
+                   help="collectives: size multiplier (default 2)")
+    p.add_argument("-n", "--iters", type=int, default=20,
+                   help="collectives: calls per timed burst (default 20)")
+    p.add_argument("-w", "--warmup", type=int, default=5,
+                   help="collectives: untimed calls per size (default 5)")
+    p.add_argument("--mb", type=float, default=256.0,
+                   help="buffer of the copies and sums, MB of 1e6 bytes (default 256)")
+    p.add_argument("--repeats", type=int, default=5, help="timed samples, median (default 5)")
+    p.add_argument("--burst", type=int, default=10,
+                   help="back-to-back copies per sample (default 10)")
+    p.add_argument("--latency-repeat", type=int, default=100,
+                   help="16-byte copies per latency sample (default 100)")
+    p.add_argument("--cpu-threads", type=int, default=None,
+                   help="torch CPU threads for the host sums (default: torch's)")
+    p.add_argument("--skip", default="", help="comma list of parts not to measure")
+    p.add_argument("--timeout", type=float, default=600.0,
+                   help="seconds allowed to each child process (default 600)")
+    p.add_argument("--json", dest="json_path", default=None,
+                   help='also write {"ceilings": ...} to this file')
+    return p
+
+
+def options_from_args(args, is_cuda: bool) -> CeilingOptions:
+    if args.mb <= 0:
+        raise ConfigError(f"--mb must be positive; got {args.mb:g}")
+    sizes = None
+    if args.minbytes is not None or args.maxbytes is not None:
+        begin = parse_size(args.minbytes or ("1M" if is_cuda else "64K"))
+        end = parse_size(args.maxbytes or args.minbytes or ("1G" if is_cuda else "4M"))
+        sizes = tuple(size_sweep(begin, end, args.stepfactor))
+    elif args.stepfactor <= 1:
+        raise ConfigError(f"-f must be greater than 1; got {args.stepfactor:g}")
+    skip = frozenset(s.strip() for s in args.skip.split(",") if s.strip())
+    return CeilingOptions(nbytes=int(args.mb * 1e6), repeats=args.repeats, burst=args.burst,
+                          latency_repeat=args.latency_repeat, sizes=sizes, iters=args.iters,
+                          warmup=args.warmup, skip=skip, cpu_threads=args.cpu_threads,
+                          timeout_s=args.timeout)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Exit status: 0 done, 1 a part failed (printed as FAILED), 2 bad input."""
+    try:
+        args = build_parser().parse_args(argv)
+        if args.gpus is not None and args.cpus is not None:
+            raise ConfigError("--gpus and --cpus exclude each other")
+        if args.cpus is not None and args.cpus < 1:
+            raise ConfigError(f"--cpus must be at least 1; got {args.cpus}")
+        devices = resolve(parse_gpus(args.gpus) if args.gpus is not None else None, args.cpus)
+        options = options_from_args(args, devices.is_cuda)
+        ceilings = measure_ceilings(devices, options,
+                                    progress=lambda m: print(f"# {m}", file=sys.stderr, flush=True))
+        print("\n".join(render.lines(ceilings)), flush=True)
+        if args.json_path:
+            Path(args.json_path).write_text(json.dumps({"ceilings": ceilings.to_dict()}, indent=1))
+            print(f"# wrote {args.json_path}")
+    except BandwidthError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except (OSError, torch.OutOfMemoryError) as exc:
+        print(f"{PROG}: error: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 2
+    return 1 if ceilings.failures else 0
