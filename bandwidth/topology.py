@@ -194,9 +194,22 @@ def _pair_label(nvml, a: GpuLinks, b: GpuLinks, ha, hb, ra, rb) -> str | None:
         return f"NV{min(switched_a, switched_b)}"
     if ha is None or hb is None:
         return None
+    if a.nvlinks and b.nvlinks and _nvlink_p2p(nvml, ha, hb):
+        return f"NV{min(a.nvlinks, b.nvlinks)}"    # remote ends not readable (a VM, say)
     try:
         level = nvml.nvmlDeviceGetTopologyCommonAncestor(ha, hb)
     except nvml.NVMLError:
         return None
     return next((label for const, label in TOPOLOGY_LABELS.items()
                  if getattr(nvml, const, object()) == level), None)
+
+
+def _nvlink_p2p(nvml, ha, hb) -> bool:
+    """NVML's word that a and b reach each other over NVLink (peer-to-peer status OK)."""
+    index = getattr(nvml, "NVML_P2P_CAPS_INDEX_NVLINK", None)
+    if index is None or not hasattr(nvml, "nvmlDeviceGetP2PStatus"):
+        return False
+    try:
+        return nvml.nvmlDeviceGetP2PStatus(ha, hb, index) == getattr(nvml, "NVML_P2P_STATUS_OK", 0)
+    except nvml.NVMLError:
+        return False

@@ -209,6 +209,17 @@ def test_topology_records_each_failing_field_as_null(monkeypatch):
     assert topo.matrix[0][1] == "PHB"
 
 
+def test_topology_falls_back_to_nvml_p2p_status(monkeypatch):
+    nv = _fake_pynvml(switched=True)
+    nv.nvmlDeviceGetNvLinkRemotePciInfo = nv.nvmlDeviceGetNvLinkRemoteDeviceType = \
+        lambda h, link: (_ for _ in ()).throw(_NVMLError("Not Supported"))
+    nv.NVML_P2P_CAPS_INDEX_NVLINK, nv.NVML_P2P_STATUS_OK = 2, 0
+    nv.nvmlDeviceGetP2PStatus = lambda a, b, index: 0
+    monkeypatch.setitem(sys.modules, "pynvml", nv)
+    topo, _ = read_topology([0, 1], ["0000:00:06.0", "0000:00:07.0"])
+    assert topo.matrix == [["X", "NV18"], ["NV18", "X"]]
+
+
 # ----- the command line -----
 
 @pytest.mark.parametrize("args, message", [

@@ -31,6 +31,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from bandwidth.ceiling.timing import GatedTimer
 from bandwidth.devices import DeviceSet
 from bandwidth.formulas import algbw_gbps, allreduce_factor
 from bandwidth.spawn import run_ranks
@@ -172,12 +173,13 @@ def _time(call: Callable[[], None], device: torch.device, spec: dict) -> float:
 
     times = []
     if device.type == "cuda":
-        from bandwidth.ceiling.timing import GatedTimer
         timer = GatedTimer(torch.cuda.current_stream(device))
-        for _ in range(spec["repeats"]):
-            own = timer.sample(burst, sync=lambda: _barrier(device))
-            # shortest rank: -max(-t)
-            times.append(-_combine(-own, device, dist.ReduceOp.MAX) / iters)
+        for k in range(1 + spec["repeats"]):            # the first sample settles the gate
+            own = timer.sample(burst, sync=lambda: _barrier(device), retry=False)
+            timer.gate_seconds = _combine(timer.gate_seconds, device, dist.ReduceOp.MAX)
+            shortest = -_combine(-own, device, dist.ReduceOp.MAX)
+            if k:
+                times.append(shortest / iters)
     else:
         for _ in range(spec["repeats"]):
             _barrier(device)

@@ -30,7 +30,9 @@ def matrix_lines(m: Matrix) -> list[str]:
 
 def preamble(c: Ceilings) -> list[str]:
     env, dev = c.environment, c.devices
-    versions = ", ".join(f"{k} {env[k]}" for k in ("torch", "cuda", "nccl", "driver") if env.get(k))
+    versions = ", ".join(f"{label} {env[k]}" for k, label in
+                         (("torch", "torch"), ("cuda", "CUDA"), ("nccl", "NCCL"),
+                          ("driver", "driver")) if env.get(k))
     kind = "GPUs" if dev["kind"] == "cuda" else "CPU devices"
     names = ", ".join(sorted(set(dev["names"])))
     return [f"# ceilings on {env.get('host', '?')}: {versions}",

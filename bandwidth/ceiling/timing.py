@@ -61,7 +61,10 @@ class GatedTimer:
     ``enqueue`` must put its work on ``stream`` (or on streams that wait for it) and leave
     ``stream`` waiting for all of it, so that the stop event marks the end of the burst. The gate
     lasts ``gate_seconds`` to start with and doubles (up to MAX_GATE_SECONDS) whenever the host
-    needed longer than the gate to enqueue the burst; such a sample is taken again.
+    needed longer than the gate to enqueue the burst; with ``retry`` such a sample is taken
+    again at once. Ranks of a collective must not retry on their own (their calls would no
+    longer match): they pass ``retry=False``, agree on ``gate_seconds`` between samples and
+    discard a first sample.
     ``host_paced`` says whether the last sample's enqueue outlasted even the longest gate (then
     the host's pace is part of the time, as it would be in p2pBandwidthLatencyTest, whose gate
     times out after 10^7 cycles).
@@ -75,7 +78,8 @@ class GatedTimer:
         self._start = torch.cuda.Event(enable_timing=True)
         self._stop = torch.cuda.Event(enable_timing=True)
 
-    def sample(self, enqueue: Callable[[], None], sync: Callable[[], None] | None = None) -> float:
+    def sample(self, enqueue: Callable[[], None], sync: Callable[[], None] | None = None,
+               retry: bool = True) -> float:
         while True:
             (sync or (lambda: torch.cuda.synchronize(self.device)))()
             cycles = int(self.gate_seconds * cycles_per_second(self.device))
@@ -88,9 +92,12 @@ class GatedTimer:
             self._stop.record(self.stream)
             self._stop.synchronize()
             self.host_paced = host_seconds > 0.8 * self.gate_seconds
+            seconds = self._start.elapsed_time(self._stop) / 1e3
             if not self.host_paced or self.gate_seconds >= MAX_GATE_SECONDS:
-                return self._start.elapsed_time(self._stop) / 1e3
+                return seconds
             self.gate_seconds = min(2 * max(self.gate_seconds, host_seconds), MAX_GATE_SECONDS)
+            if not retry:
+                return seconds
 
     def median(self, enqueue: Callable[[], None], repeats: int, warmup: int = 1,
                sync: Callable[[], None] | None = None) -> float:
