@@ -101,7 +101,7 @@ def test_a_failing_worker_stops_the_rest_with_one_report_and_no_orphans():
     assert report[1] == "  last stderr lines of worker 1@127.0.0.1:"
     assert report[2:4] == ["    about to fail: first line",
                            f"    rank 1 failing on purpose ({mark})"]
-    assert report[-1] == "  stopped the other 4 processes"
+    assert report[-1] == "  stopped 4 running processes"
     assert result.stderr.count("FAIL:") == 1
     assert f"[worker 1@127.0.0.1] rank 1 failing on purpose ({mark})" in result.stderr
     assert alive(mark) == []     # the sleepers and every helper they spawned
@@ -145,7 +145,7 @@ def test_ctrl_c_or_sigterm_to_the_launcher_stops_everything(sig):
         proc.kill()
     assert proc.returncode == 128 + sig
     assert f"FAIL: launcher: interrupted by {sig.name}" in stderr
-    assert "stopped the other 4 processes" in stderr
+    assert "stopped 4 running processes" in stderr
     assert alive(mark) == []
 
 

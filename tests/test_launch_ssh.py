@@ -72,7 +72,7 @@ def test_a_remote_failure_names_the_host_and_leaves_no_remote_process(sshd, tmp_
     report = result.stderr[result.stderr.index("FAIL:"):].splitlines()
     assert report[0].startswith(f"FAIL: worker 1 (rank 1) on 127.0.0.2: {wording}")
     assert f"    rank 1 failing on purpose ({mark})" in report
-    assert report[-1] == "  stopped the other 3 processes"
+    assert report[-1] == "  stopped 3 running processes"
     assert wait_until(lambda: alive(mark) == [], timeout_s=10), alive(mark)
 
 
@@ -149,3 +149,13 @@ def test_host_key_checking_cannot_be_turned_off(sshd, tmp_path):
                     "StrictHostKeyChecking=no", "true")
     assert result.returncode == 2
     assert "the launcher keeps host-key checking on" in result.stderr
+
+
+@pytest.mark.timeout(30)
+def test_an_unknown_host_key_fails_instead_of_being_accepted(sshd, tmp_path):
+    (tmp_path / "empty_known_hosts").write_text("")
+    result = launch("-H", two_hosts(sshd, tmp_path), "-n", "1", "-s", "0", *sshd.options(),
+                    "--ssh-option", f"UserKnownHostsFile={tmp_path / 'empty_known_hosts'}",
+                    PYTHON, "-c", "pass")
+    assert result.returncode == 255
+    assert "FAIL: 127.0.0.1: host key verification failed" in result.stderr

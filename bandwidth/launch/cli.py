@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 
 from bandwidth.errors import BandwidthError
@@ -40,6 +41,11 @@ def main(argv: list[str] | None = None) -> int:
         print(err if str(err).startswith("FAIL:") else f"launch.py: error: {err}",
               file=sys.stderr)
         return err.exit_code
+    except KeyboardInterrupt:
+        # Ctrl-C before any process started (while torch imports, say); once processes run,
+        # the supervisor catches the signal itself, stops them and reports.
+        print("launch.py: interrupted (no process was running)", file=sys.stderr)
+        return 128 + signal.SIGINT
     return 0
 
 

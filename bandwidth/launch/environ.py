@@ -45,7 +45,8 @@ def is_forwarded(name: str, same_host: bool) -> bool:
     return same_host and (name in SESSION or name.startswith(SESSION_PREFIXES))
 
 
-def parse_env_flags(flags: Iterable[str], environ: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+def parse_env_flags(flags: Iterable[str],
+                    environ: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     """Resolve ``--env NAME`` / ``--env NAME=VALUE`` flags to ``(name, value)`` pairs."""
     pairs = []
     for flag in flags:

@@ -63,8 +63,9 @@ def slot_counts(placed: Sequence[Host]) -> list[tuple[Host, int]]:
 
 @dataclass(frozen=True)
 class Plan:
-    """Everything a launcher backend needs: the configuration, the job, and for each process
-    (world ranks in rank order, then the scheduler if any) its Role and host."""
+    """Everything a launcher backend needs. ``roles``: the world ranks in rank order, then the
+    scheduler if any; ``hosts``: where each placed process runs (the world ranks, and under mpi
+    also the scheduler; otherwise the scheduler runs on the launching host)."""
 
     config: LaunchConfig
     job: Job
@@ -74,7 +75,8 @@ class Plan:
 
     @property
     def world(self) -> tuple[tuple[Role, Host], ...]:
-        return tuple(zip(self.roles[:self.job.world_size], self.hosts))
+        n = self.job.world_size
+        return tuple(zip(self.roles[:n], self.hosts[:n], strict=True))
 
     @property
     def scheduler(self) -> Role | None:
@@ -89,7 +91,7 @@ def make_plan(config: LaunchConfig, job: Job, hosts: Sequence[Host], *, place_sc
     placed = deal(hosts, count)
     world = placed[:job.world_size]
     roles = [job.role(i, host.name, local)
-             for i, (host, local) in enumerate(zip(world, local_ranks(world)))]
+             for i, (host, local) in enumerate(zip(world, local_ranks(world), strict=True))]
     if config.scheduler:
         roles.append(job.role(job.world_size, placed[-1].name if place_scheduler
                               else job.master_addr))

@@ -17,7 +17,13 @@ Each process is started as (every word of the remote command passed through ``sh
   launcher or ssh client leaves nothing running remotely.
 * The remote login shell must be POSIX (sh, bash, dash, zsh) to read the quoting.
 * ``env`` values travel on the remote command line; only the forwarded variables
-  (``bandwidth.launch.environ``) are sent, never the launcher's whole environment.
+  (``bandwidth.launch.environ``) are sent, never the launcher's whole environment. The remote
+  program otherwise has its login's environment (``HOME``, ``USER``...). The local ssh client
+  itself runs with the launcher's environment, so that ``SSH_AUTH_SOCK`` reaches the agent.
+* The launcher's ``-o`` options come first, and ssh keeps the first value it sees: ``--ssh-option``
+  cannot turn ``BatchMode`` off or change ``ConnectTimeout`` (use ``--timeout``).
+* At most 8 connections are being set up at once (sshd's ``MaxStartups`` starts dropping
+  unauthenticated connections at 10); the next one starts when a remote program is running.
 """
 
 from __future__ import annotations

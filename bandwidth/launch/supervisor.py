@@ -49,7 +49,7 @@ class Failure:
             lines.append(f"  last stderr lines of {self.tail_label}:")
             lines += [f"    {line}" for line in self.tail[-REPORT_LINES:]]
         if stopped:
-            lines.append(f"  stopped the other {stopped} process{'es' if stopped > 1 else ''}")
+            lines.append(f"  stopped {stopped} running process{'es' if stopped > 1 else ''}")
         return "\n".join(lines)
 
 
@@ -192,7 +192,9 @@ class Supervisor:
             started = [c for c in self.children if c.proc is not None]
             starting = sum(1 for c in started if not c.finished and not c.running)
             while pending and starting < self.max_starting:
-                self._start(pending.popleft())
+                failure = self._start(pending.popleft())
+                if failure is not None:
+                    return failure
                 starting += 1
             self._pump(POLL_S)
             now = time.monotonic()
@@ -217,13 +219,18 @@ class Supervisor:
             if not pending and all(c.finished for c in self.children):
                 return None
 
-    def _start(self, child: Child) -> None:
-        child.start()
+    def _start(self, child: Child) -> Failure | None:
+        try:
+            child.start()
+        except OSError as err:   # no such program, not executable, no such directory
+            child.proc = None
+            return Failure(child.subject, f"cannot run {child.argv[0]!r}: {err.strerror}", 127)
         for stream, pipe in (("stdout", child.proc.stdout), ("stderr", child.proc.stderr)):
             if pipe is not None:
                 os.set_blocking(pipe.fileno(), False)
                 self.partial[pipe.fileno()] = bytearray()
                 self.selector.register(pipe, selectors.EVENT_READ, (child, stream))
+        return None
 
     def _pump(self, timeout_s: float) -> None:
         for key, _ in self.selector.select(timeout_s):
@@ -235,6 +242,9 @@ class Supervisor:
             if key.data[0] is child:
                 while key.fileobj in self.selector.get_map() and self._read(key):
                     pass
+                if self.partial[key.fd]:   # an unterminated last line, pipe still open
+                    child.on_line(key.data[1], self.partial[key.fd].decode(errors="replace"))
+                    self.partial[key.fd] = bytearray()
 
     def _read(self, key: selectors.SelectorKey) -> bool:
         """Read once from ``key``'s pipe and hand complete lines on; False if nothing came."""
@@ -249,6 +259,7 @@ class Supervisor:
             key.fileobj.close()
             if buffer:
                 child.on_line(stream, buffer.decode(errors="replace"))
+                self.partial[key.fd] = bytearray()
             return False
         buffer += data
         *lines, rest = buffer.split(b"\n")

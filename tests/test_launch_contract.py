@@ -1,0 +1,121 @@
+"""The environment contract, the forwarding allowlist, the remote guard and mpirun's tagged
+output, tested directly (no launch)."""
+
+import subprocess
+import sys
+
+import pytest
+from launch_support import ROOT, alive, launch_env, marker, wait_until
+
+from bandwidth.errors import ConfigError
+from bandwidth.launch.contract import SCHEDULER, SERVER, WORKER, ContractError, Job, Role
+from bandwidth.launch.environ import child_environ, is_forwarded, parse_env_flags
+from bandwidth.launch.mpi import MpiChild
+
+JOB = Job(num_workers=3, num_servers=2, master_addr="10.0.0.1", master_port=29500,
+          ps_root_port=29500, cluster="ssh")
+
+
+def test_roles_are_workers_then_servers_then_the_scheduler():
+    assert [JOB.role_at(i) for i in range(6)] == [
+        (WORKER, 0), (WORKER, 1), (WORKER, 2), (SERVER, 0), (SERVER, 1), (SCHEDULER, 0)]
+    with pytest.raises(ContractError):
+        JOB.role_at(6)
+
+
+@pytest.mark.parametrize("index, local", [(1, (0, 2)), (4, (1, 2)), (5, None)])
+def test_a_role_survives_the_trip_through_the_environment(index, local):
+    role = JOB.role(index, "node2", local)
+    assert Role.from_environ(role.to_environ()) == role
+
+
+def test_the_variables_have_the_documented_values():
+    env = JOB.role(4, "node2", (1, 2)).to_environ()
+    assert env == {
+        "DMLC_ROLE": "server", "DMLC_TASK_ID": "1", "DMLC_NUM_WORKER": "3",
+        "DMLC_NUM_SERVER": "2", "DMLC_PS_ROOT_URI": "10.0.0.1", "DMLC_PS_ROOT_PORT": "29500",
+        "DMLC_NODE_HOST": "node2", "DMLC_JOB_CLUSTER": "ssh", "MASTER_ADDR": "10.0.0.1",
+        "MASTER_PORT": "29500", "WORLD_SIZE": "5", "RANK": "4", "LOCAL_RANK": "1",
+        "LOCAL_WORLD_SIZE": "2", "TORCHELASTIC_USE_AGENT_STORE": "True"}
+    scheduler = JOB.role(5, "10.0.0.1").to_environ()
+    assert scheduler["DMLC_ROLE"] == "scheduler" and "RANK" not in scheduler
+    assert JOB.role(4, "node2", (1, 2)).title == "server 1 (rank 4) on node2"
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"DMLC_ROLE": None}, "DMLC_ROLE is not set: start this program with the launcher"),
+    ({"DMLC_ROLE": "boss"}, "DMLC_ROLE='boss': expected one of worker, server, scheduler"),
+    ({"RANK": "3"}, "RANK=3 does not match DMLC_ROLE=worker DMLC_TASK_ID=1"),
+    ({"WORLD_SIZE": "4"}, "WORLD_SIZE=4 but DMLC_NUM_WORKER + DMLC_NUM_SERVER = 5"),
+    ({"MASTER_PORT": "x"}, "MASTER_PORT='x' is not a non-negative integer"),
+    ({"LOCAL_RANK": "2"}, "LOCAL_RANK=2 is not below LOCAL_WORLD_SIZE=2"),
+])
+def test_a_broken_environment_names_the_variable(change, message):
+    env = JOB.role(1, "node2", (0, 2)).to_environ()
+    for name, value in change.items():
+        env.pop(name) if value is None else env.__setitem__(name, value)
+    with pytest.raises(ContractError) as err:
+        Role.from_environ(env)
+    assert message in str(err.value)
+
+
+@pytest.mark.parametrize("name, same_host, forwarded", [
+    ("PATH", False, True), ("PYTHONPATH", False, True), ("CUDA_VISIBLE_DEVICES", False, True),
+    ("NCCL_IB_DISABLE", False, True), ("NCCL_NVLS_ENABLE", False, True),
+    ("TORCH_SYMM_MEM_DISABLE_MULTICAST", False, True), ("GLOO_SOCKET_IFNAME", False, True),
+    ("OMP_NUM_THREADS", False, True), ("MKL_NUM_THREADS", False, True),
+    ("HOME", False, False), ("HOME", True, True), ("LC_ALL", True, True),
+    ("SECRET_TOKEN", True, False), ("AWS_SECRET_ACCESS_KEY", True, False),
+    ("GITHUB_TOKEN", True, False), ("NCCL_SOME_API_KEY", False, False),
+    ("SSH_AUTH_SOCK", True, False), ("DATABASE_URL", True, False),
+])
+def test_only_allowlisted_variables_are_forwarded(name, same_host, forwarded):
+    assert is_forwarded(name, same_host) is forwarded
+
+
+def test_env_flags_forward_or_set_and_win_over_the_allowlist():
+    pairs = parse_env_flags(["MY_TOKEN", "OMP_NUM_THREADS=2", "EMPTY="],
+                            {"MY_TOKEN": "t", "OMP_NUM_THREADS": "8"})
+    assert pairs == (("MY_TOKEN", "t"), ("OMP_NUM_THREADS", "2"), ("EMPTY", ""))
+    env = child_environ({"OMP_NUM_THREADS": "8", "MY_TOKEN": "t", "OTHER": "o"}, pairs,
+                        same_host=False)
+    assert env == {"OMP_NUM_THREADS": "2", "MY_TOKEN": "t", "EMPTY": ""}
+    with pytest.raises(ConfigError, match="'1BAD' is not a variable name"):
+        parse_env_flags(["1BAD=x"], {})
+
+
+def test_the_guard_stops_the_whole_group_when_its_stdin_closes():
+    mark = marker()
+    sleeper = f"{sys.executable} -c 'import time; time.sleep(600)' {mark}"
+    guard = subprocess.Popen(
+        [sys.executable, "-m", "bandwidth.launch.guard", "--grace", "1", "--", "sh", "-c",
+         f"{sleeper} & exec {sleeper}"], stdin=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, cwd=ROOT, env=launch_env())
+    assert guard.stderr.readline().startswith("bandwidth-guard: started ")
+    # the guard (the marker is in its argv), the background sleeper and the one sh became
+    assert wait_until(lambda: len(alive(mark)) == 3, timeout_s=10)
+    guard.stdin.close()                     # what a dead launcher or ssh connection looks like
+    assert guard.wait(10) == 128 + 15
+    assert guard.stderr.read().strip() == "bandwidth-guard: signal SIGTERM"
+    assert alive(mark) == []                # the background sleep too
+
+
+def test_the_guard_passes_the_exit_status_on():
+    guard = subprocess.run([sys.executable, "-m", "bandwidth.launch.guard", "--", "sh", "-c",
+                            "echo out; exit 3"], input="", capture_output=True, text=True,
+                           cwd=ROOT, env=launch_env(), timeout=30)
+    # stdin at end-of-file from the start: the guard may stop the command before it exits
+    assert guard.returncode in (3, 128 + 15)
+
+
+def test_mpirun_tagged_output_is_split_back_per_rank(capsys):
+    child = MpiChild(["mpirun"], {}, ["worker 0@a", "worker 1@b"], ["w0", "w1"])
+    child.on_line("stderr", "[1,1]<stderr>:err[1,1]<stderr>: [1,1]<stderr>:1[1,1]<stderr>:")
+    child.on_line("stderr", "[1,0]<stderr>:zero says hi")
+    child.on_line("stderr", "  Process name: [[4562,1],1]")
+    child.on_line("stdout", "[1,0]<stdout>:result line")
+    assert list(child.rank_tails[1]) == ["err 1"] and list(child.rank_tails[0]) == ["zero says hi"]
+    assert list(child.own) == ["  Process name: [[4562,1],1]"]
+    out, err = capsys.readouterr()
+    assert out == "result line\n"
+    assert "[worker 1@b] err 1\n" in err and "[mpirun]   Process name" in err
