@@ -159,3 +159,13 @@ def test_an_unknown_host_key_fails_instead_of_being_accepted(sshd, tmp_path):
                     PYTHON, "-c", "pass")
     assert result.returncode == 255
     assert "FAIL: 127.0.0.1: host key verification failed" in result.stderr
+
+
+@pytest.mark.timeout(30)
+def test_a_remote_start_failure_is_not_mistaken_for_a_connection_failure(sshd, tmp_path):
+    result = launch("-H", two_hosts(sshd, tmp_path), "-n", "1", "-s", "0", *sshd.options(),
+                    "--env", "PATH=/nonexistent", "python3", "-c", "pass")
+    assert result.returncode == 127
+    assert ("FAIL: worker 0 (rank 0) on 127.0.0.1: did not start: the remote shell exited "
+            "with status 127") in result.stderr
+    assert "python3" in result.stderr.splitlines()[-1]   # env: 'python3': No such file...

@@ -4,6 +4,7 @@ The command (``NAME`` runs over the forwarded and job-wide variables; values sta
 environment, off the command line)::
 
     mpirun --allow-run-as-root --tag-output -np N -H host1:c1,host2:c2 --map-by node \\
+        [--mca plm_rsh_args "-o BatchMode=yes -o ConnectTimeout=T"] \\
         -x NAME... python3 -m bandwidth.launch.mpirole --hosts h0,h1,... -- command...
 
 ``c1, c2`` are the numbers of processes the placement rule (``bandwidth.launch.plan``) gives
@@ -41,11 +42,13 @@ PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 
 
 def mpirun_argv(placed: Sequence[Host], exported: Sequence[str], command: Sequence[str],
-                python: str = "python3") -> list[str]:
+                rsh_args: str | None = None, python: str = "python3") -> list[str]:
     """The mpirun command for processes on ``placed`` (one host per MPI rank)."""
     slots = ",".join(f"{host}:{count}" for host, count in slot_counts(placed))
     argv = ["mpirun", "--allow-run-as-root", "--tag-output", "-np", str(len(placed)),
             "-H", slots, "--map-by", "node"]
+    if rsh_args is not None:
+        argv += ["--mca", "plm_rsh_args", rsh_args]
     for name in exported:
         argv += ["-x", name]
     return argv + [python, "-m", "bandwidth.launch.mpirole",
@@ -128,5 +131,9 @@ def build(plan: Plan) -> list[Child]:
            if name.startswith(MPI_VARIABLE_PREFIXES)}
     env.update(child_environ(plan.environ, config.env, same_host=True))
     env.update(remote)
-    argv = mpirun_argv(plan.hosts, sorted(remote), config.command)
+    # mpirun reaches remote hosts with ssh too: never prompt, and time out like --launcher ssh
+    # (unless the user configured mpirun's ssh arguments themselves).
+    rsh_args = None if "OMPI_MCA_plm_rsh_args" in plan.environ else \
+        f"-o BatchMode=yes -o ConnectTimeout={config.timeout_s}"
+    argv = mpirun_argv(plan.hosts, sorted(remote), config.command, rsh_args)
     return [MpiChild(argv, env, [r.label for r in plan.roles], [r.title for r in plan.roles])]

@@ -128,12 +128,17 @@ class SshChild(Child):
                 return status_failure(self.subject, -_signal_number(value), self.label, self.tail)
             code = int(value)
             return None if code == 0 else status_failure(self.subject, code, self.label, self.tail)
-        if self.remote_pid is None:
+        code = self.proc.returncode
+        if self.remote_pid is None and code == 255:   # ssh's own failure: no connection
             what = explain_ssh_error(self.tail, self.host, self.ssh.connect_timeout_s)
             return Failure(str(self.host), f"{what} (starting {self.label})", 255,
                            f"ssh to {self.host}", tuple(self.tail))
-        return Failure(self.subject, f"lost its ssh connection (ssh exited with status "
-                       f"{self.proc.returncode})", 255, self.label, tuple(self.tail))
+        if self.remote_pid is None:   # the remote shell failed: no such directory or python3
+            return Failure(self.subject, f"did not start: the remote shell exited with status "
+                           f"{code}", code if code > 0 else 128 - code, self.label,
+                           tuple(self.tail))
+        return Failure(self.subject, f"lost its ssh connection (ssh exited with status {code})",
+                       255, self.label, tuple(self.tail))
 
     def start_timeout(self, timeout_s: float) -> Failure:
         return Failure(str(self.host), f"connection timed out after {self.ssh.connect_timeout_s}"
