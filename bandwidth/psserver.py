@@ -50,10 +50,11 @@ def _serve_sync(store, inbox, mine, optimizer, iterations: int) -> None:
             for w in workers[1:]:
                 merged.add_(inbox[w][s:e])
             if optimizer is None:
-                store[s:e].copy_(merged)
+                answer = merged        # the stored value is the sum: answer from it, no copy
             else:
                 optimizer.apply(store[s:e], merged)
-            answers += [dist.isend(store[s:e], dst=w, tag=tag) for w in workers]
+                answer = store[s:e]
+            answers += [dist.isend(answer, dst=w, tag=tag) for w in workers]
         for work in answers:
             work.wait()
 

@@ -113,14 +113,20 @@ class ParameterServerStore(KVStore):
         _, self.server_ranges = ps_layout(list(zip(layout.names, layout.shapes)),
                                           cluster.num_servers, len(replicas), by_owner=self.on_gpus)
         self.messages = messages(self.server_ranges, first.element_size())
-        self.push_buf = dev.empty(numel, first.dtype, torch.device("cpu"), pinned)
-        self.pull_buf = dev.empty(numel, first.dtype, torch.device("cpu"), pinned)
+        on_host = not first.is_cuda
+        # What goes out and what comes back. On CPU devices, as MXNet's comm_buf aliases a merged
+        # array already in host memory: one replica pushes its own gradients, and the pull lands
+        # in the first replica's outputs; no staging copies.
+        self.push_buf = (first if on_host and len(replicas) == 1 and not self.on_gpus
+                         else dev.empty(numel, first.dtype, torch.device("cpu"), pinned))
+        self.pull_buf = (replicas[0].outputs if on_host
+                         else dev.empty(numel, first.dtype, torch.device("cpu"), pinned))
         if self.on_gpus:
             # The GPUs reduce (MXNet's CommDevice); the servers apply the optimizer.
             self.local = DeviceStore(replicas, layout, None, group, chunk_elements)
-        else:
+        elif not on_host:
             self.host_in = [dev.empty(numel, first.dtype, torch.device("cpu"), pinned)
-                            for _ in replicas[1:]]
+                            for _ in replicas]
 
     def notes(self):
         element = self.push_buf.element_size()
@@ -152,15 +158,21 @@ class ParameterServerStore(KVStore):
                     self.push_buf[s:e].copy_(replicas[o].outputs[s:e], non_blocking=True)
             dev_sync(replicas)
             return
-        if len(replicas) == 1:
-            self.push_buf.copy_(replicas[0].grads)
+        if self.push_buf is replicas[0].grads:
+            return                                   # one CPU device: it pushes its own
+        if replicas[0].grads.is_cuda:                # stage every GPU's copy in pinned memory
+            for staged, replica in zip(self.host_in, replicas):
+                staged.copy_(replica.grads, non_blocking=True)
+            dev_sync(replicas)
+            sources = self.host_in
+        else:
+            sources = [replica.grads for replica in replicas]
+        if len(sources) == 1:
+            self.push_buf.copy_(sources[0])
             return
-        self.push_buf.copy_(replicas[0].grads, non_blocking=True)
-        for staged, replica in zip(self.host_in, replicas[1:]):
-            staged.copy_(replica.grads, non_blocking=True)
-        dev_sync(replicas)
-        for staged in self.host_in:
-            self.push_buf.add_(staged)
+        torch.add(sources[0], sources[1], out=self.push_buf)
+        for more in sources[2:]:
+            self.push_buf.add_(more)
 
     def _broadcast_local(self):
         replicas = self.replicas
@@ -172,7 +184,8 @@ class ParameterServerStore(KVStore):
             self.local.broadcast()
             return
         for replica in replicas:
-            replica.outputs.copy_(self.pull_buf, non_blocking=True)
+            if replica.outputs is not self.pull_buf:
+                replica.outputs.copy_(self.pull_buf, non_blocking=True)
 
 
 def dev_sync(replicas) -> None:
