@@ -7,8 +7,12 @@ import socket
 import time
 
 import pytest
-from launch_support import (PYTHON, ROOT, alive, launch, marker, program, records, start_launch,
-                            wait_until)
+from launch_support import (PYTHON, ROOT, alive, launch, launch_env, marker, program, records,
+                            start_launch, wait_until)
+
+from bandwidth.launch.config import LaunchConfig
+from bandwidth.launch.driver import run
+from bandwidth.launch.supervisor import LaunchFailed
 
 SECRETS = {"SECRET_TOKEN": "hunter2", "AWS_SECRET_ACCESS_KEY": "x", "MY_PRIVATE_THING": "y",
            "NCCL_API_TOKEN": "z"}
@@ -184,3 +188,16 @@ def test_local_launcher_refuses_a_hosts_file(tmp_path):
     result = launch("-H", str(tmp_path / "hosts"), "--launcher", "local", "-n", "1", "true")
     assert result.returncode == 2
     assert "--launcher local runs every process on this host: drop -H" in result.stderr
+
+
+@pytest.mark.timeout(60)
+def test_run_works_without_the_command_line(tmp_path):
+    run(LaunchConfig(command=(PYTHON, program("role_env.py"), str(tmp_path)), num_workers=2),
+        launch_env())
+    assert sorted(records(tmp_path)) == ["server-0", "server-1", "worker-0", "worker-1"]
+    mark = marker()
+    with pytest.raises(LaunchFailed) as err:
+        run(LaunchConfig(command=(PYTHON, program("fail.py"), mark, "--rank", "0", "--exit", "4",
+                                  "--after", "0"), num_workers=1, num_servers=0), launch_env())
+    assert err.value.exit_code == 4
+    assert str(err.value).startswith("FAIL: worker 0 (rank 0) on 127.0.0.1: exited with status 4")

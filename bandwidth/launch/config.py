@@ -8,6 +8,7 @@ never re-parses the user's flags (MXNet's tracker swallowed ``--env``, ``--log-l
 from __future__ import annotations
 
 import argparse
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,7 +41,7 @@ class LaunchConfig:
     sync_dst_dir: str | None = None
     ssh_config: str | None = None
     ssh_options: tuple[str, ...] = ()
-    workdir: str = field(default=".")
+    workdir: str = field(default_factory=os.getcwd)   # where processes run (ssh: remotely too)
 
     def __post_init__(self):
         if self.num_servers is None:

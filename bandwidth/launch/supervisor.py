@@ -10,7 +10,8 @@ so no helper thread can fail unnoticed.
 Every child runs in its own session (``start_new_session``): a terminal's Ctrl-C reaches only
 the launcher, which then stops the children, and a child's whole process group can be signalled.
 Stopping is SIGTERM, then SIGKILL after the grace period. When a child's first process exits,
-whatever is left of its process group is killed, so helpers it started do not linger.
+whatever is left of its process group is killed, so helpers it started do not linger (a helper
+that makes a session of its own escapes this, as it would any process-group based supervisor).
 """
 
 from __future__ import annotations
