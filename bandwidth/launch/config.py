@@ -104,7 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="default: ssh with -H, local without")
     parser.add_argument("--scheduler", action="store_true",
                         help="also start one scheduler process (DMLC_ROLE=scheduler) running "
-                        "the same command on this host, as MXNet's ps-lite needs")
+                        "the same command, as MXNet's ps-lite needs: on this host (mpi: the "
+                        "last MPI process)")
     parser.add_argument("--sync-dst-dir", metavar="DIR",
                         help="ssh: rsync the current directory to DIR on every host first, "
                         "and run the command there")
