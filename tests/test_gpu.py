@@ -66,6 +66,11 @@ def test_cli_on_gpus_prints_mxnet_lines(cli, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "num of arrays = 205, total size = 257.991328 MB" in proc.stdout
     assert proc.stdout.count("GB/sec per gpu, error 0.000000") == 3
-    data = json.loads(out.read_text())
-    assert data["environment"]["devices"][0]["name"].startswith("NVIDIA")
+    doc = json.loads(out.read_text())
+    assert doc["environment"]["devices"][0]["name"].startswith("NVIDIA")
+    assert doc["fingerprint"]["device_count"] == len(GPUS)
+    (data,) = doc["results"]
     assert len(data["iterations"]) == 3
+    if len(GPUS) > 1:
+        assert data["ceiling"]["gbps"] > 0 and "p2p" in data["ceiling"]["name"]
+    assert "% of" in proc.stdout
