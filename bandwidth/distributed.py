@@ -13,6 +13,8 @@ what the network carried.
 
 from __future__ import annotations
 
+import statistics
+import time
 from datetime import timedelta
 
 import torch
@@ -21,7 +23,9 @@ import torch.distributed as dist
 from bandwidth import optimizers, protocol
 from bandwidth.errors import UnsupportedError
 from bandwidth.group import DistGroup
-from bandwidth.kvstores.dist import Cluster
+from bandwidth.bounds import Bound
+from bandwidth.kvstores.dist import Cluster, messages, ps_layout
+from bandwidth.layout import DTYPE_BYTES, TORCH_DTYPES
 from bandwidth.launch.contract import SERVER, WORKER, Role, join_store
 from bandwidth.protocol import Report, Sample, Summary
 from bandwidth.psserver import serve
@@ -61,6 +65,7 @@ def _parameter_server(plan: Plan, role: Role, on_report) -> Result | None:
         workers = dist.new_group(list(range(role.job.num_workers)))
         cluster = Cluster(role.job.num_workers, role.job.num_servers,
                           role.task_id if role.name == WORKER else 0)
+        raw = _raw_exchange(plan, cluster, role) if c.reference else None
         if role.name == SERVER:
             serve(plan.shapes, cluster, role.task_id, devices=1, by_owner=False,
                   sync=plan.store_cls.sync, optimizer=optimizers.make(c.optimizer),
@@ -73,10 +78,52 @@ def _parameter_server(plan: Plan, role: Role, on_report) -> Result | None:
                                     cluster=cluster, first_replica=role.task_id * per_worker,
                                     replicas=role.job.num_workers * per_worker)
             result = _result(plan, measured, group, role.job.num_workers * per_worker)
+            if raw is not None and result.summary.bus_factor:
+                result.ceiling = Bound("raw Gloo send+recv between workers and servers, same "
+                                       "bytes and messages, same run",
+                                       plan.nbytes * result.summary.bus_factor / group.max(raw) / 1e9)
         dist.barrier()                   # every worker and server is done
         return result
     finally:
         dist.destroy_process_group()
+
+
+def _raw_exchange(plan: Plan, cluster: Cluster, role: Role, repeats: int = 3) -> float | None:
+    """The transport alone: every worker sends each server its share in the same messages and
+    gets it straight back, all at once, as a step does without any reduction or update. Returns
+    the worker's median seconds (None on servers)."""
+    _, ranges = ps_layout(plan.shapes, cluster.num_servers, 1, by_owner=False)
+    element = DTYPE_BYTES[plan.config.dtype]
+    plan_messages = messages(ranges, element)
+    out = torch.ones(plan.numel, dtype=TORCH_DTYPES[plan.config.dtype])
+    back = torch.empty_like(out)
+    inboxes: list[torch.Tensor] = []
+    seconds = []
+    for i in range(repeats + 1):                  # the first one is a warm-up
+        dist.barrier()
+        start = time.perf_counter()
+        if role.name == WORKER:
+            works = [dist.isend(out[s:e], dst=cluster.server_rank(server), tag=tag)
+                     for tag, (server, s, e) in enumerate(plan_messages)]
+            works += [dist.irecv(back[s:e], src=cluster.server_rank(server), tag=tag)
+                      for tag, (server, s, e) in enumerate(plan_messages)]
+        else:                                     # as a server: all receives posted at once
+            mine = [(tag, s, e) for tag, (server, s, e) in enumerate(plan_messages)
+                    if server == role.task_id]
+            inbox = inboxes or [torch.empty_like(out) for _ in range(cluster.num_workers)]
+            inboxes = inbox
+            arriving = {(w, tag): dist.irecv(inbox[w][s:e], src=w, tag=tag)
+                        for tag, s, e in mine for w in range(cluster.num_workers)}
+            works = []
+            for tag, s, e in mine:
+                for w in range(cluster.num_workers):
+                    arriving[(w, tag)].wait()
+                    works.append(dist.isend(inbox[w][s:e], dst=w, tag=tag))
+        for work in works:
+            work.wait()
+        if i:
+            seconds.append(time.perf_counter() - start)
+    return statistics.median(seconds) if role.name == WORKER else None
 
 
 def _dist_nccl(plan: Plan, role: Role, on_report) -> Result | None:

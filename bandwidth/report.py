@@ -63,8 +63,8 @@ def summary_lines(result: Result) -> list[str]:
         lines.append(f"#   reference, one flat all-reduce of the same bytes: busbw "
                      f"{ref.busbw_median:.3f} GB/s (median); this run reaches {100 * ratio:.1f} %")
     elif plan.store_cls.distributed:
-        lines.append("#   reference: the host-to-host matrix of python launch.py ... python -m "
-                     "bandwidth.ceiling --network bounds the distributed modes")
+        lines.append("#   host-to-host ceiling: python launch.py -H hosts -n K python -m "
+                     "bandwidth.ceiling --network")
     elif plan.devices.n == 1:
         lines.append("#   one device: nothing crosses a link, so busbw is 0 by definition")
     else:
@@ -76,7 +76,8 @@ def ceiling_text(result: Result) -> str:
     """'92.1 % of 384.8 GB/s (p2p unidirectional copy ...)', or n/a with the reason."""
     plan, ceiling = result.plan, result.ceiling
     if ceiling is None:
-        why = ("network ceiling not measured in this run" if plan.store_cls.distributed else
+        why = ("this mode measures none in the run" if plan.store_cls.distributed and
+               plan.config.reference else
                "one device" if plan.devices.n < 2 else
                "not measured (--no-reference)" if not plan.config.reference else "unknown")
         return f"n/a ({why}); bound by {plan.store_cls.bound}"

@@ -2,6 +2,7 @@
 servers in sync and async mode, the GPU-reduce variants, the multi-worker all-reduce, scale and a
 server killed mid-run."""
 
+import json
 import os
 import re
 import signal
@@ -40,6 +41,7 @@ def test_sync_servers_are_exact(mode, optimizer):
     assert len(errors) == 6                       # 3 lines from each of 2 workers
     assert max(errors) < 1e-6
     assert "per-server load: 0:" in proc.stdout and "network: each worker pushes" in proc.stdout
+    assert re.search(r"ceiling: [0-9.]+ % of [0-9.]+ GB/s \(raw Gloo send\+recv", proc.stdout)
 
 
 @pytest.mark.timeout(200)
@@ -125,3 +127,18 @@ def test_a_server_killed_mid_run_ends_the_job():
     assert "server" in err and ("SIGKILL" in err or "signal" in err)
     time.sleep(0.5)
     assert _pids_with(marker, "worker") == [] and _pids_with(marker, "server") == []
+
+
+@pytest.mark.timeout(150)
+def test_host_to_host_matrix(tmp_path):
+    out = tmp_path / "net.json"
+    argv = [sys.executable, str(LAUNCH), "-n", "3", "-s", "0", "--timeout", "60", sys.executable,
+            "-m", "bandwidth.ceiling", "--network", "--mb", "8", "--repeats", "2",
+            "--json", str(out)]
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=140)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Host-to-host bandwidth" in proc.stdout
+    matrix = json.loads(out.read_text())["network"]
+    assert matrix["hosts"] == ["0@127.0.0.1", "1@127.0.0.1", "2@127.0.0.1"]
+    for i, row in enumerate(matrix["gbps"]):
+        assert row[i] is None and all(v > 0 for j, v in enumerate(row) if j != i)

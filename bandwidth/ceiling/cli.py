@@ -60,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--skip", default="", help="comma list of parts not to measure")
     p.add_argument("--timeout", type=float, default=600.0,
                    help="seconds allowed to each child process (default 600)")
+    p.add_argument("--network", action="store_true",
+                   help="under launch.py: the host-to-host bandwidth matrix between the launched "
+                        "processes (the ceiling of the distributed modes)")
     p.add_argument("--json", dest="json_path", default=None,
                    help='also write {"ceilings": ...} to this file')
     return p
@@ -82,6 +85,18 @@ def options_from_args(args, is_cuda: bool) -> CeilingOptions:
                           timeout_s=args.timeout)
 
 
+def network_main(args) -> int:
+    from bandwidth.ceiling.network import measure_network, render
+
+    matrix = measure_network(int(args.mb * 1e6), args.repeats, args.timeout)
+    if matrix is not None:
+        print("\n".join(render(matrix)), flush=True)
+        if args.json_path:
+            Path(args.json_path).write_text(json.dumps({"network": matrix}, indent=1))
+            print(f"# wrote {args.json_path}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Exit status: 0 done, 1 a part failed (printed as FAILED), 2 bad input."""
     try:
@@ -90,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError("--gpus and --cpus exclude each other")
         if args.cpus is not None and args.cpus < 1:
             raise ConfigError(f"--cpus must be at least 1; got {args.cpus}")
+        if args.network:
+            return network_main(args)
         devices = resolve(parse_gpus(args.gpus) if args.gpus is not None else None, args.cpus)
         options = options_from_args(args, devices.is_cuda)
         ceilings = measure_ceilings(devices, options,

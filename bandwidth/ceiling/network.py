@@ -1,0 +1,85 @@
+"""The host-to-host bandwidth matrix: the ceiling of the distributed modes, through the same engine
+(torch.distributed with Gloo over TCP), in the form of seed 000's "bandwidth test" table.
+
+    python launch.py -H hosts -n K python -m bandwidth.ceiling --network [--mb 256] [--json F]
+
+Every process the launcher started is one row and column (labelled rank@host). For each ordered
+pair, the source sends ``nbytes`` and the destination answers with one byte once it has it all; the
+source's median over repeats, everyone else waiting at a barrier, gives GB/s from source to
+destination. Rank 0 prints the matrix and returns it.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from bandwidth.errors import UnsupportedError
+
+
+def measure_network(nbytes: int, repeats: int, timeout_s: float) -> dict | None:
+    """The matrix as {"hosts": [...], "gbps": [[...]], "nbytes", "method"} on rank 0, None elsewhere."""
+    from bandwidth.launch.contract import Role, join_store
+
+    if "DMLC_ROLE" not in os.environ:
+        raise UnsupportedError("--network measures between the processes launch.py starts: "
+                               "python launch.py -H hosts -n K python -m bandwidth.ceiling --network")
+    role = Role.from_environ(os.environ)
+    if role.rank is None:
+        return None                           # a ps-lite scheduler takes no part
+    dist.init_process_group("gloo", store=join_store(role, timeout_s), rank=role.rank,
+                            world_size=role.world_size, timeout=timedelta(seconds=timeout_s))
+    try:
+        hosts: list = [None] * role.world_size
+        dist.all_gather_object(hosts, f"{role.rank}@{role.node_host}")
+        payload = torch.ones(max(1, nbytes // 4))
+        ack = torch.zeros(1, dtype=torch.uint8)
+        size = role.world_size
+        row = [None] * size
+        for src in range(size):
+            for dst in range(size):
+                if src == dst:
+                    continue
+                seconds = []
+                for i in range(repeats + 1):        # the first one is a warm-up
+                    dist.barrier()
+                    if role.rank == src:
+                        start = time.perf_counter()
+                        dist.send(payload, dst=dst)
+                        dist.recv(ack, src=dst)
+                        if i:
+                            seconds.append(time.perf_counter() - start)
+                    elif role.rank == dst:
+                        dist.recv(payload, src=src)
+                        dist.send(ack, dst=src)
+                if role.rank == src:
+                    row[dst] = payload.numel() * 4 / statistics.median(seconds) / 1e9
+        rows: list = [None] * size
+        dist.all_gather_object(rows, row)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    if role.rank != 0:
+        return None
+    return {"hosts": hosts, "gbps": rows, "nbytes": payload.numel() * 4,
+            "method": f"Gloo send of {payload.numel() * 4 / 1e6:g} MB and a 1-byte answer, "
+                      f"median of {repeats}, one pair at a time"}
+
+
+def render(matrix: dict) -> list[str]:
+    """The matrix in GB/s and Gb/s, sources down, destinations across."""
+    hosts = matrix["hosts"]
+    width = max(12, *(len(h) for h in hosts)) + 2
+    lines = ["Host-to-host bandwidth (source down, destination across), GB/s (Gb/s)",
+             " " * width + "".join(f"{h:>{width + 6}}" for h in hosts)]
+    for host, row in zip(hosts, matrix["gbps"]):
+        cells = "".join(f"{'':>{width + 6}}" if v is None else
+                        f"{f'{v:.2f} ({8 * v:.1f})':>{width + 6}}" for v in row)
+        lines.append(f"{host:<{width}}{cells}")
+    lines.append(f"# {matrix['method']}")
+    return lines
