@@ -18,7 +18,7 @@ setup(
     packages=find_packages(include=["bandwidth", "bandwidth.*", "networks", "networks.*"]),
     py_modules=["launch"],
     install_requires=["torch>=2.1", "numpy"],
-    extras_require={"test": ["pytest>=7", "pytest-timeout"], "plot": ["matplotlib"],
+    extras_require={"test": ["pytest>=7", "pytest-timeout", "matplotlib"], "plot": ["matplotlib"],
                     "topology": ["nvidia-ml-py"]},
     entry_points={"console_scripts": [
         "bandwidth-measure = bandwidth.measure:main",
