@@ -20,7 +20,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from bandwidth import optimizers, protocol
+from bandwidth import optimizers
 from bandwidth.errors import UnsupportedError
 from bandwidth.group import DistGroup
 from bandwidth.bounds import Bound
