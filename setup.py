@@ -19,7 +19,9 @@ setup(
     py_modules=["launch"],
     install_requires=["torch>=2.1", "numpy"],
     extras_require={"test": ["pytest>=7", "pytest-timeout", "matplotlib"], "plot": ["matplotlib"],
-                    "topology": ["nvidia-ml-py"]},
+                    "topology": ["nvidia-ml-py"],
+                    # --backend mxnet. MXNet 1.9.1 uses np.bool, which numpy 1.24 removed.
+                    "mxnet": ["mxnet==1.9.1", "numpy<1.24"]},
     entry_points={"console_scripts": [
         "bandwidth-measure = bandwidth.measure:main",
         "bandwidth-launch = bandwidth.launch.cli:main",

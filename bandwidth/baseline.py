@@ -6,12 +6,12 @@ A baseline is an ordinary result document (``--save-baseline FILE`` writes the s
 1. ``check_fingerprint``: the baseline must come from the same hardware (device model and count,
    driver, links, peer access; bandwidth.results.fingerprint). Otherwise the check is refused with
    exit status 2 and a message naming what differs, unless forced.
-2. ``compare``: rows are matched by Row.key (mode, network, devices, dtype, optimizer). Each
-   baseline row's figure is the median of its repeats; the current rows with the same key are the
-   repeats of this run, and the row passes if ANY of them is within the tolerance (a repeat at or
-   above ``baseline x (1 - tolerance)``): fleet health checks re-run a flapping check and pass on
-   the first good run. With ``min_gbps`` every row whose best repeat is below it fails (nccl-tests'
-   NCCL_TESTS_MIN_BW, but on each row and without its 0.9 factor).
+2. ``compare``: rows are matched by Row.key (mode, network, devices, dtype, optimizer and
+   backend). Each baseline row's figure is the median of its repeats; the current rows with the
+   same key are the repeats of this run, and the row passes if ANY of them is within the
+   tolerance (a repeat at or above ``baseline x (1 - tolerance)``): fleet health checks re-run a
+   flapping check and pass on the first good run. With ``min_gbps`` every row whose best repeat
+   is below it fails (nccl-tests' NCCL_TESTS_MIN_BW, but on each row and without its 0.9 factor).
 3. ``exit_code``: 0 pass, 1 a regression or a row below the floor, 2 bad input (no row in common).
 
 The figure compared is GB/s per GPU (busbw, median over iterations). Rows that exist on one side

@@ -13,6 +13,7 @@ from bandwidth.errors import ConfigError
 
 DTYPES = ("float32", "float16", "bfloat16")
 OPTIMIZERS = ("none", "sgd")
+GC_TYPES = ("none", "2bit")               # MXNet 1.9.1's gradient compression (--backend mxnet)
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,8 @@ class Config:
     cpu_threads: int | None = None         # CPU summation threads of the local mode (None: torch's)
     timeout_s: float = 300.0               # bound on any multi-process part
     seed: int = 0
+    backend: str = "toolkit"               # "toolkit": bandwidth.kvstores; "mxnet": MXNet's kvstore
+    gc_type: str = "none"                  # MXNet's gradient compression (--backend mxnet only)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -176,7 +179,12 @@ def build_parser() -> argparse.ArgumentParser:
                     help="'sgd' (lr 0.01, no momentum, no weight decay, as MXNet) or 'none' (default)")
     ex.add_argument("--dtype", default="float32", help=f"{' | '.join(DTYPES)} (default: float32)")
     ex.add_argument("--gc-type", default="none",
-                    help="gradient compression; only 'none' is supported (kept for MXNet's commands)")
+                    help="gradient compression: 'none' (default), or MXNet's '2bit' with "
+                         "--backend mxnet on the device and dist_* kvstores")
+    ex.add_argument("--backend", default="toolkit",
+                    help="what exchanges the arrays, a comma list of: toolkit (this toolkit's "
+                         "modes on PyTorch; default), mxnet (MXNet 1.9.1's own kvstore and "
+                         "ps-lite; pip install '.[mxnet]'); 'toolkit,mxnet' compares the two")
     ex.add_argument("--chunk-mb", type=float, default=None,
                     help="largest pipelining chunk of the device and local modes, MB (default: "
                          "device: each GPU's share in two chunks, at most 256 MB; local: 32)")
@@ -241,9 +249,8 @@ def _check_scalars(args: argparse.Namespace) -> None:
         raise ConfigError(f"--num-classes must be positive; got {args.num_classes}")
     if args.dtype not in DTYPES:
         raise ConfigError(f"unknown --dtype {args.dtype!r}; valid: {', '.join(DTYPES)}")
-    if args.gc_type.lower() != "none":
-        raise ConfigError(f"--gc-type {args.gc_type!r} is not supported: gradient compression is "
-                          "not implemented; use --gc-type none")
+    if args.gc_type.lower() not in GC_TYPES:
+        raise ConfigError(f"unknown --gc-type {args.gc_type!r}; valid: {', '.join(GC_TYPES)}")
     if args.gpus is not None and args.cpus is not None:
         raise ConfigError("give either --gpus or --cpus, not both")
     if args.cpus is not None and args.cpus < 1:
@@ -288,6 +295,19 @@ def _networks(args: argparse.Namespace, dtype_bytes: int) -> list[str]:
     return out
 
 
+def _backends(args: argparse.Namespace) -> list[str]:
+    from bandwidth.backends import canonical_backend
+
+    names = list(dict.fromkeys(canonical_backend(b) for b in args.backend.split(",") if b))
+    if not names:
+        raise ConfigError("--backend needs at least one name")
+    if args.gc_type.lower() != "none" and "toolkit" in names:
+        raise ConfigError(f"--gc-type {args.gc_type!r}: gradient compression is not implemented "
+                          "in the toolkit's modes; use --gc-type none, or --backend mxnet for "
+                          "MXNet's own")
+    return names
+
+
 def job_from_args(args: argparse.Namespace) -> Job:
     """Validate the parsed flags and freeze them into a Job; bad values raise ConfigError."""
     from bandwidth.baseline import parse_min_gbps, parse_tolerance
@@ -301,17 +321,21 @@ def job_from_args(args: argparse.Namespace) -> Job:
     modes = [canonical_name(m) for m in args.kv_store.split(",") if m]
     if not modes:
         raise ConfigError("--kv-store needs at least one mode")
+    backends = _backends(args)
     image_shape = parse_image_shape(args.image_shape)
     common = dict(num_layers=args.num_layers, image_shape=image_shape,
                   num_classes=args.num_classes, num_batches=args.num_batches, warmup=args.warmup,
                   disp_batches=args.disp_batches, test_results=bool(args.test_results),
                   optimizer=optimizer, dtype=args.dtype, reference=args.reference,
                   chunk_mb=args.chunk_mb, cpu_threads=args.cpu_threads, timeout_s=args.timeout,
-                  seed=args.seed)
-    configs = tuple(Config(network=network, kv_store=mode, gpus=gpus, cpus=cpus, **common)
+                  seed=args.seed, gc_type=args.gc_type.lower())
+    # The backend varies fastest, so that the rows of a comparison sit side by side.
+    configs = tuple(Config(network=network, kv_store=mode, gpus=gpus, cpus=cpus, backend=backend,
+                           **common)
                     for mode in modes
                     for network in _networks(args, DTYPE_BYTES[args.dtype])
-                    for gpus, cpus in _device_sets(args))
+                    for gpus, cpus in _device_sets(args)
+                    for backend in backends)
     return Job(configs=configs, json_path=args.json_path, csv_path=args.csv_path,
                plot_path=args.plot_path, dry_run=args.dry_run, ceiling=args.ceiling,
                save_baseline=args.save_baseline, baseline=args.baseline,

@@ -81,6 +81,9 @@ def execute(job: Job, role=None) -> int:
         return 0
     widest = max(plans, key=lambda p: p.devices.n)
     environment = describe_environment(widest.devices)
+    if any(plan.config.backend == "mxnet" for plan in plans):
+        from bandwidth.backends import mxnet_backend
+        environment["mxnet"] = mxnet_backend.import_mxnet().__version__   # fails before output
     base = None
     if job.baseline:                       # refuse other hardware before measuring anything
         base = baseline.load_baseline(job.baseline)
@@ -105,6 +108,8 @@ def execute(job: Job, role=None) -> int:
     rows = rows_from_document(doc, "this run")
     if job.is_sweep:
         print("\n".join(table.sweep_table(rows)))
+    if len({row.backend for row in rows}) > 1:
+        print("\n".join([""] + table.backend_table(rows)))
     if job.baseline_row:
         print("\n".join([""] + table.ratio_table(rows, table.pick_baseline_row(rows,
                                                                                job.baseline_row))))
@@ -147,7 +152,10 @@ def outputs(job: Job, doc: dict, rows) -> None:
 
 def execute_distributed(job: Job, role) -> int:
     """One configuration under launch.py: workers measure and print, servers serve."""
-    from bandwidth.distributed import check_role, run_distributed
+    if job.configs[0].backend == "mxnet":      # MXNet's ps-lite roles (mxnet imported there)
+        from bandwidth.backends.mxnet_session import check_role, run_distributed
+    else:
+        from bandwidth.distributed import check_role, run_distributed
 
     if job.is_sweep:
         raise ConfigError("the distributed modes measure one configuration per launch; "
@@ -177,7 +185,8 @@ def progress(index: int, total: int, repeat: int, repeats: int, result: Result) 
     """One line per finished configuration of a sweep, on stderr."""
     plan, s = result.plan, result.summary
     run_of = f" (repeat {repeat + 1}/{repeats})" if repeats > 1 else ""
-    print(f"[{index + 1}/{total}]{run_of} {plan.config.kv_store} {plan.network_label} on "
+    backend = "" if plan.config.backend == "toolkit" else f"{plan.config.backend} "
+    print(f"[{index + 1}/{total}]{run_of} {backend}{plan.config.kv_store} {plan.network_label} on "
           f"{plan.devices.describe()}: {s.busbw_median:.3f} GB/sec per gpu, "
           f"{ceiling_text(result)}", file=sys.stderr, flush=True)
 

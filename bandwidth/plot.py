@@ -36,7 +36,7 @@ def sweep_series(rows: list[Row]) -> dict[str, list[Row]]:
     many_sources = len({r.source for r in flat}) > 1
     groups: dict[tuple, list[Row]] = defaultdict(list)
     for r in flat:
-        groups[(r.kv_store, r.devices, r.dtype, r.optimizer,
+        groups[(r.mode, r.devices, r.dtype, r.optimizer,
                 r.source if many_sources else "")].append(r)
     series = {}
     for (mode, devices, dtype, optimizer, source), members in groups.items():
@@ -107,8 +107,8 @@ def _bars(fig, rows: list[Row]) -> None:
     groups: dict[tuple, dict[str, Row]] = defaultdict(dict)
     for r in rows:
         group = (r.network, r.devices, r.dtype, r.source if many_sources else "")
-        groups[group].setdefault(r.kv_store, r)   # a repeated row: the first is drawn
-    modes = list(dict.fromkeys(r.kv_store for r in rows))
+        groups[group].setdefault(r.mode, r)   # a repeated row: the first is drawn
+    modes = list(dict.fromkeys(r.mode for r in rows))
     color = _colors(modes)
     width = 0.8 / len(modes)
     n_bars = sum(len(g) for g in groups.values())

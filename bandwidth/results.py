@@ -7,7 +7,8 @@ Document, schema version 1::
      "environment": {...},            # host, versions, devices, driver, peer access (one host)
      "fingerprint": {...},            # what must match for a baseline to apply (see below)
      "results": [                     # one per measured configuration
-       {"config": {...}, "network": {"name", "arrays", "bytes", "shapes"},
+       {"config": {...},              # with "backend": "toolkit" | "mxnet" (absent: toolkit)
+        "network": {"name", "arrays", "bytes", "shapes"},
         "kv_store": {"name", "bound", "notes"}, "devices": ["cuda:0", ...],
         "iterations": [{"iteration", "seconds", "error"}], "reports": [...],
         "summary": {"busbw_median", "busbw_min", "busbw_max", "algbw_median", "seconds_median",
@@ -47,15 +48,22 @@ class Row:
     error: float                # largest error over iterations (-1: not checked)
     ceiling_name: str | None
     ceiling_gbps: float | None
+    backend: str = "toolkit"    # what exchanged the arrays: "toolkit" or "mxnet" (--backend)
 
     @property
     def key(self) -> tuple:
         """What identifies 'the same measurement' across runs."""
-        return (self.kv_store, self.network, self.devices, self.dtype, self.optimizer)
+        return (self.kv_store, self.network, self.devices, self.dtype, self.optimizer,
+                self.backend)
+
+    @property
+    def mode(self) -> str:
+        """The mode as tables and plots name it: ``device``, or ``mxnet device`` for MXNet's."""
+        return self.kv_store if self.backend == "toolkit" else f"{self.backend} {self.kv_store}"
 
     @property
     def label(self) -> str:
-        return f"{self.kv_store} {self.network} {self.devices}"
+        return f"{self.mode} {self.network} {self.devices}"
 
     @property
     def pct_of_ceiling(self) -> float | None:
@@ -86,7 +94,8 @@ def rows_from_document(doc: dict, source: str) -> list[Row]:
             busbw_max=summary["busbw_max"], algbw_gbps=summary["algbw_median"],
             seconds=summary["seconds_median"], error=summary["error_max"],
             ceiling_name=ceiling["name"] if ceiling else None,
-            ceiling_gbps=ceiling["gbps"] if ceiling else None))
+            ceiling_gbps=ceiling["gbps"] if ceiling else None,
+            backend=config.get("backend", "toolkit")))      # documents before --backend: toolkit
     return rows
 
 

@@ -4,11 +4,11 @@ when the mode needs it), add the flat all-reduce reference, and return one Resul
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
 
 import networks
-from bandwidth import protocol
+from bandwidth import backends, protocol
 from bandwidth.bounds import Bound, bound
 from bandwidth.config import Config
 from bandwidth.devices import DeviceSet, free_bytes, resolve
@@ -78,7 +78,7 @@ def make_plan(config: Config, with_devices: bool = True) -> Plan:
     except ValueError as exc:          # NetworkError, or a shape a network cannot take
         raise ConfigError(str(exc)) from None
     devices = resolve(config.gpus, config.cpus) if with_devices else DeviceSet("cpu", (0,))
-    store_cls = KVSTORES[config.kv_store]
+    store_cls = backends.store_class(config)
     if store_cls.needs_optimizer and config.optimizer == "none":
         raise UnsupportedError(f"--kv-store {config.kv_store} needs an optimizer: asynchronous "
                                "servers apply every push at once, which is only defined with one "
@@ -121,14 +121,20 @@ def measure_task(plan: Plan, indices: list[int], group,
                       cpu_threads=c.cpu_threads, check=c.test_results, cluster=cluster,
                       first_replica=first_replica, replicas=replicas)
     try:
-        notes = session.store.notes()
-        samples, reports = protocol.measure(
-            session, iterations=c.num_batches, warmup=c.warmup, disp_batches=c.disp_batches,
-            check=c.test_results, nbytes=plan.nbytes, on_report=on_report,
-            bus_factor=plan.store_cls.bus_factor(
-                plan.store_cls.counted_devices(plan.devices.n, replicas or plan.devices.n)))
+        return measure_session(plan, session, on_report, replicas, session.store.notes())
     finally:
         session.close()
+
+
+def measure_session(plan: Plan, session, on_report: Callable[[Report], None] | None,
+                    replicas: int | None, notes: list[str]) -> dict:
+    """The protocol on a ready session (this toolkit's, or another backend's), as a plain dict."""
+    c = plan.config
+    samples, reports = protocol.measure(
+        session, iterations=c.num_batches, warmup=c.warmup, disp_batches=c.disp_batches,
+        check=c.test_results, nbytes=plan.nbytes, on_report=on_report,
+        bus_factor=plan.store_cls.bus_factor(
+            plan.store_cls.counted_devices(plan.devices.n, replicas or plan.devices.n)))
     return {"samples": [asdict(s) for s in samples], "reports": [asdict(r) for r in reports],
             "notes": notes}
 
@@ -161,10 +167,15 @@ def run(config: Config, on_report: Callable[[Report], None] | None = None,
                          "print_reports": on_report is not None}, n, config.timeout_s)
         measured, reference = out["measure"], out.get("reference")
     else:
-        measured = measure_task(plan, list(range(n)), LocalGroup(), on_report)
+        if config.backend == "mxnet":        # MXNet's own kvstore, every device in this process
+            from bandwidth.backends import mxnet_session
+            measured = mxnet_session.measure_task(plan, on_report)
+        else:
+            measured = measure_task(plan, list(range(n)), LocalGroup(), on_report)
         reference = None
-        if want_reference:
-            reference = run_ranks({"config": config.to_dict(), "tasks": ["reference"],
+        if want_reference:                   # the toolkit's flat all-reduce, whatever the backend
+            flat = replace(config, backend="toolkit", gc_type="none")
+            reference = run_ranks({"config": flat.to_dict(), "tasks": ["reference"],
                                    "print_reports": False}, n, config.timeout_s)["reference"]
     samples = [Sample(**s) for s in measured["samples"]]
     factor = plan.store_cls.bus_factor(n)

@@ -7,6 +7,8 @@ Three tables, each opened by a ``#`` line that says what it shows:
   ceiling measured in the same run (``n/a`` when none was), and the largest error.
 * ``ratio_table``: every row's GB/s per GPU as a ratio to one baseline row (1.00 for the baseline),
   the "performance ratio" tables of remote-GPU and network studies.
+* ``backend_table``: where rows of several backends (``--backend toolkit,mxnet``) measured the
+  same mode, network and GPUs: their GB/s per GPU side by side and the ratio to the toolkit's.
 * ``speedup_table``: for scaling runs (same mode and network at several GPU counts), the total
   throughput n x algbw against the smallest GPU count, the ideal, and the per-GPU efficiency.
 
@@ -24,7 +26,7 @@ from bandwidth.results import Row
 
 CSV_COLUMNS = ("source", "kv_store", "network", "devices", "n", "dtype", "optimizer", "nbytes",
                "busbw_gbps", "busbw_min", "busbw_max", "algbw_gbps", "seconds", "error",
-               "ceiling_name", "ceiling_gbps", "pct_of_ceiling")
+               "ceiling_name", "ceiling_gbps", "pct_of_ceiling", "backend")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -85,6 +87,7 @@ def _identity_columns(rows: list[Row]) -> list[tuple[str, str]]:
     """(header, Row attribute) of the columns that name a row; source, dtype and optimizer only
     where they differ between rows, so that a single run's table stays narrow."""
     columns = [("source", "source")] if _varies(rows, "source") else []
+    columns += [("backend", "backend")] if _varies(rows, "backend") else []
     columns += [("mode", "kv_store"), ("network", "network"), ("GPUs", "devices")]
     columns += [(h, a) for h, a in (("dtype", "dtype"), ("optimizer", "optimizer"))
                 if _varies(rows, a)]
@@ -113,7 +116,7 @@ def sweep_table(rows: list[Row], title: str | None = None) -> list[str]:
              ("# GB/s per GPU = all-reduce busbw (MXNet's GB/sec per gpu), median over iterations "
               "(min, max beside it); algbw = bytes / time")]
     lines += render(headers, cells, right)
-    ceilings = dict.fromkeys((r.kv_store, r.ceiling_name, r.ceiling_gbps)
+    ceilings = dict.fromkeys((r.mode, r.ceiling_name, r.ceiling_gbps)
                              for r in rows if r.ceiling_gbps)
     for mode, name, gbps in ceilings:
         lines.append(f"# ceiling of {mode}: {name}, {gbps:.1f} GB/s (measured in the same run)")
@@ -170,6 +173,40 @@ def ratio_table(rows: list[Row], baseline_index: int = 0) -> list[str]:
         + render(headers, cells, right)
 
 
+def backend_table(rows: list[Row]) -> list[str]:
+    """The same measurement (mode, network, GPUs, dtype, optimizer) under each backend: GB/s per
+    GPU side by side, whatever file each came from, and every other backend's ratio to the
+    toolkit's (to the first backend where the toolkit is absent). Repeats: the median row."""
+    backends = list(dict.fromkeys(r.backend for r in rows))
+    base = "toolkit" if "toolkit" in backends else backends[0]
+    others = [b for b in backends if b != base]
+    groups: dict[tuple, dict[str, list[Row]]] = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        groups[r.key[:-1]][r.backend].append(r)     # Row.key without the backend
+    pairs = {key: {b: _median_row(members) for b, members in by.items()}
+             for key, by in groups.items() if base in by and len(by) > 1}
+    if not pairs:
+        return [f"# backends: no measurement was made under {base} and another backend alike "
+                "(same mode, network, GPUs, dtype and optimizer)"]
+    ident = [("mode", "kv_store"), ("network", "network"), ("GPUs", "devices")]
+    ident += [(h, a) for h, a in (("dtype", "dtype"), ("optimizer", "optimizer"))
+              if _varies(rows, a)]
+    headers = [h for h, _ in ident] + [f"{b} GB/s" for b in [base] + others] \
+        + [f"{b} / {base}" for b in others] + [f"{b} error" for b in [base] + others]
+    cells = []
+    for by in pairs.values():
+        row = by[base]
+        ratios = [f"{by[b].busbw_gbps / row.busbw_gbps:.2f}" if b in by and row.busbw_gbps > 0
+                  else "n/a" for b in others]
+        cells.append([str(getattr(row, a)) for _, a in ident]
+                     + [_gbps(by[b].busbw_gbps) if b in by else "-" for b in [base] + others]
+                     + ratios + [_error(by[b].error) if b in by else "-" for b in [base] + others])
+    right = set(range(len(ident), len(headers)))
+    return [(f"# backends side by side: GB/s per GPU (median) of the same measurement; "
+             f"{', '.join(others)} / {base} > 1 means faster than {base}")] \
+        + render(headers, cells, right)
+
+
 def scaling_series(rows: list[Row]) -> dict[str, list[Row]]:
     """Scaling runs: rows of the same mode, network, dtype, optimizer and device kind measured at
     two or more device counts, as ``{series label: rows sorted by device count}``. Where one
@@ -182,7 +219,7 @@ def scaling_series(rows: list[Row]) -> dict[str, list[Row]]:
         if r.n < 2:
             continue
         kind = r.devices.split(":")[0].split(" ")[0]
-        groups[(r.kv_store, r.network, r.dtype, r.optimizer, kind)].append(r)
+        groups[(r.mode, r.network, r.dtype, r.optimizer, kind)].append(r)
     dtypes_vary, opts_vary = _varies(rows, "dtype"), _varies(rows, "optimizer")
     series: dict[str, list[Row]] = {}
     for (mode, network, dtype, optimizer, _), members in groups.items():
@@ -293,6 +330,8 @@ def report_lines(rows: list[Row], baseline_row: str | int | None = None,
     lines = sweep_table(rows, title)
     if len(rows) > 1:
         lines += [""] + ratio_table(rows, pick_baseline_row(rows, baseline_row))
+    if _varies(rows, "backend"):
+        lines += [""] + backend_table(rows)
     if speedup:
         lines += [""] + speedup_table(rows)
     return lines
