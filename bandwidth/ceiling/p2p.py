@@ -6,8 +6,8 @@ measures them: ``cudaMemcpyPeerAsync`` on the copy engine, issued on the source 
     m.unidirectional[0][1]   # GB/s, GPU 0 writing to GPU 1
 
 Cell [i][j] is a copy from GPU i to GPU j; the diagonal is a copy within GPU i counting both the
-read and the write, as the reference does. Bidirectional cells add both directions, which run at
-once on a stream of each GPU. Latency is the GPU time per 16-byte copy of ``latency_repeat``
+read and the write, as the reference does. Bidirectional cells add both directions, on a stream of
+each GPU, queued as the reference queues them (every copy one way, then every copy the other). Latency is the GPU time per 16-byte copy of ``latency_repeat``
 copies queued behind a spin kernel (the reference's definition: it too times copy-engine copies,
 unless given --sm_copy). With peer access enabled the copies cross the peer link; in a process that
 never enabled it (``bandwidth.ceiling.unpeered``) the driver stages them through host memory.
@@ -105,16 +105,25 @@ def _bandwidth_cell(buf: _Buffers, i: int, j: int, bidirectional: bool, repeats:
         back = rawcopy.PeerCopy(buf.b[i] if i != j else buf.a[i],
                                 buf.a[j] if i != j else buf.b[i], buf.s1[j])
 
-        def copy():
-            there()
-            back()
-        moved = 2 * nbytes
+        def copies():
+            # The reference's order: the whole burst one way (j -> i, on a stream of GPU j),
+            # then the whole burst the other way. With peer access it makes no difference; with
+            # the copies staged through host memory the host blocks while it stages, and this
+            # order overlaps the two directions as little as the reference does (53 GB/s on
+            # 2 x H200 against 63 when the directions alternate).
+            for _ in range(burst):
+                back()
+            for _ in range(burst):
+                there()
+        moved = 2 * nbytes * burst
+        seconds = median_seconds(copies, _sync(i, j), repeats)
     else:
         copy = rawcopy.PeerCopy(buf.b[j], buf.a[i], buf.s0[i])
         moved = nbytes
+        seconds = median_seconds(copy, _sync(i, j), repeats, burst=burst)
     if i == j:
         moved *= 2                  # a copy inside one GPU reads and writes its memory
-    return moved / median_seconds(copy, _sync(i, j), repeats, burst=burst) / 1e9
+    return moved / seconds / 1e9
 
 
 def _latency_cell(buf: _Buffers, i: int, j: int, repeat: int, repeats: int) -> tuple[float, bool]:

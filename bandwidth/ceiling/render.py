@@ -87,9 +87,12 @@ def collective_lines(c: Ceilings) -> list[str]:
     for row in s.rows:
         r = row["results"]
         lines.append(f"{row['nbytes']:>14d}{row['count']:>14d}{'float':>8}"
-                     + "".join(_cell(r[n]["algbw_gbps"], 9) + _cell(r[n]["busbw_gbps"], 9)
-                               for n in names)
+                     + "".join(_cell(r[n]["algbw_gbps"], 9) + _cell(r[n]["busbw_gbps"], 8)
+                               + ("*" if r[n].get("host_paced") else " ") for n in names)
                      + f"{sum(r[n]['wrong'] for n in names):>8d}")
+    if any(r.get("host_paced") for row in s.rows for r in row["results"].values()):
+        lines.append("# *: host-paced: the GPU finished as soon as the host queued the last call, "
+                     "so torch.distributed's per-call host cost, not the link, set this figure")
     if s.rows:
         last = s.rows[-1]
         lines.append(f"# busbw at {last['nbytes']} B (GB/s): " + ", ".join(

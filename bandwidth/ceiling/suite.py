@@ -50,8 +50,9 @@ METHODS = {
     "unidirectional": "cudaMemcpyPeerAsync of {mb:g} MB on the source GPU's stream, bursts of "
                       "{burst} back to back, median of {repeats}; diagonal: a copy within the "
                       "GPU counting read + write",
-    "bidirectional": "both directions at once, a stream on each GPU, counting both; otherwise "
-                     "as unidirectional",
+    "bidirectional": "both directions, a stream on each GPU, counting both: the burst one way "
+                     "then the burst the other way, as p2pBandwidthLatencyTest queues them; "
+                     "otherwise as unidirectional",
     "latency": "GPU time per 16-byte cudaMemcpyPeerAsync (copy engine) of {latency_repeat} "
                "queued behind a spin kernel, CUDA events, median of {repeats}",
 }
@@ -231,9 +232,8 @@ def _collectives(devices: DeviceSet, sizes: list[int], options: CeilingOptions,
     except BandwidthError as exc:
         failures.append(f"collectives: {exc}")
         return None
-    timing = (f"CUDA events around {options.iters} calls queued behind a spin kernel, shortest "
-              f"rank, median of {options.repeats}" if devices.is_cuda else
-              f"perf_counter around {options.iters} calls, slowest rank, median of "
+    timing = (f"perf_counter around {options.iters} back-to-back calls between device "
+              f"synchronisations, mean of the ranks (nccl-tests' default), median of "
               f"{options.repeats}")
     note = None if devices.is_cuda else "Gloo stands in for NCCL (CPU devices)"
     return CollectiveSweep(backend, devices.n, options.iters, options.warmup, options.repeats,
