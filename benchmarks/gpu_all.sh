@@ -31,4 +31,6 @@ log="$OUT/gpu.log"
     "${R200[@]}" --json "$OUT/dist_nccl.json"
   echo "== benchmarks/single_host.py"
   python3 benchmarks/single_host.py --out "$OUT/single_host.json"
+  echo "== probe: pageable host->device copies and the CPU add rate, several ways"
+  python3 benchmarks/probes/ceiling_methods.py --parts cpu,pageable
 } 2>&1 | tee "$log"
