@@ -30,6 +30,15 @@ def test_dry_run_from_inside_bandwidth_matches_mxnet_inception_v3(cli):
     assert proc.stdout.splitlines()[0] == "num of arrays = 96, total size = 95.200544 MB"
 
 
+def test_resnext_defaults_to_152_layers_as_mxnet(cli):
+    # MXNet's measure.py passed its argparse default num_layers=152 to every get_symbol.
+    default = cli("--network", "resnext", "--dry-run")
+    explicit = cli("--network", "resnext", "--num-layers", "152", "--dry-run")
+    assert default.returncode == 0, default.stderr
+    assert default.stdout.splitlines()[0] == "num of arrays = 157, total size = 239.008416 MB"
+    assert default.stdout == explicit.stdout
+
+
 def test_dry_run_counts_size_in_the_chosen_dtype(cli):
     proc = cli("--network", "resnet", "--num-layers", "200", "--dtype", "float16", "--dry-run")
     assert proc.stdout.splitlines()[0] == "num of arrays = 205, total size = 128.995664 MB"
