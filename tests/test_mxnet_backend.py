@@ -166,6 +166,48 @@ def test_backend_table_pairs_only_the_same_measurement():
                                                         "2.000", "0.50"]
 
 
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("backend", ["mxnet", "toolkit"])
+def test_a_single_host_mode_under_servers_and_a_scheduler_is_refused_at_once(backend):
+    # Issue 5: every process imported mxnet, and a server or the scheduler then waited in
+    # ps-lite's loop for ever. The refusal comes before any import of mxnet, so this runs (and
+    # means the same) with or without MXNet installed.
+    marker = "24681357" if backend == "mxnet" else "24681358"     # --seeds no other test uses
+    argv = [sys.executable, str(LAUNCH), "-n", "1", "-s", "1", "--scheduler", sys.executable,
+            "bandwidth/measure.py", "--backend", backend, "--kv-store", "local", "--cpus", "2",
+            "--seed", marker, *LENET, "--num-batches", "2"]
+    start = time.monotonic()
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert time.monotonic() - start < 90
+    message = ("measure.py: error: --kv-store local runs on one host: local, device and nccl need "
+               "no servers or scheduler, but launch.py started 1 server and a scheduler; run "
+               "measure.py without launch.py, or with launch.py -s 0 and no --scheduler")
+    refusals = [line for line in proc.stderr.splitlines() if "measure.py: error:" in line]
+    assert refusals and all(line.endswith(message) for line in refusals), proc.stderr
+    assert "Traceback" not in proc.stderr and "iter 1" not in proc.stdout
+    assert "FAIL:" in proc.stderr and "exited with status 2" in proc.stderr
+    time.sleep(0.5)
+    for role in ("worker", "server", "scheduler"):
+        assert _pids_with(marker, role) == []
+
+
+def test_workers_alone_may_run_a_single_host_mode_each():
+    from bandwidth.distributed import check_single_host
+    from bandwidth.errors import ConfigError
+    from bandwidth.launch.contract import Job
+
+    check_single_host(["local"], None)                                   # no launcher
+    workers_only = Job(2, 0, "127.0.0.1", 4000, 4000, "local")
+    check_single_host(["local", "device"], workers_only.role(1, "127.0.0.1", (1, 2)))
+    with_scheduler = Job(2, 0, "127.0.0.1", 4000, 4001, "local")
+    with pytest.raises(ConfigError, match=r"started 0 servers and a scheduler; run"):
+        check_single_host(["nccl"], with_scheduler.role(0, "127.0.0.1", (0, 2)))
+    with_server = Job(1, 1, "127.0.0.1", 4000, 4000, "local")
+    with pytest.raises(ConfigError, match=r"--kv-store device runs on one host.* 1 server; run"):
+        check_single_host(["device"], with_server.role(0, "127.0.0.1", (0, 2)))
+
+
 # ---------------------------------------------------------------------------------------------
 # with MXNet: local and device on CPU contexts
 
