@@ -52,6 +52,17 @@ def size_line(stdout: str) -> str:
     return re.search(r"^num of arrays = .*$", stdout, re.MULTILINE).group(0)
 
 
+def size_lines(stdout: str) -> list[str]:
+    return re.findall(r"^num of arrays = .*$", stdout, re.MULTILINE)
+
+
+def toolkit_size_line(*network_args: str) -> str:
+    """The toolkit's own ``num of arrays = ...`` line for a network (measure.py --dry-run)."""
+    proc = run_cli(*network_args, "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    return size_line(proc.stdout)
+
+
 def launch(workers: int, servers: int, *measure_args: str, scheduler: bool = True,
            timeout: float = 150) -> subprocess.CompletedProcess:
     argv = [sys.executable, str(LAUNCH), "-n", str(workers), "-s", str(servers),
@@ -302,7 +313,7 @@ def test_dist_sync_through_the_launcher_is_exact(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = iter_lines(proc.stdout)
     assert len(lines) == 6 and max(err for _, _, err in lines) == 0.0   # 3 lines per worker
-    assert size_line(proc.stdout) == "num of arrays = 8, total size = 1.724320 MB"
+    assert size_lines(proc.stdout) == [toolkit_size_line(*LENET)] * 2    # one per worker
     assert "mx.kv.create('dist_sync')" in proc.stdout and "ps-lite: 2 workers" in proc.stdout
     (result,) = json.loads(out.read_text())["results"]
     assert result["config"]["backend"] == "mxnet" and result["config"]["kv_store"] == "dist_sync"
@@ -315,6 +326,7 @@ def test_dist_async_with_sgd_errs_only_by_staleness():
     proc = launch(workers, 1, "--kv-store", "dist_async", "--optimizer", "sgd", "--cpus",
                   str(devices), "--num-batches", "3", *LENET)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert size_lines(proc.stdout) == [toolkit_size_line(*LENET)] * workers
     lines = iter_lines(proc.stdout)
     assert len(lines) == workers * 3
     for iteration, _, error in lines:
