@@ -176,8 +176,11 @@ def execute_distributed(job: Job, role) -> int:
         from bandwidth.distributed import check_role, run_distributed
 
     if job.is_sweep:
-        raise ConfigError("the distributed modes measure one configuration per launch; "
-                          "give one --kv-store, --network and device set")
+        raise ConfigError(f"the distributed modes measure one configuration per launch, not "
+                          f"{len(job.configs)}; give one --kv-store, --network, device set and "
+                          "--backend. To compare backends or modes, launch once per "
+                          "configuration with --json and join the files: python -m "
+                          "bandwidth.compare a.json b.json")
     (config,) = job.configs
     on_worker = role is None or role.name == "worker"
     plan = make_plan(config, with_devices=on_worker)

@@ -108,6 +108,10 @@ def test_without_mxnet_one_line_names_the_install_command():
     (["--backend", "toolkit,mxnet", "--gc-type", "2bit"],
      "gradient compression is not implemented in the toolkit's modes"),
     (["--gc-type", "1bit"], "unknown --gc-type '1bit'; valid: none, 2bit"),
+    (["--backend", "toolkit,mxnet", "--kv-store", "dist_sync"],
+     "one configuration per launch, not 2; give one --kv-store, --network, device set and "
+     "--backend. To compare backends or modes, launch once per configuration with --json and "
+     "join the files: python -m bandwidth.compare a.json b.json"),
 ])
 def test_bad_backend_requests_are_one_line(argv, message):
     proc = run_cli(*argv, "--cpus", "2", *LENET)
