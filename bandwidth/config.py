@@ -156,7 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
                           ".json shape files, or 'flat' for one flat buffer per size of -b/-e/-f "
                           "(default: resnet; --list-networks shows all)")
     net.add_argument("--num-layers", type=int, default=None,
-                     help="depth, for resnet, resnext and vgg (default: the network's own, resnet 152)")
+                     help="depth, for resnet, resnext and vgg (default: the network's own: "
+                          "resnet and resnext 152, vgg 16)")
     net.add_argument("--image-shape", default="3,224,224", help="C,H,W (default: 3,224,224)")
     net.add_argument("--num-classes", type=int, default=1000, help="classes (default: 1000)")
     net.add_argument("--list-networks", action="store_true", help="list the networks and exit")

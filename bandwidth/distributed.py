@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 from bandwidth import optimizers
-from bandwidth.errors import UnsupportedError
+from bandwidth.errors import ConfigError, UnsupportedError
 from bandwidth.group import DistGroup
 from bandwidth.bounds import Bound
 from bandwidth.kvstores.dist import Cluster, messages, ps_layout
@@ -43,6 +43,27 @@ def check_role(kv_store: str, role: Role | None, servers_needed: bool) -> None:
                                f"workers and servers: {example}")
     if servers_needed and role.job.num_servers < 1:
         raise UnsupportedError(f"--kv-store {kv_store} needs at least one server (-s 1): {example}")
+
+
+def check_single_host(kv_stores: list[str], role: Role | None) -> None:
+    """Refuse a single-host mode (local, device, nccl) in a launch with servers or a scheduler.
+
+    Nothing would serve there: under --backend mxnet a server or scheduler process would wait in
+    ps-lite's server loop (entered inside ``import mxnet``) forever, and under the toolkit every
+    process, servers included, would measure on its own at the same time. Every process of such a
+    launch refuses, so the launcher stops the job at once. Workers alone (-s 0) may each measure
+    their own host. Called before anything imports mxnet.
+    """
+    if role is None or (role.name == WORKER and role.job.num_servers == 0
+                        and not role.job.has_scheduler):
+        return
+    started = [f"{role.job.num_servers} server{'s' if role.job.num_servers != 1 else ''}"]
+    if role.job.has_scheduler:
+        started.append("a scheduler")
+    raise ConfigError(f"--kv-store {','.join(kv_stores)} runs on one host: local, device and nccl "
+                      f"need no servers or scheduler, but launch.py started "
+                      f"{' and '.join(started)}; run measure.py "
+                      "without launch.py, or with launch.py -s 0 and no --scheduler")
 
 
 def run_distributed(plan: Plan, role: Role, on_report) -> Result | None:

@@ -10,7 +10,7 @@ Usage (from the repository root, from inside bandwidth/ as with MXNet's tool, or
 Prints MXNet's lines (``num of arrays = ...``, ``iter 1, ... GB/sec per gpu, error ...``), then a
 summary with the median, min and max, algbw, and a flat all-reduce of the same bytes measured in the
 same run as a reference. Exit status: 0 done, 1 a worker process failed, 2 bad input or a request
-this machine cannot carry out.
+this machine cannot carry out, 141 (128 + SIGPIPE) the reader of stdout went away (``| head``).
 """
 
 if __package__ in (None, ""):
@@ -25,6 +25,7 @@ if __package__ in (None, ""):
 
 import logging  # noqa: E402
 import os  # noqa: E402
+import signal  # noqa: E402
 import sys  # noqa: E402
 
 import torch  # noqa: E402
@@ -34,8 +35,8 @@ from bandwidth.config import Job, build_parser, job_from_args  # noqa: E402
 from bandwidth.environment import describe as describe_environment  # noqa: E402
 from bandwidth.errors import BandwidthError, ConfigError  # noqa: E402
 from bandwidth.kvstores import KVSTORES  # noqa: E402
-from bandwidth.report import (array_table, ceiling_text, document, preamble,  # noqa: E402
-                              summary_lines, write_document)
+from bandwidth.report import (array_table, ceiling_text, discard_stdout, document,  # noqa: E402
+                              preamble, summary_lines, write_document)
 from bandwidth import baseline, table  # noqa: E402
 from bandwidth.results import fingerprint, rows_from_document  # noqa: E402
 from bandwidth.run import Result, make_plan, run, size_line  # noqa: E402
@@ -44,17 +45,25 @@ from bandwidth.run import Result, make_plan, run, size_line  # noqa: E402
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
     args = build_parser().parse_args(argv)
-    if args.list_networks:
-        for name in networks.names():
-            print(f"{name:<22} {networks.NETWORKS[name].summary}")
-        return 0
     try:
-        # The launcher's contract, read once here: a process started by launch.py has a role.
-        role = None
-        if "DMLC_ROLE" in os.environ:
-            from bandwidth.launch.contract import Role
-            role = Role.from_environ(os.environ)
-        return execute(job_from_args(args), role)
+        if args.list_networks:
+            status = list_networks()
+        else:
+            # The launcher's contract, read once here: a process started by launch.py has a role.
+            role = None
+            if "DMLC_ROLE" in os.environ:
+                from bandwidth.launch.contract import Role
+                role = Role.from_environ(os.environ)
+            status = execute(job_from_args(args), role)
+        sys.stdout.flush()         # a closed pipe shows here, inside these handlers, not at exit
+        return status
+    except BrokenPipeError:
+        # The reader of stdout went away (measure.py --dry-run | head -1). End quietly, as a C
+        # tool killed by SIGPIPE does, with the status a shell reports for one: 128 + SIGPIPE =
+        # 141. Output cut short is not a success; under `set -o pipefail` this reads as
+        # `yes | head -1` does.
+        discard_stdout()
+        return 128 + signal.SIGPIPE
     except BandwidthError as exc:
         print(f"measure.py: error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -70,9 +79,18 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def list_networks() -> int:
+    for name in networks.names():
+        print(f"{name:<22} {networks.NETWORKS[name].summary}")
+    return 0
+
+
 def execute(job: Job, role=None) -> int:
     if any(KVSTORES[c.kv_store].distributed for c in job.configs):
         return execute_distributed(job, role)
+    if role is not None:                   # under launch.py: refuse servers before importing mxnet
+        from bandwidth.distributed import check_single_host
+        check_single_host(list(dict.fromkeys(c.kv_store for c in job.configs)), role)
     plans = [make_plan(config) for config in job.configs]     # every configuration checked first
     if job.dry_run:
         for plan in plans:
@@ -158,8 +176,11 @@ def execute_distributed(job: Job, role) -> int:
         from bandwidth.distributed import check_role, run_distributed
 
     if job.is_sweep:
-        raise ConfigError("the distributed modes measure one configuration per launch; "
-                          "give one --kv-store, --network and device set")
+        raise ConfigError(f"the distributed modes measure one configuration per launch, not "
+                          f"{len(job.configs)}; give one --kv-store, --network, device set and "
+                          "--backend. To compare backends or modes, launch once per "
+                          "configuration with --json and join the files: python -m "
+                          "bandwidth.compare a.json b.json")
     (config,) = job.configs
     on_worker = role is None or role.name == "worker"
     plan = make_plan(config, with_devices=on_worker)

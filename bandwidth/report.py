@@ -4,10 +4,21 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
+import sys
 from dataclasses import asdict
 
 from bandwidth.results import SCHEMA_VERSION, fingerprint
 from bandwidth.run import Plan, Result
+
+
+def discard_stdout() -> None:
+    """Send this process's further output to /dev/null: the reader of stdout has gone (measure.py
+    ... | head -1), and Python would otherwise raise BrokenPipeError again when it flushes stdout
+    at exit."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def preamble(plan: Plan, environment: dict, sweep: int = 1) -> list[str]:

@@ -85,9 +85,10 @@ def _varies(rows: list[Row], attr: str) -> bool:
 
 def _identity_columns(rows: list[Row]) -> list[tuple[str, str]]:
     """(header, Row attribute) of the columns that name a row; source, dtype and optimizer only
-    where they differ between rows, so that a single run's table stays narrow."""
+    where they differ between rows, so that a single run's table stays narrow; the backend
+    wherever a row is not the toolkit's (an MXNet-only table says so too)."""
     columns = [("source", "source")] if _varies(rows, "source") else []
-    columns += [("backend", "backend")] if _varies(rows, "backend") else []
+    columns += [("backend", "backend")] if any(r.backend != "toolkit" for r in rows) else []
     columns += [("mode", "kv_store"), ("network", "network"), ("GPUs", "devices")]
     columns += [(h, a) for h, a in (("dtype", "dtype"), ("optimizer", "optimizer"))
                 if _varies(rows, a)]

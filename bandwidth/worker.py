@@ -17,6 +17,7 @@ import torch.distributed as dist
 from bandwidth.config import Config
 from bandwidth.errors import BandwidthError
 from bandwidth.group import DistGroup
+from bandwidth.report import discard_stdout
 from bandwidth.run import make_plan, measure_task, reference_task
 
 
@@ -68,7 +69,12 @@ def execute(payload: dict, rank: int, world_size: int, port: int, timeout_s: flo
             on_report = None
             if rank == 0 and payload.get("print_reports"):
                 def on_report(report):
-                    print(report.line(), flush=True)
+                    try:
+                        print(report.line(), flush=True)
+                    except BrokenPipeError:
+                        # measure.py's reader went away; measure on, and let measure.py end
+                        # quietly when it next prints (stopping this rank would fail the run).
+                        discard_stdout()
             result["measure"] = measure_task(plan, [rank], group, on_report,
                                              first_replica=first, replicas=meet["world_size"])
         if "reference" in payload["tasks"]:

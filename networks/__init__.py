@@ -70,7 +70,7 @@ NETWORKS: dict[str, Network] = {
                    summary="VGG 11/13/16/19 (MXNet's vgg)"),
     "resnet": Network(resnet.shapes, default_layers=152, layers_for=resnet.supported_layers,
                       summary="ResNet v2 (MXNet's resnet)"),
-    "resnext": Network(resnext.shapes, default_layers=50, layers_for=resnext.supported_layers,
+    "resnext": Network(resnext.shapes, default_layers=152, layers_for=resnext.supported_layers,
                        summary="ResNeXt 32x4d (MXNet's resnext)"),
     "inception-bn": Network(inception_bn.shapes, summary="Inception with BatchNorm"),
     "inception-v3": Network(inception_v3.shapes, summary="Inception v3 (use 3,299,299)"),

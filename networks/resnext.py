@@ -25,7 +25,7 @@ def supported_layers(image_shape: Shape) -> tuple[int, ...]:
     return tuple(IMAGENET_UNITS)
 
 
-def shapes(image_shape: Shape, num_classes: int, num_layers: int = 50) -> Shapes:
+def shapes(image_shape: Shape, num_classes: int, num_layers: int = 152) -> Shapes:
     channels, height, _ = image_shape
     if height <= 32:
         plan = cifar_plan(num_layers)

@@ -2,8 +2,10 @@
 with real child processes; bad input gives one line and exit status 2."""
 
 import json
+import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 import torch
@@ -28,6 +30,15 @@ def test_dry_run_from_inside_bandwidth_matches_mxnet_inception_v3(cli):
                cwd=ROOT / "bandwidth", script="measure.py")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[0] == "num of arrays = 96, total size = 95.200544 MB"
+
+
+def test_resnext_defaults_to_152_layers_as_mxnet(cli):
+    # MXNet's measure.py passed its argparse default num_layers=152 to every get_symbol.
+    default = cli("--network", "resnext", "--dry-run")
+    explicit = cli("--network", "resnext", "--num-layers", "152", "--dry-run")
+    assert default.returncode == 0, default.stderr
+    assert default.stdout.splitlines()[0] == "num of arrays = 157, total size = 239.008416 MB"
+    assert default.stdout == explicit.stdout
 
 
 def test_dry_run_counts_size_in_the_chosen_dtype(cli):
@@ -138,6 +149,51 @@ def test_list_networks_and_help(cli):
                  "--test-results", "--image-shape", "--num-classes", "--num-layers", "--optimizer",
                  "--dtype", "--json", "--dry-run"):
         assert flag in helped.stdout
+
+
+def _script_env(unbuffered: bool) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONUNBUFFERED")}
+    if unbuffered:
+        env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+@pytest.mark.parametrize("unbuffered", [False, True])
+def test_dry_run_into_a_pipe_closed_after_one_line_ends_quietly(tmp_path, unbuffered):
+    # 4000 arrays make about 300 KB of output, far more than a pipe holds, so the write after
+    # the reader has closed its end fails whatever the timing.
+    shapes = tmp_path / "many.json"
+    shapes.write_text(json.dumps([[f"w{i}", [i + 1]] for i in range(4000)]))
+    stderr_path = tmp_path / "stderr"
+    with open(stderr_path, "w") as stderr:
+        proc = subprocess.Popen([sys.executable, "bandwidth/measure.py", "--network", str(shapes),
+                                 "--dry-run"], cwd=ROOT, env=_script_env(unbuffered),
+                                stdout=subprocess.PIPE, stderr=stderr, text=True)
+        try:
+            first = proc.stdout.readline()
+            proc.stdout.close()
+            status = proc.wait(timeout=60)
+        finally:
+            proc.kill()
+    assert first.startswith("num of arrays = 4000, total size = ")
+    assert status == 141                   # 128 + SIGPIPE, as a shell reports `yes | head -1`
+    assert stderr_path.read_text() == ""    # no "Broken pipe" line, no traceback
+
+
+@pytest.mark.parametrize("unbuffered", [False, True])
+def test_list_networks_into_a_closed_pipe_ends_quietly(tmp_path, unbuffered):
+    # The listing is smaller than a pipe's buffer: close the reading end before the program
+    # starts, so that its first write meets a pipe nobody reads.
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = subprocess.run([sys.executable, "bandwidth/measure.py", "--list-networks"],
+                              cwd=ROOT, env=_script_env(unbuffered), stdout=write_end,
+                              stderr=subprocess.PIPE, text=True, timeout=60)
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 141
+    assert proc.stderr == ""
 
 
 @pytest.mark.skipif(shutil.which("bandwidth-measure") is None, reason="package not installed")

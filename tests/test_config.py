@@ -1,3 +1,6 @@
+import re
+from pathlib import Path
+
 import pytest
 
 from bandwidth.baseline import parse_tolerance
@@ -73,3 +76,25 @@ def test_scaling_and_flat_sweep():
     assert [c.gpus for c in job("--gpus", "0,2", "--scaling").configs] == [(0,), (0, 2)]
     flats = job("--network", "flat", "-b", "1M", "-e", "4M", "--dtype", "float16").configs
     assert [c.network for c in flats] == ["flat:524288", "flat:1048576", "flat:2097152"]
+
+
+def readme_flags() -> set[str]:
+    """Every flag named in the first column of README.md's "### Flags" table."""
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = text.split("\n### Flags\n", 1)[1].split("\n#", 1)[0]
+    flags = set()
+    for line in section.splitlines():
+        if line.startswith("| `"):
+            first_cell = re.split(r"(?<!\\)\|", line)[1]     # a cell may hold an escaped \|
+            flags |= set(re.findall(r"`(-{1,2}[a-z][a-z0-9-]*)", first_cell))
+    return flags
+
+
+def test_readme_flag_table_matches_the_parser():
+    # argparse has no public list of its actions; _actions is stable since Python 3.2.
+    parser_flags = {flag for action in build_parser()._actions for flag in action.option_strings}
+    parser_flags -= {"-h", "--help"}
+    documented = readme_flags()
+    assert len(documented) > 30                     # the table was found and read
+    assert sorted(parser_flags - documented) == [], "flags missing from README's table"
+    assert sorted(documented - parser_flags) == [], "README's table names flags the parser lacks"

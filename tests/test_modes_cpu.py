@@ -1,5 +1,6 @@
 """The kvstore modes on CPU devices: exact results, detected faults, MXNet's key placement."""
 
+import logging
 import math
 
 import pytest
@@ -10,7 +11,8 @@ from bandwidth.config import Config
 from bandwidth.data import expected_sum, fill_gradient
 from bandwidth.devices import DeviceSet
 from bandwidth.group import LocalGroup
-from bandwidth.kvstores.device import DeviceStore, assign_owners
+from bandwidth import devices as dev
+from bandwidth.kvstores.device import DeviceStore, assign_owners, peer_warning
 from bandwidth.layout import Layout
 from bandwidth.run import run
 from bandwidth.session import Session
@@ -122,3 +124,33 @@ def test_device_mode_default_pipelines_each_region_in_two_chunks():
                 optimizer="none", seed=0, chunk_mb=None)
     assert [len(c) for c in s.store.chunks] == [2, 2]
     assert errors(s, iterations=1) == [0.0]
+
+
+# PEERS[i][j]: GPU i can access GPU j. 0 and 2 reach each other neither way; 2 reaches 1 but 1
+# does not reach 2.
+PEERS = [[True, True, False],
+         [True, True, False],
+         [False, True, True]]
+
+
+def test_peer_warning_names_the_pairs_without_access():
+    text = peer_warning(PEERS, [0, 1, 2])
+    assert text.startswith("only 3 out of 6 GPU pairs have direct (peer-to-peer) access")
+    assert text.endswith(": 0<->2, 1->2")
+    assert peer_warning(PEERS, [4, 5, 7]).endswith(": 4<->7, 5->7")    # named by GPU id
+    assert peer_warning([[True, True], [True, True]], [0, 1]) is None
+    assert peer_warning([], []) is None                                 # CPU devices
+
+
+def test_device_mode_logs_the_warning_once_before_the_iterations(monkeypatch, caplog):
+    # A logged warning: measure.py's logging configuration sends it to stderr.
+    monkeypatch.setattr(dev, "peer_matrix", lambda devices: PEERS)
+    with caplog.at_level(logging.WARNING, logger="bandwidth.kvstores.device"):
+        s = session("device", 3)
+        at_start = [r.getMessage() for r in caplog.records]
+        assert errors(s) == [0.0, 0.0, 0.0]
+    assert len(at_start) == 1 and at_start[0].endswith("0<->2, 1->2")
+    assert len(caplog.records) == 1               # not repeated by the iterations
+    notes = s.store.notes()
+    assert f"WARNING: {at_start[0]}" in notes      # and still a note in the summary
+    assert "  . v v" in notes

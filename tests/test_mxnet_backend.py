@@ -52,6 +52,17 @@ def size_line(stdout: str) -> str:
     return re.search(r"^num of arrays = .*$", stdout, re.MULTILINE).group(0)
 
 
+def size_lines(stdout: str) -> list[str]:
+    return re.findall(r"^num of arrays = .*$", stdout, re.MULTILINE)
+
+
+def toolkit_size_line(*network_args: str) -> str:
+    """The toolkit's own ``num of arrays = ...`` line for a network (measure.py --dry-run)."""
+    proc = run_cli(*network_args, "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    return size_line(proc.stdout)
+
+
 def launch(workers: int, servers: int, *measure_args: str, scheduler: bool = True,
            timeout: float = 150) -> subprocess.CompletedProcess:
     argv = [sys.executable, str(LAUNCH), "-n", str(workers), "-s", str(servers),
@@ -97,6 +108,10 @@ def test_without_mxnet_one_line_names_the_install_command():
     (["--backend", "toolkit,mxnet", "--gc-type", "2bit"],
      "gradient compression is not implemented in the toolkit's modes"),
     (["--gc-type", "1bit"], "unknown --gc-type '1bit'; valid: none, 2bit"),
+    (["--backend", "toolkit,mxnet", "--kv-store", "dist_sync"],
+     "one configuration per launch, not 2; give one --kv-store, --network, device set and "
+     "--backend. To compare backends or modes, launch once per configuration with --json and "
+     "join the files: python -m bandwidth.compare a.json b.json"),
 ])
 def test_bad_backend_requests_are_one_line(argv, message):
     proc = run_cli(*argv, "--cpus", "2", *LENET)
@@ -164,6 +179,48 @@ def test_backend_table_pairs_only_the_same_measurement():
     lines = table.backend_table(rows)
     assert len(lines) == 3 and lines[2].split()[:7] == ["local", "lenet", "cpu", "x2", "4.000",
                                                         "2.000", "0.50"]
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("backend", ["mxnet", "toolkit"])
+def test_a_single_host_mode_under_servers_and_a_scheduler_is_refused_at_once(backend):
+    # Issue 5: every process imported mxnet, and a server or the scheduler then waited in
+    # ps-lite's loop for ever. The refusal comes before any import of mxnet, so this runs (and
+    # means the same) with or without MXNet installed.
+    marker = "24681357" if backend == "mxnet" else "24681358"     # --seeds no other test uses
+    argv = [sys.executable, str(LAUNCH), "-n", "1", "-s", "1", "--scheduler", sys.executable,
+            "bandwidth/measure.py", "--backend", backend, "--kv-store", "local", "--cpus", "2",
+            "--seed", marker, *LENET, "--num-batches", "2"]
+    start = time.monotonic()
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert time.monotonic() - start < 90
+    message = ("measure.py: error: --kv-store local runs on one host: local, device and nccl need "
+               "no servers or scheduler, but launch.py started 1 server and a scheduler; run "
+               "measure.py without launch.py, or with launch.py -s 0 and no --scheduler")
+    refusals = [line for line in proc.stderr.splitlines() if "measure.py: error:" in line]
+    assert refusals and all(line.endswith(message) for line in refusals), proc.stderr
+    assert "Traceback" not in proc.stderr and "iter 1" not in proc.stdout
+    assert "FAIL:" in proc.stderr and "exited with status 2" in proc.stderr
+    time.sleep(0.5)
+    for role in ("worker", "server", "scheduler"):
+        assert _pids_with(marker, role) == []
+
+
+def test_workers_alone_may_run_a_single_host_mode_each():
+    from bandwidth.distributed import check_single_host
+    from bandwidth.errors import ConfigError
+    from bandwidth.launch.contract import Job
+
+    check_single_host(["local"], None)                                   # no launcher
+    workers_only = Job(2, 0, "127.0.0.1", 4000, 4000, "local")
+    check_single_host(["local", "device"], workers_only.role(1, "127.0.0.1", (1, 2)))
+    with_scheduler = Job(2, 0, "127.0.0.1", 4000, 4001, "local")
+    with pytest.raises(ConfigError, match=r"started 0 servers and a scheduler; run"):
+        check_single_host(["nccl"], with_scheduler.role(0, "127.0.0.1", (0, 2)))
+    with_server = Job(1, 1, "127.0.0.1", 4000, 4000, "local")
+    with pytest.raises(ConfigError, match=r"--kv-store device runs on one host.* 1 server; run"):
+        check_single_host(["device"], with_server.role(0, "127.0.0.1", (0, 2)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -260,7 +317,7 @@ def test_dist_sync_through_the_launcher_is_exact(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = iter_lines(proc.stdout)
     assert len(lines) == 6 and max(err for _, _, err in lines) == 0.0   # 3 lines per worker
-    assert size_line(proc.stdout) == "num of arrays = 8, total size = 1.724320 MB"
+    assert size_lines(proc.stdout) == [toolkit_size_line(*LENET)] * 2    # one per worker
     assert "mx.kv.create('dist_sync')" in proc.stdout and "ps-lite: 2 workers" in proc.stdout
     (result,) = json.loads(out.read_text())["results"]
     assert result["config"]["backend"] == "mxnet" and result["config"]["kv_store"] == "dist_sync"
@@ -273,6 +330,7 @@ def test_dist_async_with_sgd_errs_only_by_staleness():
     proc = launch(workers, 1, "--kv-store", "dist_async", "--optimizer", "sgd", "--cpus",
                   str(devices), "--num-batches", "3", *LENET)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert size_lines(proc.stdout) == [toolkit_size_line(*LENET)] * workers
     lines = iter_lines(proc.stdout)
     assert len(lines) == workers * 3
     for iteration, _, error in lines:

@@ -56,6 +56,20 @@ def test_sweep_table_names_sources_and_differing_columns_only_when_they_differ()
     assert lines[6].endswith("not checked")
 
 
+def _as_backend(result, backend):
+    return {**result, "config": {**result["config"], "backend": backend}}
+
+
+def test_backend_column_shows_wherever_a_row_is_not_the_toolkits():
+    toolkit_only = table.sweep_table(rows_of(three_modes()))
+    assert "backend" not in toolkit_only[2]
+    mxnet_only = table.sweep_table(rows_of([_as_backend(r, "mxnet") for r in three_modes()]))
+    assert mxnet_only[2].split()[:3] == ["row", "backend", "mode"]
+    assert [line.split()[1] for line in mxnet_only[3:6]] == ["mxnet"] * 3
+    mixed = rows_of([three_modes()[0], _as_backend(three_modes()[0], "mxnet")])
+    assert [line.split()[1] for line in table.ratio_table(mixed)[2:4]] == ["toolkit", "mxnet"]
+
+
 def test_format_bytes_uses_binary_units_for_sweep_sizes_and_mb_for_networks():
     assert table.format_bytes(1 << 20) == "1 MiB"
     assert table.format_bytes(3 << 30) == "3 GiB"

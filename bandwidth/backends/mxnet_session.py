@@ -173,7 +173,7 @@ def check_role(kv_store: str, role: Role | None, servers_needed: bool = True) ->
     if role.job.num_servers < 1:
         raise UnsupportedError(f"MXNet's --kv-store {kv_store} needs at least one server (-s 1): "
                                f"{example}")
-    if role.job.ps_root_port == role.job.master_port:     # what the launcher sets without one
+    if not role.job.has_scheduler:
         raise UnsupportedError(f"MXNet's --kv-store {kv_store} needs ps-lite's scheduler, which "
                                f"the launcher starts with --scheduler: {example}")
 

@@ -19,6 +19,7 @@ comes from.
 
 from __future__ import annotations
 
+import logging
 import math
 
 import torch
@@ -27,6 +28,8 @@ from bandwidth import devices as dev
 from bandwidth import rawcopy
 from bandwidth.kvstores.base import KVStore
 from bandwidth.layout import chunk_ranges
+
+log = logging.getLogger(__name__)
 
 
 def assign_owners(numels: list[int], n: int) -> list[int]:
@@ -41,6 +44,31 @@ def assign_owners(numels: list[int], n: int) -> list[int]:
         owner[key] = target
         load[target] += numels[key]
     return owner
+
+
+def peer_warning(peers: list[list[bool]], ids: list[int]) -> str | None:
+    """The warning for GPU pairs without direct access (None: every pair has it, or no GPUs).
+
+    ``peers[i][j]``: device ``ids[i]`` can access device ``ids[j]`` directly. Pairs are named by
+    GPU id: ``0<->2`` neither way, ``0->2`` only 0 cannot access 2.
+    """
+    n = len(peers)
+    pairs = n * (n - 1)
+    enabled = sum(peers[i][j] for i in range(n) for j in range(n) if i != j)
+    if enabled == pairs:
+        return None
+    lacking = []
+    for i in range(n):
+        for j in range(i + 1, n):
+            if not peers[i][j] and not peers[j][i]:
+                lacking.append(f"{ids[i]}<->{ids[j]}")
+            elif not peers[i][j]:
+                lacking.append(f"{ids[i]}->{ids[j]}")
+            elif not peers[j][i]:
+                lacking.append(f"{ids[j]}->{ids[i]}")
+    return (f"only {enabled} out of {pairs} GPU pairs have direct (peer-to-peer) access; the "
+            f"others are staged through host memory (a->b: GPU a cannot access GPU b): "
+            f"{', '.join(lacking)}")
 
 
 class DeviceStore(KVStore):
@@ -104,6 +132,12 @@ class DeviceStore(KVStore):
         self.home_device = torch.cuda.current_device() if devices[0].type == "cuda" else None
         self._plan_views()
         self.peers = dev.peer_matrix(devices)
+        self.peer_warning = peer_warning(self.peers, [d.index if d.index is not None else k
+                                                      for k, d in enumerate(devices)])
+        if self.peer_warning:
+            # On stderr before the first iteration, as MXNet's LOG(WARNING) at start-up; the
+            # summary repeats it as a note with the access matrix.
+            log.warning(self.peer_warning)
         for i in range(n):             # let torch enable peer access for every pair once
             for j in range(n):
                 if i != j:
@@ -141,15 +175,11 @@ class DeviceStore(KVStore):
         placement = ", ".join(f"{o}: {count} keys, {owned} elements" for o, (count, owned)
                               in enumerate(zip(self.key_counts, self.owned)))
         lines = [f"owner GPU of each key: {placement}"]
-        if self.peers:
-            pairs = n * (n - 1)
-            enabled = sum(self.peers[i][j] for i in range(n) for j in range(n) if i != j)
-            if enabled < pairs:
-                lines.append(f"WARNING: only {enabled} out of {pairs} GPU pairs have direct "
-                             "(peer-to-peer) access; the others are staged through host memory")
-                lines.extend("  " + " ".join("v" if x else "." for x in row) for row in self.peers)
-            else:
-                lines.append(f"peer access: all {pairs} GPU pairs")
+        if self.peer_warning:
+            lines.append(f"WARNING: {self.peer_warning}")
+            lines.extend("  " + " ".join("v" if x else "." for x in row) for row in self.peers)
+        elif self.peers:
+            lines.append(f"peer access: all {n * (n - 1)} GPU pairs")
         return lines
 
     def step(self):

@@ -100,6 +100,11 @@ class Job:
     def world_size(self) -> int:
         return self.num_workers + self.num_servers
 
+    @property
+    def has_scheduler(self) -> bool:
+        """The launch has a ps-lite scheduler (--scheduler gives it a port of its own)."""
+        return self.ps_root_port != self.master_port
+
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> Job:
         text, number = _reader(environ)
