@@ -2,7 +2,8 @@
 
 ``bound(plan, reference)`` returns a Bound (what limits the mode, and its rate in the same unit as
 MXNet's GB/sec per gpu) or None where no ceiling applies (one device: nothing crosses a link; the
-nccl mode without its reference). The full per-host report is ``python -m bandwidth.ceiling``.
+nccl and dist_nccl modes without their reference). The full per-host report is
+``python -m bandwidth.ceiling``.
 """
 
 from __future__ import annotations
@@ -31,14 +32,16 @@ def bound(plan, reference) -> Bound | None:
     """The bound of ``plan``'s mode on ``plan``'s devices (``reference``: the flat all-reduce
     summary of the same run, or None)."""
     devices, n = plan.devices, plan.devices.n
-    if n < 2:
-        return None
-    probe = PROBE_BYTES if devices.is_cuda else CPU_PROBE_BYTES
     kind = plan.store_cls.bound_kind
     if kind == "flat all-reduce":
+        # Measured wherever the all-reduce spans two devices or more; under launch.py
+        # (dist_nccl) that may be one device on each of several workers.
         if reference is None:
             return None
         return Bound("flat all-reduce of the same bytes, same run", reference.busbw_median)
+    if n < 2:
+        return None
+    probe = PROBE_BYTES if devices.is_cuda else CPU_PROBE_BYTES
     if kind == "peer link":
         if devices.is_cuda:
             from bandwidth.ceiling import p2p_copy_gbps

@@ -7,8 +7,9 @@ Parameter-server modes: workers and servers join one Gloo group at the launcher'
 (ranks and addresses from bandwidth.launch.contract); the workers measure with the usual protocol
 over a group of the workers only, and the servers serve exactly as many steps (warm-up included).
 ``dist_nccl``: every worker starts one process per device, and all of them, over all workers, form
-one NCCL (Gloo on CPU devices) all-reduce. The first worker gathers every worker's time and prints
-what the network carried.
+one NCCL (Gloo on CPU devices) all-reduce; they then time one flat all-reduce of the same bytes,
+the reference and ceiling. Every worker measures and prints MXNet's lines; the first gathers every
+worker's own time and what the network carried over the workers' group, and prints the summary.
 """
 
 from __future__ import annotations
@@ -23,16 +24,18 @@ import torch.distributed as dist
 from bandwidth import optimizers
 from bandwidth.errors import ConfigError, UnsupportedError
 from bandwidth.group import DistGroup
-from bandwidth.bounds import Bound
+from bandwidth.bounds import Bound, bound
+from bandwidth.formulas import busbw_gbps
 from bandwidth.kvstores.dist import Cluster, messages, ps_layout
 from bandwidth.layout import DTYPE_BYTES, TORCH_DTYPES
 from bandwidth.launch.contract import SERVER, WORKER, Role, join_store
 from bandwidth.protocol import Report, Sample, Summary
 from bandwidth.psserver import serve
-from bandwidth.run import Plan, Result, measure_task
+from bandwidth.run import Plan, Result, WorkerTraffic, measure_task, reference_summary
 from bandwidth.spawn import run_ranks
 
 DIST_NCCL_PREFIX = "bandwidth/dist_nccl/"
+DIST_NCCL_WORKERS_PREFIX = "bandwidth/dist_nccl_workers/"
 
 
 def check_role(kv_store: str, role: Role | None, servers_needed: bool) -> None:
@@ -150,35 +153,54 @@ def _raw_exchange(plan: Plan, cluster: Cluster, role: Role, repeats: int = 3) ->
 def _dist_nccl(plan: Plan, role: Role, on_report) -> Result | None:
     c = plan.config
     store = join_store(role, c.timeout_s)        # registers this rank with the launcher
-    del store
     if role.name != WORKER:
         return None
     per_worker = plan.devices.n
-    out = run_ranks({"config": c.to_dict(), "tasks": ["measure"],
-                     "print_reports": on_report is not None,
-                     "rendezvous": {"host": role.master_addr, "port": role.master_port,
-                                    "prefix": DIST_NCCL_PREFIX,
-                                    "first_rank": role.task_id * per_worker,
-                                    "world_size": role.job.num_workers * per_worker}},
-                    per_worker, c.timeout_s)
-    return _result(plan, out["measure"], None, role.job.num_workers * per_worker)
+    replicas = role.job.num_workers * per_worker
+    # The workers themselves (one process each, not one per device) form a small Gloo group of
+    # their own, through which the first worker gathers the summary.
+    dist.init_process_group("gloo", store=dist.PrefixStore(DIST_NCCL_WORKERS_PREFIX, store),
+                            rank=role.task_id, world_size=role.job.num_workers,
+                            timeout=timedelta(seconds=c.timeout_s))
+    try:
+        # The reference: one flat all-reduce of the same bytes over the same world, same run.
+        tasks = ["measure"] + (["reference"] if c.reference and replicas > 1 else [])
+        out = run_ranks({"config": c.to_dict(), "tasks": tasks,
+                         "print_reports": on_report is not None,
+                         "rendezvous": {"host": role.master_addr, "port": role.master_port,
+                                        "prefix": DIST_NCCL_PREFIX,
+                                        "first_rank": role.task_id * per_worker,
+                                        "world_size": replicas}},
+                        per_worker, c.timeout_s)
+        return _result(plan, out["measure"], DistGroup(torch.device("cpu")), replicas,
+                       reference=out.get("reference"))
+    finally:
+        dist.destroy_process_group()
 
 
-def _result(plan: Plan, measured: dict, group, replicas: int) -> Result:
+def _result(plan: Plan, measured: dict, group, replicas: int,
+            reference: dict | None = None) -> Result:
+    """This worker's Result; with ``group`` (the workers), every worker's traffic gathered in
+    ``Result.workers`` and a note on how it is counted."""
     from bandwidth.environment import describe
 
     samples = [Sample(**s) for s in measured["samples"]]
-    counted = plan.store_cls.counted_devices(plan.devices.n, replicas)
+    local = plan.devices.n
+    counted = plan.store_cls.counted_devices(local, replicas)
     summary = Summary.of(samples, plan.nbytes, plan.store_cls.bus_factor(counted))
+    ref = reference_summary(plan, reference, counted)
     notes = list(measured["notes"])
-    seconds = summary.seconds_median
+    workers = []
     if group is not None:
-        slowest = group.max(seconds)
-        notes.append(f"network: each worker pushes and pulls {plan.nbytes / 1e6:.2f} MB per step; "
-                     f"median {plan.nbytes / seconds / 1e9:.3f} GB/s each way on this worker, "
-                     f"{plan.nbytes / slowest / 1e9:.3f} GB/s on the slowest of "
-                     f"{group.size} workers")
+        traffic = plan.store_cls.network_nbytes(plan.nbytes, local, replicas)
+        own = statistics.median(s.own_seconds for s in samples)
+        mine = WorkerTraffic(group.rank, own, busbw_gbps(plan.nbytes, own, summary.bus_factor),
+                             traffic, tuple(measured.get("server_nbytes", ())))
+        workers = group.gather(mine)
+        notes.append(f"network, per worker and step: {traffic / 1e6:.2f} MB "
+                     f"{' and '.join(plan.store_cls.traffic_words)} (S = "
+                     f"{plan.nbytes / 1e6:.2f} MB): {plan.store_cls.traffic_rule(local, replicas)}")
     return Result(plan=plan, environment=describe(plan.devices), samples=samples,
                   reports=[Report(**r) for r in measured["reports"]], summary=summary,
-                  reference=None, ceiling=None, notes=notes)
-
+                  reference=ref, ceiling=bound(plan, ref) if plan.config.reference else None,
+                  notes=notes, workers=workers)

@@ -1,4 +1,4 @@
-"""Cross-process combination, written once: barrier, max and sum over the ranks of a job.
+"""Cross-process combination, written once: barrier, max, sum and gather over the ranks of a job.
 
 A single-process run uses LocalGroup (one rank, every operation trivial); a run of one process per
 device uses DistGroup over torch.distributed's default process group.
@@ -22,6 +22,9 @@ class LocalGroup:
 
     def sum(self, value: float) -> float:
         return value
+
+    def gather(self, item) -> list:
+        return [item]
 
 
 class DistGroup:
@@ -47,6 +50,12 @@ class DistGroup:
 
     def sum(self, value: float) -> float:
         return self._reduce(value, self._dist.ReduceOp.SUM)
+
+    def gather(self, item) -> list:
+        """Every rank's ``item`` (any picklable value), in rank order, on every rank."""
+        items = [None] * self.size
+        self._dist.all_gather_object(items, item, group=self._group)
+        return items
 
     def _reduce(self, value: float, op) -> float:
         # A tiny all-reduce doubles as a barrier and works the same on NCCL and Gloo.

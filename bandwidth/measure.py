@@ -36,7 +36,7 @@ from bandwidth.environment import describe as describe_environment  # noqa: E402
 from bandwidth.errors import BandwidthError, ConfigError  # noqa: E402
 from bandwidth.kvstores import KVSTORES  # noqa: E402
 from bandwidth.report import (array_table, ceiling_text, discard_stdout, document,  # noqa: E402
-                              preamble, summary_lines, write_document)
+                              preamble, summary_lines, worker_lines, write_document)
 from bandwidth import baseline, table  # noqa: E402
 from bandwidth.results import fingerprint, rows_from_document  # noqa: E402
 from bandwidth.run import Result, make_plan, run, size_line  # noqa: E402
@@ -169,7 +169,8 @@ def outputs(job: Job, doc: dict, rows) -> None:
 
 
 def execute_distributed(job: Job, role) -> int:
-    """One configuration under launch.py: workers measure and print, servers serve."""
+    """One configuration under launch.py: workers measure and print MXNet's lines, servers serve,
+    and the first worker prints the summary with every worker's line."""
     if job.configs[0].backend == "mxnet":      # MXNet's ps-lite roles (mxnet imported there)
         from bandwidth.backends.mxnet_session import check_role, run_distributed
     else:
@@ -191,12 +192,12 @@ def execute_distributed(job: Job, role) -> int:
     if on_worker:
         print(size_line(plan.shapes, config.dtype), flush=True)
     result = run_distributed(plan, role, on_report=lambda report: print(report.line(), flush=True))
-    if result is None:
-        return 0
+    if result is None or role.task_id != 0:
+        return 0                           # the first worker prints the gathered summary
     for note in result.notes:
         print(f"# note: {note}")
-    print("\n".join(summary_lines(result)), flush=True)
-    if job.json_path and role.task_id == 0:
+    print("\n".join(summary_lines(result) + worker_lines(result)), flush=True)
+    if job.json_path:
         write_document(document([result], result.environment), job.json_path)
         print(f"# wrote {job.json_path}")
     return 0

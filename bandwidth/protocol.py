@@ -3,7 +3,8 @@
 Per iteration: the mode's untimed ``prepare`` (gradients written into place, as a backward pass
 would), a cross-rank barrier and a device synchronisation, then the timed ``step`` ended by another
 device synchronisation; ``perf_counter`` brackets it. A multi-process run takes, per iteration, the
-slowest rank's time. Warm-up iterations run the same way and are discarded. The error check runs
+slowest rank's time (and keeps each rank's own, for the per-worker table of the distributed
+modes). Warm-up iterations run the same way and are discarded. The error check runs
 after every iteration, untimed, as MXNet's did.
 """
 
@@ -22,6 +23,7 @@ class Sample:
     iteration: int       # 1-based, warm-up excluded
     seconds: float
     error: float         # MXNet's relative L1 error; -1 when not checked
+    own_seconds: float | None = None   # this rank's own time (``seconds``: the slowest rank's)
 
 
 @dataclass(frozen=True)
@@ -76,11 +78,12 @@ def measure(session, *, iterations: int, warmup: int, disp_batches: int, check: 
         start = time.perf_counter()
         session.step()
         session.synchronize()
-        seconds = session.group.max(time.perf_counter() - start)
+        own_seconds = time.perf_counter() - start
+        seconds = session.group.max(own_seconds)
         error = session.error() if check else -1.0
         if b < warmup:
             continue
-        sample = Sample(b - warmup + 1, seconds, error)
+        sample = Sample(b - warmup + 1, seconds, error, own_seconds)
         samples.append(sample)
         window.append(sample)
         if len(window) == disp_batches:

@@ -61,7 +61,9 @@ def array_table(plan: Plan) -> list[str]:
 
 def summary_lines(result: Result) -> list[str]:
     plan, s = result.plan, result.summary
-    lines = [f"# summary: kvstore {plan.config.kv_store}, {plan.devices.n} devices, "
+    devices = f"{plan.devices.n} devices" + (f" on each of {len(result.workers)} workers"
+                                             if result.workers else "")
+    lines = [f"# summary: kvstore {plan.config.kv_store}, {devices}, "
              f"{s.nbytes / 1e6:.2f} MB in {len(plan.shapes)} arrays, {s.iterations} iterations",
              f"#   GB/sec per gpu (busbw = algbw x {s.bus_factor:g}): median {s.busbw_median:.3f}, "
              f"min {s.busbw_min:.3f}, max {s.busbw_max:.3f}",
@@ -80,6 +82,24 @@ def summary_lines(result: Result) -> list[str]:
         lines.append("#   one device: nothing crosses a link, so busbw is 0 by definition")
     else:
         lines.append("#   reference: not measured (--no-reference)")
+    return lines
+
+
+def worker_lines(result: Result) -> list[str]:
+    """The distributed modes' per-worker table (empty for the others): GB/sec per gpu and the
+    network traffic per second from each worker's own median step time; per server where the
+    mode has servers and says what each one gets (n/a otherwise)."""
+    if not result.workers:
+        return []
+    out_word, in_word = result.plan.store_cls.traffic_words
+    lines = ["#   per worker, from its own median step time (the lines above take the slowest "
+             "worker of each step):",
+             f"#   {'worker':>6}  {'GB/sec per gpu':>14}  {out_word + ' GB/s':>12}  "
+             f"{in_word + ' GB/s':>13}  per server, GB/s each way"]
+    for row in result.workers:
+        servers = ", ".join(f"{s}: {gbps:.3f}" for s, gbps in enumerate(row.server_gbps()))
+        lines.append(f"#   {row.worker:>6}  {row.busbw_median:>14.3f}  {row.network_gbps:>12.3f}  "
+                     f"{row.network_gbps:>13.3f}  {servers or 'n/a'}")
     return lines
 
 
@@ -114,6 +134,7 @@ def result_json(result: Result) -> dict:
         "summary": asdict(result.summary),
         "reference": None if result.reference is None else asdict(result.reference),
         "ceiling": None if result.ceiling is None else asdict(result.ceiling),
+        "workers": [asdict(w) for w in result.workers],
     }
 
 

@@ -10,11 +10,13 @@ Document, schema version 1::
        {"config": {...},              # with "backend": "toolkit" | "mxnet" (absent: toolkit)
         "network": {"name", "arrays", "bytes", "shapes"},
         "kv_store": {"name", "bound", "notes"}, "devices": ["cuda:0", ...],
-        "iterations": [{"iteration", "seconds", "error"}], "reports": [...],
+        "iterations": [{"iteration", "seconds", "error", "own_seconds"}], "reports": [...],
         "summary": {"busbw_median", "busbw_min", "busbw_max", "algbw_median", "seconds_median",
                     "error_max", "nbytes", "bus_factor", "iterations"},
         "reference": {... same fields as summary ...} | null,
-        "ceiling": {"name": "p2p unidirectional copy", "gbps": 384.8} | null}]}
+        "ceiling": {"name": "p2p unidirectional copy", "gbps": 384.8} | null,
+        "workers": [{"worker", "seconds_median", "busbw_median", "network_nbytes",
+                     "server_nbytes"}]}]}   # distributed modes: one per worker, else []
 """
 
 from __future__ import annotations

@@ -51,6 +51,25 @@ class Plan:
         return c.network
 
 
+@dataclass(frozen=True)
+class WorkerTraffic:
+    """One worker's line in a distributed run's summary, gathered to the first worker. Rates use
+    the worker's own median step time (the summary takes the slowest worker of each step)."""
+
+    worker: int
+    seconds_median: float
+    busbw_median: float                  # MXNet's GB/sec per gpu from that time
+    network_nbytes: float                # sent per step, and as many received (KVStore's rule)
+    server_nbytes: tuple[int, ...] = ()  # of which to and from each server (empty: no servers)
+
+    @property
+    def network_gbps(self) -> float:
+        return self.network_nbytes / self.seconds_median / 1e9
+
+    def server_gbps(self) -> list[float]:
+        return [nbytes / self.seconds_median / 1e9 for nbytes in self.server_nbytes]
+
+
 @dataclass
 class Result:
     plan: Plan
@@ -61,6 +80,7 @@ class Result:
     reference: Summary | None
     ceiling: Bound | None = None
     notes: list[str] = field(default_factory=list)
+    workers: list[WorkerTraffic] = field(default_factory=list)   # distributed modes only
 
     @property
     def pct_of_ceiling(self) -> float | None:
@@ -121,14 +141,17 @@ def measure_task(plan: Plan, indices: list[int], group,
                       cpu_threads=c.cpu_threads, check=c.test_results, cluster=cluster,
                       first_replica=first_replica, replicas=replicas)
     try:
-        return measure_session(plan, session, on_report, replicas, session.store.notes())
+        return measure_session(plan, session, on_report, replicas, session.store.notes(),
+                               session.store.server_nbytes())
     finally:
         session.close()
 
 
 def measure_session(plan: Plan, session, on_report: Callable[[Report], None] | None,
-                    replicas: int | None, notes: list[str]) -> dict:
-    """The protocol on a ready session (this toolkit's, or another backend's), as a plain dict."""
+                    replicas: int | None, notes: list[str],
+                    server_nbytes: list[int] | None = None) -> dict:
+    """The protocol on a ready session (this toolkit's, or another backend's), as a plain dict.
+    ``server_nbytes``: what this worker pushes to each parameter server per step, if any."""
     c = plan.config
     samples, reports = protocol.measure(
         session, iterations=c.num_batches, warmup=c.warmup, disp_batches=c.disp_batches,
@@ -136,18 +159,20 @@ def measure_session(plan: Plan, session, on_report: Callable[[Report], None] | N
         bus_factor=plan.store_cls.bus_factor(
             plan.store_cls.counted_devices(plan.devices.n, replicas or plan.devices.n)))
     return {"samples": [asdict(s) for s in samples], "reports": [asdict(r) for r in reports],
-            "notes": notes}
+            "notes": notes, "server_nbytes": list(server_nbytes or [])}
 
 
-def reference_task(plan: Plan, indices: list[int], group) -> dict:
-    """The same bytes as one flat array through the nccl mode (a torch.distributed all-reduce)."""
+def reference_task(plan: Plan, indices: list[int], group, replicas: int | None = None) -> dict:
+    """The same bytes as one flat array through the nccl mode (a torch.distributed all-reduce)
+    over the same processes; ``replicas``: the devices in the all-reduce (default: this host's)."""
     c = plan.config
     session = Session("nccl", [("flat", (plan.numel,))], plan.devices, indices, group,
                       dtype=c.dtype, optimizer="none", seed=c.seed, chunk_mb=c.chunk_mb, check=False)
     try:
         samples, _ = protocol.measure(
             session, iterations=c.num_batches, warmup=c.warmup, disp_batches=c.num_batches,
-            check=False, nbytes=plan.nbytes, bus_factor=KVSTORES["nccl"].bus_factor(plan.devices.n))
+            check=False, nbytes=plan.nbytes,
+            bus_factor=KVSTORES["nccl"].bus_factor(replicas or plan.devices.n))
     finally:
         session.close()
     return {"samples": [asdict(s) for s in samples]}
@@ -179,15 +204,21 @@ def run(config: Config, on_report: Callable[[Report], None] | None = None,
                                    "print_reports": False}, n, config.timeout_s)["reference"]
     samples = [Sample(**s) for s in measured["samples"]]
     factor = plan.store_cls.bus_factor(n)
-    ref_summary = None
-    if reference is not None:
-        ref_summary = Summary.of([Sample(**s) for s in reference["samples"]], plan.nbytes,
-                                 KVSTORES["nccl"].bus_factor(n))
+    ref_summary = reference_summary(plan, reference, n)
     ceiling = bound(plan, ref_summary) if config.reference else None
     return Result(plan=plan, environment=describe_environment(plan.devices), samples=samples,
                   reports=[Report(**r) for r in measured["reports"]],
                   summary=Summary.of(samples, plan.nbytes, factor), reference=ref_summary,
                   ceiling=ceiling, notes=measured["notes"])
+
+
+def reference_summary(plan: Plan, reference: dict | None, n: int) -> Summary | None:
+    """The Summary of ``reference_task``'s output (None: not measured), for an all-reduce over
+    ``n`` devices."""
+    if reference is None:
+        return None
+    return Summary.of([Sample(**s) for s in reference["samples"]], plan.nbytes,
+                      KVSTORES["nccl"].bus_factor(n))
 
 
 def size_line(shapes, dtype: str = "float32") -> str:

@@ -78,7 +78,8 @@ def execute(payload: dict, rank: int, world_size: int, port: int, timeout_s: flo
             result["measure"] = measure_task(plan, [rank], group, on_report,
                                              first_replica=first, replicas=meet["world_size"])
         if "reference" in payload["tasks"]:
-            result["reference"] = reference_task(plan, [rank], group)
+            result["reference"] = reference_task(plan, [rank], group,
+                                                 replicas=meet["world_size"])
         return result
     finally:
         dist.destroy_process_group()

@@ -1,6 +1,7 @@
 """The distributed modes through the real launcher on loopback, with CPU devices: parameter
-servers in sync and async mode, the GPU-reduce variants, the multi-worker all-reduce, scale and a
-server killed mid-run."""
+servers in sync and async mode, the GPU-reduce variants, the multi-worker all-reduce and its
+ceiling, the summary gathered on the first worker, scale, a server killed mid-run and a worker
+that exits 1."""
 
 import json
 import os
@@ -13,6 +14,11 @@ import time
 import pytest
 
 from conftest import ROOT
+
+from bandwidth.bounds import Bound, bound
+from bandwidth.config import Config
+from bandwidth.protocol import Sample, Summary
+from bandwidth.run import make_plan
 
 LAUNCH = ROOT / "launch.py"
 LENET = ["--network", "lenet", "--image-shape", "1,28,28", "--num-classes", "10"]
@@ -29,17 +35,42 @@ def iter_errors(stdout: str) -> list[float]:
     return [float(m) for m in re.findall(r"GB/sec per gpu, error (-?[0-9.]+)", stdout)]
 
 
+def worker_rows(stdout: str) -> dict[int, list[str]]:
+    """The summary's per-worker table: worker -> its columns."""
+    rows = re.findall(r"^#\s+(\d+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+(.+)$", stdout,
+                      re.MULTILINE)
+    return {int(worker): rest for worker, *rest in rows}
+
+
 @pytest.mark.timeout(200)
 @pytest.mark.parametrize("mode, optimizer", [("dist_sync", "none"), ("dist_sync", "sgd"),
                                              ("dist_sync_device", "none")])
-def test_sync_servers_are_exact(mode, optimizer):
+def test_sync_servers_are_exact(mode, optimizer, tmp_path):
+    out = tmp_path / "result.json"
     proc = launch(2, 2, "--kv-store", mode, "--cpus", "2", "--optimizer", optimizer,
-                  "--num-batches", "3", *LENET)
+                  "--num-batches", "3", "--json", str(out), *LENET)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    errors = iter_errors(proc.stdout)
-    assert len(errors) == 6                       # 3 lines from each of 2 workers
-    assert max(errors) < 1e-6
-    assert "per-server load: 0:" in proc.stdout and "network: each worker pushes" in proc.stdout
+    printed = re.findall(r"GB/sec per gpu, error (\S+)", proc.stdout)
+    assert len(printed) == 6                      # 3 lines from each of 2 workers
+    result = json.loads(out.read_text())["results"][0]
+    if optimizer == "none":                       # float32 sums of integers: exact, not close
+        assert printed == ["0.000000"] * 6
+        assert result["summary"]["error_max"] == 0.0
+        assert [i["error"] for i in result["iterations"]] == [0.0] * 3
+    else:
+        assert max(map(float, printed)) < 1e-6
+    # One summary, on the first worker, with a row per worker.
+    assert proc.stdout.count("# summary:") == 1 and "2 devices on each of 2 workers" in proc.stdout
+    assert proc.stdout.count("per-server load: 0:") == 1
+    assert "1.72 MB pushed and pulled (S = 1.72 MB)" in proc.stdout
+    rows = worker_rows(proc.stdout)
+    assert sorted(rows) == [0, 1]
+    for busbw, pushed, pulled, servers in rows.values():
+        assert float(busbw) > 0 and float(pushed) == float(pulled) > 0
+        assert re.fullmatch(r"0: [0-9.]+, 1: [0-9.]+", servers)
+    assert [w["worker"] for w in result["workers"]] == [0, 1]
+    assert all(w["network_nbytes"] == result["network"]["bytes"] == sum(w["server_nbytes"])
+               for w in result["workers"])
     assert re.search(r"ceiling: [0-9.]+ % of [0-9.]+ GB/s \(raw Gloo send\+recv", proc.stdout)
 
 
@@ -73,11 +104,37 @@ def test_without_the_launcher_is_one_clear_line(cli):
 
 
 @pytest.mark.timeout(200)
-def test_dist_nccl_all_reduces_over_every_device_of_every_worker():
-    proc = launch(2, 0, "--kv-store", "dist_nccl", "--cpus", "2", "--num-batches", "3", *LENET)
+def test_dist_nccl_all_reduces_over_every_device_of_every_worker(tmp_path):
+    out = tmp_path / "result.json"
+    proc = launch(2, 0, "--kv-store", "dist_nccl", "--cpus", "2", "--num-batches", "3",
+                  "--json", str(out), *LENET)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert len(iter_errors(proc.stdout)) == 6 and max(iter_errors(proc.stdout)) == 0.0
     assert "busbw = algbw x 1.5" in proc.stdout      # 2(N-1)/N over N = 4 devices
+    # The reference and ceiling: one flat all-reduce of the same bytes over the same 4 processes.
+    assert proc.stdout.count("# summary:") == 1
+    assert re.search(r"ceiling: [0-9.]+ % of [0-9.]+ GB/s \(flat all-reduce of the same bytes, "
+                     r"same run\)", proc.stdout), proc.stdout
+    assert "reference, one flat all-reduce of the same bytes: busbw" in proc.stdout
+    result = json.loads(out.read_text())["results"][0]
+    assert result["reference"]["bus_factor"] == 1.5 and result["reference"]["busbw_median"] > 0
+    assert result["ceiling"]["gbps"] == result["reference"]["busbw_median"]
+    # What the network carried: each device 2(n-1)/n x S, a worker of 2 devices twice that.
+    nbytes = result["network"]["bytes"]
+    assert [w["network_nbytes"] for w in result["workers"]] == [2 * 1.5 * nbytes] * 2
+    assert f"{2 * 1.5 * nbytes / 1e6:.2f} MB sent and received" in proc.stdout
+    assert "2(n-1)/n x S into and out of each device" in proc.stdout
+    rows = worker_rows(proc.stdout)
+    assert sorted(rows) == [0, 1] and all(row[3] == "n/a" for row in rows.values())
+
+
+def test_dist_nccl_has_a_ceiling_with_one_device_per_worker():
+    # Two workers of one device each: the all-reduce still spans two devices.
+    plan = make_plan(Config(kv_store="dist_nccl", network="lenet", image_shape=(1, 28, 28),
+                            num_classes=10, cpus=1))
+    reference = Summary.of([Sample(1, 0.5, -1.0)], 10**9, 1.0)
+    assert bound(plan, reference) == Bound("flat all-reduce of the same bytes, same run", 2.0)
+    assert bound(plan, None) is None
 
 
 @pytest.mark.timeout(280)
@@ -124,6 +181,26 @@ def test_a_server_killed_mid_run_ends_the_job():
     assert proc.returncode != 0
     assert time.monotonic() - start < 90
     assert "server" in err and ("SIGKILL" in err or "signal" in err)
+    time.sleep(0.5)
+    assert _pids_with(marker, "worker") == [] and _pids_with(marker, "server") == []
+
+
+@pytest.mark.timeout(200)
+def test_a_worker_that_exits_1_ends_the_job(tmp_path):
+    marker = "13572468"                       # a --seed no other test uses
+    argv = [sys.executable, str(LAUNCH), "-n", "2", "-s", "1", "--timeout", "30", sys.executable,
+            str(ROOT / "tests" / "launch_programs" / "worker_exits.py"), str(tmp_path),
+            sys.executable, "bandwidth/measure.py", "--kv-store", "dist_sync", "--cpus", "1",
+            "--seed", marker, "--num-batches", "100000", "--timeout", "30", *LENET]
+    start = time.monotonic()
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=150)
+    assert time.monotonic() - start < 120
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "iter 1," in (tmp_path / "worker-1.out").read_text()     # it did fail mid-run
+    report = proc.stderr[proc.stderr.index("FAIL:"):].splitlines()
+    assert report[0].startswith("FAIL: worker 1 (rank 1) on 127.0.0.1: exited with status 1")
+    assert "    worker 1 exiting with status 1 on purpose, mid-run" in report
+    assert report[-1] == "  stopped 2 running processes"    # worker 0 and the server
     time.sleep(0.5)
     assert _pids_with(marker, "worker") == [] and _pids_with(marker, "server") == []
 

@@ -1,6 +1,7 @@
 """The mpi launcher with a real Open MPI mpirun on this host."""
 
 import shutil
+import time
 
 import pytest
 from launch_support import PYTHON, alive, launch, marker, program, records
@@ -69,3 +70,34 @@ def test_mpirole_refuses_a_placement_that_differs_from_mpiruns():
     assert (env["DMLC_ROLE"], env["RANK"], env["DMLC_NODE_HOST"]) == ("worker", "1", "b")
     with pytest.raises(ContractError, match="mpirun placed process 1 as local rank 1 of 2"):
         environ_for(1, 2, ["a", "b"], environ, (1, 2))   # both landed on one machine
+
+
+def test_a_hosts_file_port_is_refused_in_one_line(tmp_path):
+    (tmp_path / "hosts").write_text("127.0.0.1 slots=2\n127.0.0.2:2222\n")
+    result = launch("-H", str(tmp_path / "hosts"), "--launcher", "mpi", "-n", "2", "-s", "0",
+                    PYTHON, "-c", "pass")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "launch.py: error: --launcher mpi cannot reach 127.0.0.2:2222 of the hosts file: mpirun "
+        "takes no per-host ssh port; list the host without it and put 'Port 2222' under "
+        "'Host 127.0.0.2' in ~/.ssh/config, or use --launcher ssh"]
+
+
+@pytest.mark.timeout(60)
+def test_an_unreachable_host_is_named_from_ssh_s_error(tmp_path):
+    # mpirun starts its daemon on the host over ssh, which cannot resolve the name; the
+    # report names the whole name (orte_keep_fqdn_hostnames: not shortened to 'nohost').
+    mark = marker()
+    (tmp_path / "hosts").write_text("nohost.invalid\n")
+    start = time.monotonic()
+    result = launch("-H", str(tmp_path / "hosts"), "--launcher", "mpi", "-n", "1", "-s", "0",
+                    "--timeout", "5", PYTHON, "-c", "import time; time.sleep(60)", mark,
+                    timeout=45)
+    assert time.monotonic() - start < 40
+    assert result.returncode == 255, result.stderr
+    report = result.stderr[result.stderr.index("FAIL:"):].splitlines()
+    assert report[0] == "FAIL: nohost.invalid: cannot resolve the host name"
+    assert report[1].startswith("  while mpirun was starting its daemons over ssh, after ")
+    assert any(line.startswith("    ssh: Could not resolve hostname nohost.invalid:")
+               for line in report)
+    assert alive(mark) == []

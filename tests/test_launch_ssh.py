@@ -94,6 +94,7 @@ def test_a_killed_launcher_leaves_no_remote_process(sshd, tmp_path):
 
 @pytest.mark.timeout(60)
 def test_an_unreachable_host_times_out_with_one_line(sshd, tmp_path):
+    mark = marker()
     # A listener that accepts but never sends the SSH banner: a real connect timeout, on loopback.
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
@@ -101,14 +102,20 @@ def test_an_unreachable_host_times_out_with_one_line(sshd, tmp_path):
         hosts = sshd.hostfile(tmp_path / "hosts", "127.0.0.2:{port}",
                               f"127.0.0.1:{silent.getsockname()[1]}")
         start = time.monotonic()
+        started = tmp_path / "worker-0-started"
         result = launch("-H", hosts, "-n", "2", "-s", "0", "--timeout", "2", *sshd.options(),
-                        PYTHON, "-c", "import time; time.sleep(60)")
+                        PYTHON, "-c", "import pathlib, sys, time; "
+                        "pathlib.Path(sys.argv[1]).touch(); time.sleep(60)", str(started), mark)
         elapsed = time.monotonic() - start
     assert result.returncode == 255
     assert result.stderr.count("FAIL:") == 1
-    assert "FAIL: 127.0.0.1: connection timed out after 2 s (starting worker 1@127.0.0.1)" \
-        in result.stderr
+    report = result.stderr[result.stderr.index("FAIL:"):].splitlines()
+    assert report[0] == "FAIL: 127.0.0.1: connection timed out after 2 s"
+    assert report[1].startswith("  while starting worker 1@127.0.0.1, after ")
+    assert report[-1] == "  stopped 1 running process"     # worker 0 on the reachable host
     assert elapsed < 15
+    assert started.exists()            # the reachable host's process ran, and was stopped:
+    assert wait_until(lambda: alive(mark) == [], timeout_s=10), alive(mark)
 
 
 @pytest.mark.timeout(30)

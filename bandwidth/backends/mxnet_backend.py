@@ -153,8 +153,10 @@ def _store_class(name: str) -> type[MXNetStore]:
     return type(f"MXNet_{name}", (MXNetStore,), {
         "name": name, "mx_type": mx_type, "sync": mx_type.sync,
         "summary": f"MXNet {version()} kvstore '{name}' ({mx_type.classes}): {mx_type.summary}",
-        # The same hardware path bounds MXNet's implementation and the toolkit's.
-        "bound": own.bound, "bound_kind": own.bound_kind,
+        # The same hardware path bounds MXNet's implementation and the toolkit's, and the same
+        # bytes cross the network (a worker pushes and pulls each key once).
+        "bound": own.bound, "bound_kind": own.bound_kind, "traffic_words": own.traffic_words,
+        "network_nbytes": own.network_nbytes, "traffic_rule": own.traffic_rule,
         "distributed": mx_type.distributed, "needs_optimizer": not mx_type.sync})
 
 

@@ -29,6 +29,8 @@ class KVStore:
     distributed: ClassVar[bool] = False
     # True: MXNet refuses it without an optimizer (the async parameter servers).
     needs_optimizer: ClassVar[bool] = False
+    # What a worker's network traffic is called in the distributed summary: (out, in).
+    traffic_words: ClassVar[tuple[str, str]] = ("pushed", "pulled")
 
     @classmethod
     def unavailable(cls, devices: DeviceSet, dtype: str) -> str | None:
@@ -57,6 +59,17 @@ class KVStore:
         return local
 
     @classmethod
+    def network_nbytes(cls, nbytes: int, local: int, total: int) -> float:
+        """Bytes one worker of ``local`` devices (``total`` in the job) sends over the network per
+        step, and receives as many, for arrays of ``nbytes``; 0 for the single-host modes."""
+        return 0.0
+
+    @classmethod
+    def traffic_rule(cls, local: int, total: int) -> str:
+        """How ``network_nbytes`` counts, in words, for the summary's note."""
+        return ""
+
+    @classmethod
     def extra_bytes_per_device(cls, nbytes: int, n: int, optimizer: bool) -> int:
         """Device memory this mode needs beyond the gradient and output buffers."""
         return 0
@@ -72,6 +85,11 @@ class KVStore:
 
     def notes(self) -> list[str]:
         """Set-up facts worth printing (peer access, key placement, stand-ins)."""
+        return []
+
+    def server_nbytes(self) -> list[int]:
+        """Bytes this worker pushes to (and pulls from) each server per step; [] without
+        servers."""
         return []
 
     def prepare(self) -> None:

@@ -100,6 +100,15 @@ class ParameterServerStore(KVStore):
         return None
 
     @classmethod
+    def network_nbytes(cls, nbytes, local, total):
+        return float(nbytes)
+
+    @classmethod
+    def traffic_rule(cls, local, total):
+        return ("each worker pushes its reduced arrays (S bytes) to the servers and pulls S back "
+                "per step, whatever its number of devices")
+
+    @classmethod
     def make_layout(cls, shapes, n, cluster):
         return ps_layout(shapes, cluster.num_servers, n, by_owner=cls.on_gpus)[0]
 
@@ -128,10 +137,13 @@ class ParameterServerStore(KVStore):
             self.host_in = [dev.empty(numel, first.dtype, torch.device("cpu"), pinned)
                             for _ in replicas]
 
-    def notes(self):
+    def server_nbytes(self):
         element = self.push_buf.element_size()
-        load = ", ".join(f"{s}: {(b - a) * element / 1e6:.2f} MB" for s, (a, b)
-                         in enumerate(self.server_ranges))
+        return [(b - a) * element for a, b in self.server_ranges]
+
+    def notes(self):
+        load = ", ".join(f"{s}: {nbytes / 1e6:.2f} MB" for s, nbytes
+                         in enumerate(self.server_nbytes()))
         return [f"per-server load: {load}; {len(self.messages)} messages of at most "
                 f"{MESSAGE_BYTES / 1e6:g} MB per push, all in flight",
                 f"{'sync' if self.sync else 'async'} servers, local reduce on the "

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from bandwidth.formulas import allreduce_factor
 from bandwidth.kvstores.base import KVStore
 
 
@@ -64,18 +65,30 @@ class NcclStore(KVStore):
 class DistNcclStore(NcclStore):
     """``dist_nccl``: every GPU of every worker in one NCCL all-reduce (what Horovod and DDP do);
     Gloo on CPU devices. Each worker started by launch.py starts one process per device, and all
-    of them meet at the launcher's rendezvous."""
+    of them meet at the launcher's rendezvous. Its ceiling is the nccl mode's: one flat all-reduce
+    of the same bytes over the same processes, in the same run."""
 
     name = "dist_nccl"
     summary = ("one all-reduce across every device of every worker (NCCL; Gloo on CPU devices), "
                "one process per device")
     bound = "the network between hosts (and the flat all-reduce of the same bytes)"
-    bound_kind = None
     distributed = True
+    traffic_words = ("sent", "received")
 
     @classmethod
     def counted_devices(cls, local, total):
         return total
+
+    @classmethod
+    def network_nbytes(cls, nbytes, local, total):
+        return local * allreduce_factor(total) * nbytes
+
+    @classmethod
+    def traffic_rule(cls, local, total):
+        return (f"the all-reduce moves 2(n-1)/n x S into and out of each device per step (n = "
+                f"{total} devices in the job), so a worker of {local} devices sends and receives "
+                f"{local} x 2(n-1)/n x S; bytes between a worker's own devices count too "
+                "(busbw's accounting)")
 
     def __init__(self, replicas, layout, optimizer, group, chunk_elements, cpu_threads=None,
                  cluster=None):

@@ -68,6 +68,14 @@ def _check(config: LaunchConfig) -> None:
     if launcher.hostfile == "required" and not config.hosts:
         raise ConfigError(f"--launcher {launcher.name} needs a hosts file: -H FILE (see "
                           "hosts.example)")
+    if not launcher.host_ports:
+        for host in config.hosts:
+            if host.port is not None:
+                raise ConfigError(
+                    f"--launcher {launcher.name} cannot reach {host}:{host.port} of the hosts "
+                    f"file: mpirun takes no per-host ssh port; list the host without it and put "
+                    f"'Port {host.port}' under 'Host {host}' in ~/.ssh/config, or use "
+                    "--launcher ssh")
     if config.sync_dst_dir is not None and launcher.sync is None:
         raise ConfigError(f"--sync-dst-dir copies files over ssh: it needs --launcher ssh, not "
                           f"{launcher.name}")

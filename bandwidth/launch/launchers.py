@@ -7,7 +7,6 @@ driver and the option checks read only this table.
 from __future__ import annotations
 
 import shutil
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -28,18 +27,8 @@ class Launcher:
     sync: Callable[[Plan], list[Child]] | None = None   # supports --sync-dst-dir
     ssh_options: bool = False                       # reads --ssh-config / --ssh-option
     start_timeout_s: Callable[[int], float] = float     # from --timeout: how long to start
-    version_check: Callable[[], None] | None = None
-
-
-def _open_mpi_only() -> None:
-    try:
-        text = subprocess.run(["mpirun", "--version"], capture_output=True, text=True,
-                              timeout=30).stdout
-    except (OSError, subprocess.TimeoutExpired) as err:
-        raise UnsupportedError(f"--launcher mpi: cannot run 'mpirun --version': {err}") from None
-    if "Open MPI" not in text:
-        first = text.strip().splitlines()[0] if text.strip() else "no version output"
-        raise UnsupportedError(f"--launcher mpi needs Open MPI's mpirun, found: {first}")
+    version_check: Callable[[], object] | None = None
+    host_ports: bool = True                         # can reach a hosts file's host:port
 
 
 LAUNCHERS = {launcher.name: launcher for launcher in (
@@ -49,7 +38,7 @@ LAUNCHERS = {launcher.name: launcher for launcher in (
              start_timeout_s=ssh.start_timeout_s),
     Launcher("mpi", "one Open MPI mpirun for all processes (-H optional)", mpi.build,
              hostfile="optional", programs=("mpirun",), place_scheduler=True,
-             version_check=_open_mpi_only),
+             version_check=mpi.open_mpi_version, host_ports=False),
 )}
 
 

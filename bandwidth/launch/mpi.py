@@ -4,6 +4,7 @@ The command (``NAME`` runs over the forwarded and job-wide variables; values sta
 environment, off the command line)::
 
     mpirun --allow-run-as-root --tag-output -np N -H host1:c1,host2:c2 --map-by node \\
+        [--mca orte_keep_fqdn_hostnames 1] \\
         [--mca plm_rsh_args "-o BatchMode=yes -o ConnectTimeout=T"] \\
         -x NAME... python3 -m bandwidth.launch.mpirole --hosts h0,h1,... -- command...
 
@@ -13,24 +14,32 @@ scheduler (``--scheduler``) is the last MPI process. ``mpirole`` derives each pr
 ``OMPI_COMM_WORLD_RANK``. ``--tag-output`` marks every output line with its MPI rank, which the
 launcher strips again: stderr gets the usual ``[worker 0@host]`` prefix and a tail per rank for
 the report. When a process fails, mpirun ends the job and prints which rank failed and how; the
-launcher names that rank's role, host and status. mpirun runs on the launching host and passes
-remote processes only the ``-x`` variables; processes on the launching host inherit mpirun's
-environment, which the launcher filters the same way.
+launcher names that rank's role, host and status. When mpirun cannot start its daemon on a host,
+the launcher finds ssh's error among mpirun's messages and reports it as the ssh launcher does
+(``FAIL: node3: cannot resolve the host name``); ``orte_keep_fqdn_hostnames`` (Open MPI 4) keeps
+mpirun from shortening ``node3.example.com`` to ``node3`` there. Hosts-file ports are refused:
+mpirun has one ssh command for all hosts (use ``~/.ssh/config``). mpirun runs on the launching
+host and passes remote processes only the ``-x`` variables; processes on the launching host
+inherit mpirun's environment, which the launcher filters the same way.
 """
 
 from __future__ import annotations
 
 import collections
+import functools
 import os
 import re
 import signal
+import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from bandwidth.errors import UnsupportedError
 from bandwidth.launch.environ import child_environ
 from bandwidth.launch.hostfile import Host
 from bandwidth.launch.plan import Plan, slot_counts
+from bandwidth.launch.ssh import explain_ssh_error, ssh_error_lines
 from bandwidth.launch.supervisor import Child, Failure, emit, status_failure
 
 _TAG = re.compile(r"\[\d+,(\d+)\]<(stdout|stderr)>:")
@@ -38,15 +47,40 @@ _EXIT = re.compile(r"Process name: \[\[\d+,\d+\],(\d+)\]")
 _EXIT_CODE = re.compile(r"Exit code:\s+(\d+)")
 _SIGNAL = re.compile(r"process rank (\d+) with PID \d+ on node \S+ exited on signal (\d+)")
 MPI_VARIABLE_PREFIXES = ("OMPI_", "OPAL_", "PMIX_", "ORTE_")  # mpirun's own configuration
+_VERSION = re.compile(r"Open MPI\)?\s+(\d+)\.(\d+)")
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 
 
+@functools.cache
+def open_mpi_version() -> tuple[int, int]:
+    """(major, minor) of the ``mpirun`` on PATH; UnsupportedError if it is not Open MPI's."""
+    try:
+        text = subprocess.run(["mpirun", "--version"], capture_output=True, text=True,
+                              timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise UnsupportedError(f"--launcher mpi: cannot run 'mpirun --version': {err}") from None
+    match = _VERSION.search(text)
+    if "Open MPI" not in text or match is None:
+        first = text.strip().splitlines()[0] if text.strip() else "no version output"
+        raise UnsupportedError(f"--launcher mpi needs Open MPI's mpirun, found: {first}")
+    return int(match[1]), int(match[2])
+
+
+def keep_fqdn_args(version: tuple[int, int]) -> list[str]:
+    """mpirun's option to keep host names whole in its messages: ORTE's
+    ``orte_keep_fqdn_hostnames`` up to Open MPI 4; none for Open MPI 5, whose PRRTE has no
+    ORTE options (and this launcher has not been tried with it)."""
+    return ["--mca", "orte_keep_fqdn_hostnames", "1"] if version[0] < 5 else []
+
+
 def mpirun_argv(placed: Sequence[Host], exported: Sequence[str], command: Sequence[str],
-                rsh_args: str | None = None, python: str = "python3") -> list[str]:
-    """The mpirun command for processes on ``placed`` (one host per MPI rank)."""
+                rsh_args: str | None = None, python: str = "python3",
+                options: Sequence[str] = ()) -> list[str]:
+    """The mpirun command for processes on ``placed`` (one host per MPI rank); ``options``:
+    more of mpirun's own (``--mca NAME VALUE``...)."""
     slots = ",".join(f"{host}:{count}" for host, count in slot_counts(placed))
     argv = ["mpirun", "--allow-run-as-root", "--tag-output", "-np", str(len(placed)),
-            "-H", slots, "--map-by", "node"]
+            "-H", slots, "--map-by", "node", *options]
     if rsh_args is not None:
         argv += ["--mca", "plm_rsh_args", rsh_args]
     for name in exported:
@@ -61,9 +95,12 @@ class MpiChild(Child):
     grace_s = 10.0   # mpirun forwards SIGTERM to every rank and tears the job down itself
 
     def __init__(self, argv: Sequence[str], env: dict[str, str], labels: Sequence[str],
-                 subjects: Sequence[str]):
+                 subjects: Sequence[str], hosts: Sequence[Host] = (),
+                 connect_timeout_s: int = 0):
         super().__init__("mpirun", "mpirun", argv, env, capture_stdout=True)
         self.labels, self.subjects = list(labels), list(subjects)
+        self.hosts = list(dict.fromkeys(hosts))         # for naming a host ssh could not reach
+        self.connect_timeout_s = connect_timeout_s
         self.rank_tails = [collections.deque(maxlen=self.tail.maxlen) for _ in labels]
         self.own = collections.deque(maxlen=60)     # mpirun's own messages
         self.partial: dict[tuple[int, str], str] = {}
@@ -105,9 +142,23 @@ class MpiChild(Child):
             exit_code = _EXIT_CODE.search(text, match.end())
             rank, returncode = int(match[1]), int(exit_code[1]) if exit_code else code
         if rank is None or rank >= len(self.subjects):
-            return status_failure("mpirun", code, "mpirun", self.own)
+            return self._ssh_failure() or status_failure("mpirun", code, "mpirun", self.own)
         return status_failure(self.subjects[rank], returncode, self.labels[rank],
                               self.rank_tails[rank])
+
+    def _ssh_failure(self) -> Failure | None:
+        """mpirun could not start its daemon on a host: ssh's error, worded as the ssh launcher
+        words it, naming the host (the one ssh's message names, or the only one)."""
+        lines = ssh_error_lines(self.own)
+        if not lines:
+            return None
+        named = [host for host in self.hosts
+                 if any(re.search(rf"(?<![\w.-]){re.escape(host.name)}(?![\w.-])", line)
+                        for line in lines)]
+        host = named[0] if named else self.hosts[0] if len(self.hosts) == 1 else None
+        what = explain_ssh_error(lines, host or Host("?"), self.connect_timeout_s)
+        return Failure(str(host) if host else "mpirun", what, 255, "mpirun", tuple(lines),
+                       context="while mpirun was starting its daemons over ssh")
 
     def terminate(self) -> None:
         # mpirun, not its process group: the ranks are in their own groups, and mpirun
@@ -135,5 +186,7 @@ def build(plan: Plan) -> list[Child]:
     # (unless the user configured mpirun's ssh arguments themselves).
     rsh_args = None if "OMPI_MCA_plm_rsh_args" in plan.environ else \
         f"-o BatchMode=yes -o ConnectTimeout={config.timeout_s}"
-    argv = mpirun_argv(plan.hosts, sorted(remote), config.command, rsh_args)
-    return [MpiChild(argv, env, [r.label for r in plan.roles], [r.title for r in plan.roles])]
+    argv = mpirun_argv(plan.hosts, sorted(remote), config.command, rsh_args,
+                       options=keep_fqdn_args(open_mpi_version()))
+    return [MpiChild(argv, env, [r.label for r in plan.roles], [r.title for r in plan.roles],
+                     plan.hosts, config.timeout_s)]

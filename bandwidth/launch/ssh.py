@@ -85,6 +85,12 @@ def remote_command(workdir: str, env: Mapping[str, str], command: Sequence[str],
     return f"cd {shlex.quote(workdir)} && {shlex.join(words)}"
 
 
+def ssh_error_lines(lines: Sequence[str]) -> list[str]:
+    """The lines of ``lines`` (another program's output: mpirun's) that are ssh's own errors."""
+    return [line for line in lines
+            if line.startswith("ssh:") or any(needle in line for needle, _ in _SSH_ERRORS)]
+
+
 def explain_ssh_error(lines: Sequence[str], host: Host, timeout_s: int) -> str:
     """Turn ssh's stderr into the report's wording."""
     for needle, wording in _SSH_ERRORS:
@@ -131,8 +137,8 @@ class SshChild(Child):
         code = self.proc.returncode
         if self.remote_pid is None and code == 255:   # ssh's own failure: no connection
             what = explain_ssh_error(self.tail, self.host, self.ssh.connect_timeout_s)
-            return Failure(str(self.host), f"{what} (starting {self.label})", 255,
-                           f"ssh to {self.host}", tuple(self.tail))
+            return Failure(str(self.host), what, 255, f"ssh to {self.host}", tuple(self.tail),
+                           context=f"while starting {self.label}")
         if self.remote_pid is None:   # the remote shell failed: no such directory or python3
             return Failure(self.subject, f"did not start: the remote shell exited with status "
                            f"{code}", code if code > 0 else 128 - code, self.label,
@@ -142,7 +148,8 @@ class SshChild(Child):
 
     def start_timeout(self, timeout_s: float) -> Failure:
         return Failure(str(self.host), f"connection timed out after {self.ssh.connect_timeout_s}"
-                       f" s (starting {self.label})", 255, f"ssh to {self.host}", tuple(self.tail))
+                       " s", 255, f"ssh to {self.host}", tuple(self.tail),
+                       context=f"while starting {self.label}")
 
     def terminate(self) -> None:
         # End-of-file on the guard's stdin: it stops the remote group (TERM, then KILL).

@@ -42,10 +42,18 @@ class Failure:
     exit_code: int
     tail_label: str = ""
     tail: tuple[str, ...] = ()
+    # What the launcher was doing ("while starting worker 1@node2"). Given, it goes on a line of
+    # its own with the elapsed time, so that the first line is the cause alone, exactly
+    # "FAIL: node2: connection timed out after 60 s".
+    context: str = ""
 
     def report(self, elapsed_s: float | None = None, stopped: int = 0) -> str:
-        when = "" if elapsed_s is None else f" after {elapsed_s:.1f} s"
-        lines = [f"FAIL: {self.subject}: {self.what}{when}"]
+        when = "" if elapsed_s is None else f"after {elapsed_s:.1f} s"
+        if self.context:
+            lines = [f"FAIL: {self.subject}: {self.what}",
+                     "  " + ", ".join(filter(None, (self.context, when)))]
+        else:
+            lines = [f"FAIL: {self.subject}: {self.what}" + (f" {when}" if when else "")]
         if self.tail:
             lines.append(f"  last stderr lines of {self.tail_label}:")
             lines += [f"    {line}" for line in self.tail[-REPORT_LINES:]]
