@@ -66,15 +66,14 @@ def execute(payload: dict, rank: int, world_size: int, port: int, timeout_s: flo
         group = DistGroup(device)
         result = {}
         if "measure" in payload["tasks"]:
-            on_report = None
-            if rank == 0 and payload.get("print_reports"):
-                def on_report(report):
-                    try:
-                        print(report.line(), flush=True)
-                    except BrokenPipeError:
-                        # measure.py's reader went away; measure on, and let measure.py end
-                        # quietly when it next prints (stopping this rank would fail the run).
-                        discard_stdout()
+            def print_report(report):
+                try:
+                    print(report.line(), flush=True)
+                except BrokenPipeError:
+                    # measure.py's reader went away; measure on, and let measure.py end
+                    # quietly when it next prints (stopping this rank would fail the run).
+                    discard_stdout()
+            on_report = print_report if rank == 0 and payload.get("print_reports") else None
             result["measure"] = measure_task(plan, [rank], group, on_report,
                                              first_replica=first, replicas=meet["world_size"])
         if "reference" in payload["tasks"]:

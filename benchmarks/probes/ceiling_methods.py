@@ -140,7 +140,7 @@ def _coll_rank(rank: int, port: int) -> None:
                 cells = "  ".join(f"{k} {nbytes / s / 1e9 * factor:7.1f}"
                                   for k, s in results.items())
                 print(f"coll {name:14s} {nbytes >> 20:5d} MiB busbw  {cells}", flush=True)
-        del x, shard
+        x = shard = None            # free them before the next size
         torch.cuda.empty_cache()
     dist.destroy_process_group()
 
@@ -159,7 +159,6 @@ def collectives() -> None:
 def p2p_disabled() -> None:
     """Runs in a child process that never enables peer access."""
     from bandwidth import rawcopy
-    from bandwidth.ceiling.timing import GatedTimer
     for i, j in ((0, 1), (1, 0)):
         rawcopy.disable_peer_access(i, j)
     nbytes, repeat = 40_000_000 * 4, 5
