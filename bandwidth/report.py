@@ -8,6 +8,7 @@ from dataclasses import asdict
 
 from bandwidth.results import SCHEMA_VERSION, fingerprint
 from bandwidth.run import Plan, Result
+from bandwidth.topology import pcie_text
 
 
 def preamble(plan: Plan, environment: dict, sweep: int = 1) -> list[str]:
@@ -22,6 +23,8 @@ def preamble(plan: Plan, environment: dict, sweep: int = 1) -> list[str]:
     names = sorted({d["name"] for d in env["devices"]})
     lines = [f"# bandwidth {env['toolkit']} on {env['host']}: {versions}",
              f"# devices: {len(env['devices'])} x {', '.join(names)}"]
+    if env.get("links"):
+        lines.append(f"# links: {links_text(env['links'])}")
     if sweep > 1:
         return lines + [f"# sweep of {sweep} configurations, {c.dtype}, optimizer {c.optimizer}, "
                         f"{c.num_batches} iterations after {c.warmup} warm-up each"]
@@ -32,6 +35,15 @@ def preamble(plan: Plan, environment: dict, sweep: int = 1) -> list[str]:
         f"{c.dtype}, optimizer {c.optimizer}, {c.num_batches} iterations after {c.warmup} "
         "warm-up",
     ]
+
+
+def links_text(links: dict) -> str:
+    """``GPU 0<->1 18 NVLinks; PCIe: GPU 0 gen5 x16, GPU 1 gen5 x16`` (environment's links)."""
+    nv = [f"GPU {pair.replace('-', '<->')} {'?' if count is None else count} NVLinks"
+          for pair, count in (links.get("nvlinks") or {}).items()]
+    pcie = [f"GPU {gpu} {pcie_text(link)}"
+            for gpu, link in (links.get("pcie") or {}).items()]
+    return "; ".join(nv + (["PCIe: " + ", ".join(pcie)] if pcie else []))
 
 
 def array_table(plan: Plan) -> list[str]:
