@@ -23,7 +23,7 @@ import torch.distributed as dist
 from bandwidth import optimizers
 from bandwidth.errors import UnsupportedError
 from bandwidth.group import DistGroup
-from bandwidth.bounds import Bound
+from bandwidth.bounds import Bound, judged
 from bandwidth.kvstores.dist import Cluster, messages, ps_layout
 from bandwidth.layout import DTYPE_BYTES, TORCH_DTYPES
 from bandwidth.launch.contract import SERVER, WORKER, Role, join_store
@@ -79,9 +79,11 @@ def _parameter_server(plan: Plan, role: Role, on_report) -> Result | None:
                                     replicas=role.job.num_workers * per_worker)
             result = _result(plan, measured, group, role.job.num_workers * per_worker)
             if raw is not None and result.summary.bus_factor:
-                result.ceiling = Bound("raw Gloo send+recv between workers and servers, same "
-                                       "bytes and messages, same run",
-                                       plan.nbytes * result.summary.bus_factor / group.max(raw) / 1e9)
+                raw_bound = Bound("raw Gloo send+recv between workers and servers, same bytes "
+                                  "and messages, same run",
+                                  plan.nbytes * result.summary.bus_factor / group.max(raw) / 1e9)
+                result.ceiling = judged(raw_bound, result.summary.busbw_median,
+                                        on_cpu=not plan.devices.is_cuda)
         dist.barrier()                   # every worker and server is done
         return result
     finally:

@@ -8,6 +8,7 @@ from dataclasses import asdict
 
 from bandwidth.results import SCHEMA_VERSION, fingerprint
 from bandwidth.run import Plan, Result
+from bandwidth.table import ONE_DEVICE, gbps_3
 from bandwidth.topology import pcie_text
 
 
@@ -62,13 +63,18 @@ def array_table(plan: Plan) -> list[str]:
 
 def summary_lines(result: Result) -> list[str]:
     plan, s = result.plan, result.summary
-    lines = [f"# summary: kvstore {plan.config.kv_store}, {plan.devices.n} devices, "
-             f"{s.nbytes / 1e6:.2f} MB in {len(plan.shapes)} arrays, {s.iterations} iterations",
-             f"#   GB/sec per gpu (busbw = algbw x {s.bus_factor:g}): median {s.busbw_median:.3f}, "
-             f"min {s.busbw_min:.3f}, max {s.busbw_max:.3f}",
-             f"#   algbw {s.algbw_median:.3f} GB/s, time median {s.seconds_median:.6f} s, "
-             f"max error {_error_text(s.error_max)}",
-             f"#   ceiling: {ceiling_text(result)}"]
+    n = plan.devices.n
+    lines = [f"# summary: kvstore {plan.config.kv_store}, {n} device{'s' if n != 1 else ''}, "
+             f"{s.nbytes / 1e6:.2f} MB in {len(plan.shapes)} arrays, {s.iterations} iterations"]
+    if n < 2:      # MXNet's formula gives 0 (its iter lines keep it); no figure is better here
+        lines.append(f"#   GB/sec per gpu: {ONE_DEVICE}: nothing crosses a link, so busbw is 0 "
+                     "by definition")
+    else:
+        lines.append(f"#   GB/sec per gpu (busbw = algbw x {s.bus_factor:g}): median "
+                     f"{s.busbw_median:.3f}, min {s.busbw_min:.3f}, max {s.busbw_max:.3f}")
+    lines += [f"#   algbw {s.algbw_median:.3f} GB/s, time median {s.seconds_median:.6f} s, "
+              f"max error {_error_text(s.error_max)}",
+              f"#   ceiling: {ceiling_text(result)}"]
     ref = result.reference
     if ref is not None:
         ratio = s.busbw_median / ref.busbw_median if ref.busbw_median else float("nan")
@@ -77,9 +83,7 @@ def summary_lines(result: Result) -> list[str]:
     elif plan.store_cls.distributed:
         lines.append("#   host-to-host ceiling: python launch.py -H hosts -n K python -m "
                      "bandwidth.ceiling --network")
-    elif plan.devices.n == 1:
-        lines.append("#   one device: nothing crosses a link, so busbw is 0 by definition")
-    else:
+    elif n > 1:
         lines.append("#   reference: not measured (--no-reference)")
     return lines
 
@@ -87,12 +91,15 @@ def summary_lines(result: Result) -> list[str]:
 def ceiling_text(result: Result) -> str:
     """'92.1 % of 384.8 GB/s (p2p unidirectional copy ...)', or n/a with the reason."""
     plan, ceiling = result.plan, result.ceiling
+    bound_by = plan.store_cls.bound_text(plan.devices)
     if ceiling is None:
-        why = ("this mode measures none in the run" if plan.store_cls.distributed and
+        why = ("1 device" if plan.devices.n < 2 else
+               "this mode measures none in the run" if plan.store_cls.distributed and
                plan.config.reference else
-               "one device" if plan.devices.n < 2 else
                "not measured (--no-reference)" if not plan.config.reference else "unknown")
-        return f"n/a ({why}); bound by {plan.store_cls.bound}"
+        return f"n/a ({why}); bound by {bound_by}"
+    if ceiling.not_a_bound:
+        return f"n/a ({ceiling.not_a_bound}); {ceiling.name}: {gbps_3(ceiling.gbps)} GB/s"
     return f"{result.pct_of_ceiling:.1f} % of {ceiling.gbps:.3f} GB/s ({ceiling.name})"
 
 
@@ -107,7 +114,8 @@ def result_json(result: Result) -> dict:
         "config": plan.config.to_dict(),
         "network": {"name": plan.network_label, "arrays": len(plan.shapes), "bytes": plan.nbytes,
                     "shapes": [[name, list(shape)] for name, shape in plan.shapes]},
-        "kv_store": {"name": plan.config.kv_store, "bound": plan.store_cls.bound,
+        "kv_store": {"name": plan.config.kv_store,
+                     "bound": plan.store_cls.bound_text(plan.devices),
                      "notes": result.notes},
         "devices": plan.devices.labels(),
         "iterations": [asdict(s) for s in result.samples],

@@ -2,6 +2,7 @@
 with real child processes; bad input gives one line and exit status 2."""
 
 import json
+import re
 import shutil
 import subprocess
 
@@ -56,7 +57,10 @@ def test_local_mode_on_cpu_devices_prints_mxnet_lines_and_json(cli, tmp_path):
     assert data["summary"]["bus_factor"] == pytest.approx(4 / 3)
     assert data["reference"]["busbw_median"] > 0
     assert data["ceiling"]["gbps"] > 0 and data["ceiling"]["name"].startswith("host memory")
-    assert "% of " in proc.stdout.split("# summary")[1]
+    # a percentage of the ceiling, or n/a where the run beat the host-memory probe (caches)
+    assert re.search(r"\n#   ceiling: ([\d.]+ % of [\d.]+ GB/s \(host memory|n/a \(fits in "
+                     r"cache: the 4 MiB host memory probe is not a bound)",
+                     proc.stdout.split("# summary")[1])
 
 
 def test_nccl_mode_on_cpu_devices_says_it_uses_gloo(cli):
@@ -155,9 +159,27 @@ def test_sweep_prints_progress_and_one_table(cli, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert [line[:5] for line in proc.stderr.splitlines()] == ["[1/4]", "[2/4]", "[3/4]", "[4/4]"]
     table = proc.stdout.split("# sweep of 4 configurations")[1]
-    assert table.count("cpu x1") == 2 and table.count("cpu x2") == 2
-    assert "n/a" in table               # one device: no ceiling
+    body = [line.split() for line in table.splitlines() if line[:3].strip().isdigit()]
+    assert [(r[0], r[1], r[3] + " " + r[4]) for r in body] == [
+        ("1", "local", "cpu x1"), ("2", "local", "cpu x2"), ("3", "device", "cpu x1"),
+        ("4", "device", "cpu x2")]
+    for r in body[0], body[2]:         # GB/s per GPU n/a (1 device), min, max -, % of ceiling n/a
+        assert r[7:12] == ["n/a", "(1", "device)", "-", "-"] and r[-2] == "n/a"
+    assert "# ceiling of local on cpu x2: host memory: copies and summation" in table
     assert len(json.loads(out.read_text())["results"]) == 4
+
+
+def test_one_device_keeps_mxnets_zero_in_iter_lines_but_not_in_the_summary(cli):
+    proc = cli(*SMALL, "--kv-store", "local", "--cpus", "1", "--num-batches", "2")
+    assert proc.returncode == 0, proc.stderr
+    iters = [line for line in proc.stdout.splitlines() if line.startswith("iter ")]
+    assert len(iters) == 2 and all(", 0.000000 GB/sec per gpu," in line for line in iters)
+    summary = proc.stdout.split("# summary")[1]
+    assert "#   GB/sec per gpu: n/a (1 device): nothing crosses a link" in summary
+    assert "0.000" not in summary.split("algbw")[0]           # no busbw figure before algbw
+    assert re.search(r"#   algbw [\d.]+ GB/s", summary)
+    assert "#   ceiling: n/a (1 device); bound by host memory copies and CPU summation" in summary
+    assert "PCIe" not in proc.stdout
 
 
 def test_flat_size_sweep(cli):
@@ -166,3 +188,4 @@ def test_flat_size_sweep(cli):
     assert proc.returncode == 0, proc.stderr
     for size in ("flat 64K", "flat 128K", "flat 256K"):
         assert size in proc.stdout
+

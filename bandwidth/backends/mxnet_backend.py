@@ -154,7 +154,7 @@ def _store_class(name: str) -> type[MXNetStore]:
         "name": name, "mx_type": mx_type, "sync": mx_type.sync,
         "summary": f"MXNet {version()} kvstore '{name}' ({mx_type.classes}): {mx_type.summary}",
         # The same hardware path bounds MXNet's implementation and the toolkit's.
-        "bound": own.bound, "bound_kind": own.bound_kind,
+        "bound": own.bound, "bound_on_cpu": own.bound_on_cpu, "bound_kind": own.bound_kind,
         "distributed": mx_type.distributed, "needs_optimizer": not mx_type.sync})
 
 
