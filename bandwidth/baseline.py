@@ -29,6 +29,7 @@ from pathlib import Path
 from bandwidth.errors import ConfigError
 from bandwidth.results import Row, fingerprint, load_document, rows_from_document
 from bandwidth.table import render
+from bandwidth.topology import pcie_text
 
 PASS, FASTER, REGRESSION, BELOW_FLOOR, MISSING, NEW, ONE_DEVICE, SIZE_DIFFERS = (
     "ok", "faster", "REGRESSION", "BELOW FLOOR", "missing", "new", "one device", "bytes differ")
@@ -104,39 +105,82 @@ def _peer_text(matrix) -> str:
     return f"{both} of {len(pairs)} GPU pairs"
 
 
+def link_differences(baseline_links: dict | None, current_links: dict | None) -> list[str]:
+    """What differs between two link descriptions (topology.compact_links), in words:
+    ``GPU 0<->1: 18 NVLinks in the baseline, 12 now``, ``GPU 1: PCIe gen5 x16 in the baseline,
+    gen5 x8 now``. A value unknown on either side (None: NVML could not tell; or a side without
+    NVML at all) is not compared: it proves no difference."""
+    if not baseline_links or not current_links:
+        return []
+    out = []
+    base_nv, now_nv = baseline_links.get("nvlinks") or {}, current_links.get("nvlinks") or {}
+    for pair, before in base_nv.items():
+        after = now_nv.get(pair)
+        if before is not None and after is not None and before != after:
+            a, b = pair.split("-")
+            out.append(f"GPU {a}<->{b}: {before} NVLink{'' if before == 1 else 's'} in the "
+                       f"baseline, {after} now")
+    base_pcie, now_pcie = baseline_links.get("pcie") or {}, current_links.get("pcie") or {}
+    for gpu, before in base_pcie.items():
+        after = now_pcie.get(gpu) or {}
+        if any(before.get(k) is not None and after.get(k) is not None and before[k] != after[k]
+               for k in ("gen", "width")):
+            out.append(f"GPU {gpu}: PCIe {pcie_text(before)} in the baseline, "
+                       f"{pcie_text(after)} now")
+    return out
+
+
 def fingerprint_differences(baseline_fp: dict, current_fp: dict) -> list[str]:
-    """The fields that differ, in words: ``['device model', 'driver']``."""
+    """The fields that differ, in words: ``['device model', 'driver']``. Links differ only where
+    both sides know them (link_differences)."""
     names = {"device_model": "device model", "device_count": "device count", "driver": "driver",
              "links": "links", "peer_access": "peer access"}
     keys = list(names) + sorted((set(baseline_fp) | set(current_fp)) - set(names))
-    return [names.get(k, k) for k in keys if baseline_fp.get(k) != current_fp.get(k)]
+    return [names.get(k, k) for k in keys
+            if (link_differences(baseline_fp.get(k), current_fp.get(k)) if k == "links"
+                else baseline_fp.get(k) != current_fp.get(k))]
 
 
 def check_fingerprint(baseline_fp: dict, current_fp: dict, force: bool = False,
                       current_name: str = "this machine") -> str | None:
     """Refuse (BaselineMismatchError, exit 2) a baseline from other hardware; with ``force``
-    return a warning line instead. None when the hardware is the same. ``current_name`` is what
-    the message calls the other side: "this machine", or a file name."""
+    return a warning line instead. Where the hardware is the same: None, or a note when only one
+    side recorded its links (they could not be compared). ``current_name`` is what the message
+    calls the other side: "this machine", or a file name."""
     differs = fingerprint_differences(baseline_fp, current_fp)
     if not differs:
-        return None
+        return _unknown_links_note(baseline_fp, current_fp, current_name)
     base, now = describe_hardware(baseline_fp), describe_hardware(current_fp)
     # What the two descriptions do not already show: links and peer access (of equal counts).
     detail = []
     if "links" in differs:
-        detail.append(f"links: {baseline_fp.get('links')} then, {current_fp.get('links')} now")
+        detail.append("links: " + "; ".join(link_differences(baseline_fp.get("links"),
+                                                             current_fp.get("links"))))
     if "peer access" in differs and "device count" not in differs:
         detail.append(f"peer access: {_peer_text(baseline_fp.get('peer_access'))} then, "
                       f"{_peer_text(current_fp.get('peer_access'))} now")
     known = ("device model", "device count", "driver", "links", "peer access")
     detail += [f"{name}: {baseline_fp.get(name)!r} then, {current_fp.get(name)!r} now"
                for name in differs if name not in known]
-    message = f"baseline was measured on {base} but {current_name} has {now}"
-    if detail:
-        message += f" (other {'; '.join(detail)})"
+    if base != now:
+        message = f"baseline was measured on {base} but {current_name} has {now}"
+        if detail:
+            message += f" (other {'; '.join(detail)})"
+    else:
+        message = (f"baseline was measured on {base} as {current_name} has, but with other "
+                   + "; other ".join(detail))
     if force:
         return f"warning: {message}; compared anyway (--force)"
     raise BaselineMismatchError(f"{message}; use --force to compare anyway")
+
+
+def _unknown_links_note(baseline_fp: dict, current_fp: dict, current_name: str) -> str | None:
+    known = [bool(baseline_fp.get("links")), bool(current_fp.get("links"))]
+    if known[0] == known[1]:
+        return None
+    missing = "the baseline" if not known[0] else current_name
+    return (f"note: links not compared: {missing} recorded none (no NVML there; "
+            "pip install '.[topology]')")
 
 
 # ---------------------------------------------------------------------------------------------

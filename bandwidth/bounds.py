@@ -2,35 +2,60 @@
 
 ``bound(plan, reference)`` returns a Bound (what limits the mode, and its rate in the same unit as
 MXNet's GB/sec per gpu) or None where no ceiling applies (one device: nothing crosses a link; the
-nccl and dist_nccl modes without their reference). The full per-host report is
+nccl and dist_nccl modes without their reference). ``BoundCache`` measures it once per (mode kind,
+device set) in a sweep; ``judged`` marks a ceiling that the run beat by more than
+``OVER_CEILING_MARGIN``, which then prints ``n/a`` with the reason instead of a percentage above
+100. The full per-host report is
 ``python -m bandwidth.ceiling``.
 """
 
 from __future__ import annotations
 
-import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from bandwidth.formulas import allreduce_factor
+from bandwidth.table import format_bytes
 
-# The rate of the link itself, whatever the network's size: large enough for the full rate (and
-# for scheduling noise on a busy host not to count), small enough to take a fraction of a second.
+# GPU links: the rate of the link itself, whatever the network's size: large enough for the full
+# rate (and for scheduling noise on a busy host not to count), small enough to take a fraction of
+# a second. A link only gets faster with size, so this bounds every smaller exchange.
 PROBE_BYTES = 256 * 10**6
-CPU_PROBE_BYTES = 64 * 10**6
+# CPU devices: host memory is faster for buffers that fit in the CPU's caches, so a large probe
+# bounds nothing for a small network. Probe at the network's own size (the largest of a sweep's
+# group), at least this much so that the timing is not all call overhead.
+CPU_MIN_PROBE_BYTES = 4 << 20
+# A run above its ceiling by more than this fraction shows no percentage: the probe is not a bound.
+OVER_CEILING_MARGIN = 0.10
 
 
 @dataclass(frozen=True)
 class Bound:
     name: str
     gbps: float
+    probe_nbytes: int | None = None   # the probe's buffer; None: a reference of the same run
+    not_a_bound: str | None = None    # why no % is shown (the run beat it; see ``judged``)
+
+    def pct(self, busbw_gbps: float) -> float | None:
+        """``busbw_gbps`` as a percentage of the ceiling; None where it is not a bound."""
+        if self.not_a_bound or not self.gbps:
+            return None
+        return 100.0 * busbw_gbps / self.gbps
 
 
-def bound(plan, reference) -> Bound | None:
+def probe_nbytes(plan, nbytes: int | None = None) -> int:
+    """The probe's size for ``plan`` (``nbytes``: the largest network of its sweep group)."""
+    if plan.devices.is_cuda:
+        return PROBE_BYTES
+    return max(nbytes or plan.nbytes, CPU_MIN_PROBE_BYTES)
+
+
+def bound(plan, reference, nbytes: int | None = None) -> Bound | None:
     """The bound of ``plan``'s mode on ``plan``'s devices (``reference``: the flat all-reduce
-    summary of the same run, or None)."""
+    summary of the same run, or None; ``nbytes``: size the probe for this many bytes instead of
+    the plan's, see probe_nbytes)."""
     devices, n = plan.devices, plan.devices.n
     kind = plan.store_cls.bound_kind
     if kind == "flat all-reduce":
@@ -41,40 +66,89 @@ def bound(plan, reference) -> Bound | None:
         return Bound("flat all-reduce of the same bytes, same run", reference.busbw_median)
     if n < 2:
         return None
-    probe = PROBE_BYTES if devices.is_cuda else CPU_PROBE_BYTES
+    probe = probe_nbytes(plan, nbytes)
+    size = format_bytes(probe)
     if kind == "peer link":
         if devices.is_cuda:
             from bandwidth.ceiling import p2p_copy_gbps
             rates = [p2p_copy_gbps(a, b, probe, repeats=3, burst=5)
                      for a in devices.ids for b in devices.ids if a != b]
-            return Bound("p2p unidirectional copy (slowest pair)", min(rates))
+            return Bound("p2p unidirectional copy (slowest pair)", min(rates), probe)
         # One process copies for every CPU device: 2(n-1) S bytes go through one memory system.
-        return Bound("host memory copy rate / devices", host_copy_gbps(probe) / n)
+        return Bound(f"host memory copy rate / devices, {size} probe", host_copy_gbps(probe) / n,
+                     probe)
     if kind == "host path":
         if devices.is_cuda:
             from bandwidth.ceiling import host_path
             path = host_path(list(devices.ids), probe)
             return Bound("host path: PCIe and CPU summation overlapped",
-                         path.busbw_gbps(path.bound_seconds))
-        return Bound("host memory: copies and summation", cpu_local_gbps(probe, n))
+                         path.busbw_gbps(path.bound_seconds), probe)
+        return Bound(f"host memory: copies and summation, {size} probe",
+                     cpu_local_gbps(probe, n), probe)
     return None
 
 
-def _median_seconds(fn, repeats: int = 5) -> float:
+def judged(ceiling: Bound | None, busbw_gbps: float, on_cpu: bool) -> Bound | None:
+    """``ceiling``, marked ``not_a_bound`` (with the reason) when the run's busbw exceeds it by
+    more than OVER_CEILING_MARGIN: a ceiling must be an upper bound, so no % above 100 is shown."""
+    if ceiling is None or not ceiling.gbps or \
+            busbw_gbps <= ceiling.gbps * (1 + OVER_CEILING_MARGIN):
+        return ceiling
+    margin = f"{100 * OVER_CEILING_MARGIN:g} %"
+    if ceiling.probe_nbytes is None:
+        why = f"timing noise: this run beat its reference of the same run by more than {margin}"
+    elif on_cpu:
+        why = (f"fits in cache: the {format_bytes(ceiling.probe_nbytes)} host memory probe is "
+               "not a bound at this size")
+    else:
+        why = (f"this run beat the {format_bytes(ceiling.probe_nbytes)} probe by more than "
+               f"{margin}: it is not a bound at this size")
+    return replace(ceiling, not_a_bound=why)
+
+
+class BoundCache:
+    """The ceilings of a sweep, each measured once per (kind of bound, device set): probed at the
+    largest network of that group (on GPUs the fixed link probe), and reused by every row and
+    repeat of the group. The nccl mode's bound is the flat reference of each row itself, so it is
+    not cached."""
+
+    def __init__(self, plans=()):
+        self._nbytes: dict[tuple, int] = {}
+        for plan in plans:
+            key = self._key(plan)
+            self._nbytes[key] = max(self._nbytes.get(key, 0), plan.nbytes)
+        self._found: dict[tuple, Bound | None] = {}
+
+    @staticmethod
+    def _key(plan) -> tuple:
+        return (plan.store_cls.bound_kind, plan.devices)
+
+    def bound(self, plan, reference) -> Bound | None:
+        if plan.store_cls.bound_kind == "flat all-reduce":
+            return bound(plan, reference)
+        key = self._key(plan)
+        if key not in self._found:
+            self._found[key] = bound(plan, reference, self._nbytes.get(key, plan.nbytes))
+        return self._found[key]
+
+
+def _best_seconds(fn, repeats: int = 5) -> float:
+    """The fastest of ``repeats`` timed calls after one untimed: other processes on the host only
+    ever slow a probe down, and a ceiling must be an upper bound."""
     fn()
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return min(times)
 
 
 def host_copy_gbps(nbytes: int) -> float:
     """Host memory copy rate (bytes copied per second), as torch copies."""
     a = torch.ones(nbytes // 4)
     b = torch.empty_like(a)
-    return nbytes / _median_seconds(lambda: b.copy_(a)) / 1e9
+    return nbytes / _best_seconds(lambda: b.copy_(a)) / 1e9
 
 
 def cpu_local_gbps(nbytes: int, n: int) -> float:
@@ -93,4 +167,4 @@ def cpu_local_gbps(nbytes: int, n: int) -> float:
         for dst in sources:
             dst.copy_(total)
 
-    return nbytes * allreduce_factor(n) / _median_seconds(local_step) / 1e9
+    return nbytes * allreduce_factor(n) / _best_seconds(local_step) / 1e9

@@ -203,7 +203,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="skip the flat all-reduce reference and the mode's ceiling measurement")
     tm.add_argument("--ceiling", action="store_true",
                     help="measure and print this host's full ceilings first (python -m "
-                         "bandwidth.ceiling)")
+                         "bandwidth.ceiling) on the run's devices (the widest set of a sweep); "
+                         "--json holds them under 'ceiling'; a failed part makes the exit "
+                         "status 1")
     tm.add_argument("--timeout", type=float, default=300.0,
                     help="seconds before a multi-process part is stopped as hung (default: 300)")
     tm.add_argument("--seed", type=int, default=0, help="seed of the test data (default: 0)")

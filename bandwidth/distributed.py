@@ -24,7 +24,7 @@ import torch.distributed as dist
 from bandwidth import optimizers
 from bandwidth.errors import ConfigError, UnsupportedError
 from bandwidth.group import DistGroup
-from bandwidth.bounds import Bound, bound
+from bandwidth.bounds import Bound, bound, judged
 from bandwidth.formulas import busbw_gbps
 from bandwidth.kvstores.dist import Cluster, messages, ps_layout
 from bandwidth.layout import DTYPE_BYTES, TORCH_DTYPES
@@ -103,9 +103,11 @@ def _parameter_server(plan: Plan, role: Role, on_report) -> Result | None:
                                     replicas=role.job.num_workers * per_worker)
             result = _result(plan, measured, group, role.job.num_workers * per_worker)
             if raw is not None and result.summary.bus_factor:
-                result.ceiling = Bound("raw Gloo send+recv between workers and servers, same "
-                                       "bytes and messages, same run",
-                                       plan.nbytes * result.summary.bus_factor / group.max(raw) / 1e9)
+                raw_bound = Bound("raw Gloo send+recv between workers and servers, same bytes "
+                                  "and messages, same run",
+                                  plan.nbytes * result.summary.bus_factor / group.max(raw) / 1e9)
+                result.ceiling = judged(raw_bound, result.summary.busbw_median,
+                                        on_cpu=not plan.devices.is_cuda)
         dist.barrier()                   # every worker and server is done
         return result
     finally:
@@ -202,5 +204,7 @@ def _result(plan: Plan, measured: dict, group, replicas: int,
                      f"{plan.nbytes / 1e6:.2f} MB): {plan.store_cls.traffic_rule(local, replicas)}")
     return Result(plan=plan, environment=describe(plan.devices), samples=samples,
                   reports=[Report(**r) for r in measured["reports"]], summary=summary,
-                  reference=ref, ceiling=bound(plan, ref) if plan.config.reference else None,
+                  reference=ref, ceiling=judged(bound(plan, ref), summary.busbw_median,
+                                                on_cpu=not plan.devices.is_cuda)
+                  if plan.config.reference else None,
                   notes=notes, workers=workers)

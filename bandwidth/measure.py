@@ -35,11 +35,13 @@ from bandwidth.config import Job, build_parser, job_from_args  # noqa: E402
 from bandwidth.environment import describe as describe_environment  # noqa: E402
 from bandwidth.errors import BandwidthError, ConfigError  # noqa: E402
 from bandwidth.kvstores import KVSTORES  # noqa: E402
-from bandwidth.report import (array_table, ceiling_text, discard_stdout, document,  # noqa: E402
+from bandwidth.report import (array_table, discard_stdout, document,  # noqa: E402
                               preamble, summary_lines, worker_lines, write_document)
 from bandwidth import baseline, table  # noqa: E402
-from bandwidth.results import fingerprint, rows_from_document  # noqa: E402
-from bandwidth.run import Result, make_plan, run, size_line  # noqa: E402
+from bandwidth.bounds import BoundCache  # noqa: E402
+from bandwidth.progress import Progress  # noqa: E402
+from bandwidth.results import devices_label, fingerprint, rows_from_document  # noqa: E402
+from bandwidth.run import Plan, Result, make_plan, run, size_line  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,13 +111,19 @@ def execute(job: Job, role=None) -> int:
                                    job.force)
     for line in preamble(plans[0], environment, sweep=len(plans)):
         print(line)
-    if job.ceiling:
-        print_ceilings(widest)
+    ceiling_doc, ceiling_status = host_ceilings(widest) if job.ceiling else (None, 0)
+    bounds = BoundCache(plans)             # each mode's ceiling measured once per device set
+    bar = Progress(len(plans)) if job.is_sweep or job.repeat > 1 else None
     every_row, verdict, doc = [], None, None
     for repeat in range(job.repeat):
-        results = [measure_one(job, plan, index, len(plans), repeat) for index, plan
-                   in enumerate(plans)]
-        doc = document(results, environment)
+        try:
+            results = [measure_one(job, plan, bounds, bar, index, len(plans), repeat)
+                       for index, plan in enumerate(plans)]
+        finally:
+            if bar is not None:
+                bar.close()
+        doc = document(results, environment,
+                       None if ceiling_doc is None else {"ceiling": ceiling_doc})
         every_row += rows_from_document(doc, f"repeat {repeat + 1}")
         if base is not None or job.min_gbps is not None:
             verdict = baseline.check(every_row, base, job.tolerance_pct, job.min_gbps,
@@ -124,6 +132,19 @@ def execute(job: Job, role=None) -> int:
             if verdict.exit_code == 0:
                 break                      # as fleet health checks: the first good repeat passes
     rows = rows_from_document(doc, "this run")
+    print_tables(job, rows)
+    outputs(job, doc, rows)
+    status = 0
+    if verdict is not None:
+        print("\n".join(verdict.lines))
+        status = verdict.exit_code
+    if ceiling_status:
+        print("measure.py: the ceiling measurement (--ceiling) failed in part: see FAILED above",
+              file=sys.stderr)
+    return max(status, ceiling_status)
+
+
+def print_tables(job: Job, rows) -> None:
     if job.is_sweep:
         print("\n".join(table.sweep_table(rows)))
     if len({row.backend for row in rows}) > 1:
@@ -133,25 +154,43 @@ def execute(job: Job, role=None) -> int:
                                                                                job.baseline_row))))
     if job.speedup:
         print("\n".join([""] + table.speedup_table(rows)))
-    outputs(job, doc, rows)
-    if verdict is not None:
-        print("\n".join(verdict.lines))
-        return verdict.exit_code
-    return 0
 
 
-def measure_one(job: Job, plan, index: int, total: int, repeat: int) -> Result:
-    """One configuration: MXNet's lines for a single one, a progress line per sweep entry."""
-    if job.is_sweep or job.repeat > 1:
-        result = run(plan.config, plan=plan)
-        progress(index, total, repeat, job.repeat, result)
+def measure_one(job: Job, plan: Plan, bounds: BoundCache, bar: Progress | None, index: int,
+                total: int, repeat: int) -> Result:
+    """One configuration: MXNet's lines for a single one, the progress bar in a sweep (or with
+    --repeat)."""
+    if bar is not None:
+        label = (f"(repeat {repeat + 1}/{job.repeat}) " if job.repeat > 1 else "") \
+            + plan_label(plan)
+        bar.start(index, label)
+        result = run(plan.config, plan=plan, bounds=bounds)
+        bar.finish(index + 1, f"{label}: {result_text(result)}")
         return result
     print(size_line(plan.shapes, plan.config.dtype), flush=True)
-    result = run(plan.config, plan=plan, on_report=lambda report: print(report.line(), flush=True))
+    result = run(plan.config, plan=plan, bounds=bounds,
+                 on_report=lambda report: print(report.line(), flush=True))
     for note in result.notes:
         print(f"# note: {note}")
     print("\n".join(summary_lines(result)), flush=True)
     return result
+
+
+def plan_label(plan: Plan) -> str:
+    """``local flat 1M cpu x2``, ``mxnet device resnet-200 cuda:0,1``."""
+    backend = "" if plan.config.backend == "toolkit" else f"{plan.config.backend} "
+    return (f"{backend}{plan.config.kv_store} {plan.network_label} "
+            f"{devices_label(plan.devices.labels())}")
+
+
+def result_text(result: Result) -> str:
+    """A finished configuration in a few words, for the progress bar."""
+    s = result.summary
+    if result.plan.devices.n < 2:
+        return f"algbw {s.algbw_median:.3f} GB/s (1 device)"
+    pct = result.pct_of_ceiling
+    return f"{s.busbw_median:.3f} GB/sec per gpu, " + (
+        "ceiling n/a" if pct is None else f"{pct:.1f} % of ceiling")
 
 
 def outputs(job: Job, doc: dict, rows) -> None:
@@ -203,20 +242,16 @@ def execute_distributed(job: Job, role) -> int:
     return 0
 
 
-def progress(index: int, total: int, repeat: int, repeats: int, result: Result) -> None:
-    """One line per finished configuration of a sweep, on stderr."""
-    plan, s = result.plan, result.summary
-    run_of = f" (repeat {repeat + 1}/{repeats})" if repeats > 1 else ""
-    backend = "" if plan.config.backend == "toolkit" else f"{plan.config.backend} "
-    print(f"[{index + 1}/{total}]{run_of} {backend}{plan.config.kv_store} {plan.network_label} on "
-          f"{plan.devices.describe()}: {s.busbw_median:.3f} GB/sec per gpu, "
-          f"{ceiling_text(result)}", file=sys.stderr, flush=True)
+def host_ceilings(plan: Plan) -> tuple[dict, int]:
+    """--ceiling: python -m bandwidth.ceiling on this job's widest device set, printed; returns
+    its document (the --json "ceiling" key) and the status it exits with (1: a part failed)."""
+    from bandwidth.ceiling import CeilingOptions, measure_ceilings
+    from bandwidth.ceiling.render import lines
 
-
-def print_ceilings(plan) -> None:
-    from bandwidth import ceiling
-    ceiling.main(["--gpus", ",".join(map(str, plan.devices.ids))] if plan.devices.is_cuda
-                 else [])
+    ceilings = measure_ceilings(plan.devices, CeilingOptions(),
+                                progress=lambda m: print(f"# {m}", file=sys.stderr, flush=True))
+    print("\n".join(lines(ceilings)), flush=True)
+    return ceilings.to_dict(), 1 if ceilings.failures else 0
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """Figures of result Rows, chosen from what the rows hold (``plot_rows``):
 
 * ``sweep``: flat-buffer size sweeps (``--network flat -b -e -f``): GB/s per GPU against the
-  buffer size, log x axis, one line per mode and GPU set, the ceiling as a dashed line.
+  buffer size, log x axis, one line per mode and GPU set, and its ceiling dashed in the same
+  colour (level where it was probed once, following the sizes where each has its own); hollow
+  markers where a run beat its ceiling by more than 10 %.
 * ``scaling``: the same mode and network at several GPU counts: GB/s per GPU against the GPU count
   (left) and the speed-up of the total throughput n x algbw with the ideal line (right).
 * ``bars``: anything else: one bar per mode, grouped by network and GPU set, whiskers from the
@@ -13,12 +15,13 @@ display, no pyplot state), so the rest of the toolkit runs without it.
 
 from __future__ import annotations
 
+import textwrap
 from collections import defaultdict
 from pathlib import Path
 
 from bandwidth.errors import ConfigError, UnsupportedError
 from bandwidth.results import Row
-from bandwidth.table import format_bytes, scaling_series, sources_text, total_gbps
+from bandwidth.table import format_bytes, gbps_3, scaling_series, sources_text, total_gbps
 
 KINDS = ("bars", "scaling", "sweep")
 YLABEL = "GB/s per GPU (all-reduce busbw)"
@@ -122,7 +125,7 @@ def _bars(fig, rows: list[Row]) -> None:
                    label=mode if mode not in ax.get_legend_handles_labels()[1] else None,
                    yerr=_whiskers([r]), capsize=3,
                    ecolor="0.3", zorder=2)
-            if r.ceiling_gbps:
+            if r.ceiling_gbps and not r.ceiling_note:      # a ceiling the run beat is no bound
                 ax.hlines(r.ceiling_gbps, x - width * 0.5, x + width * 0.5, colors="black",
                           linewidth=2.5, zorder=3,
                           label=None if ceiling_drawn else "ceiling\n(measured in\nthe same run)")
@@ -131,7 +134,8 @@ def _bars(fig, rows: list[Row]) -> None:
                 text = f"{r.busbw_gbps:.3g}"
                 if r.pct_of_ceiling is not None:
                     text += f"\n{r.pct_of_ceiling:.0f} %"
-                top = max(r.busbw_max, r.busbw_gbps, r.ceiling_gbps or 0)
+                top = max(r.busbw_max, r.busbw_gbps,
+                          0 if r.ceiling_note else r.ceiling_gbps or 0)
                 ax.annotate(text, (x, top), xytext=(0, 4),
                             textcoords="offset points", ha="center", va="bottom", fontsize=8)
     labels = []
@@ -162,7 +166,8 @@ def _scaling(fig, rows: list[Row]) -> None:
         ns = [r.n for r in members]
         left.errorbar(ns, [r.busbw_gbps for r in members], yerr=_whiskers(members), marker="o",
                       capsize=3, color=color[label], label=label)
-        ceilings = [(r.n, r.ceiling_gbps) for r in members if r.ceiling_gbps]
+        ceilings = [(r.n, r.ceiling_gbps) for r in members
+                    if r.ceiling_gbps and not r.ceiling_note]
         if ceilings:
             left.plot(*zip(*ceilings), linestyle="--", color=color[label], alpha=0.6,
                       label=f"{label}: ceiling")
@@ -191,20 +196,22 @@ def _sweep(fig, rows: list[Row]) -> None:
     ax = fig.add_subplot()
     color = _colors(series)
     sizes = sorted({r.nbytes for members in series.values() for r in members})
-    ceilings: dict[tuple[str, float], list[str]] = defaultdict(list)
+    above = False
     for label, members in series.items():
         ax.errorbar([r.nbytes for r in members], [r.busbw_gbps for r in members],
                     yerr=_whiskers(members), marker="o", markersize=4, capsize=2,
-                    color=color[label], label=label)
-        for r in members:
-            if r.ceiling_gbps and label not in ceilings[(r.ceiling_name, r.ceiling_gbps)]:
-                ceilings[(r.ceiling_name, r.ceiling_gbps)].append(label)
-    # One dashed line per distinct ceiling: in its series' colour, or grey when series share it.
-    for (name, gbps), labels in ceilings.items():
-        ax.axhline(gbps, linestyle="--", alpha=0.7,
-                   color=color[labels[0]] if len(labels) == 1 else "0.35",
-                   label=f"ceiling: {name}, {gbps:.0f} GB/s"
-                         + (f" ({labels[0]})" if len(labels) == 1 else ""))
+                    color=color[label], label=label, zorder=3)
+        beat = [r for r in members if r.ceiling_note]
+        if beat:       # the run beat its ceiling there: hollow markers, no % of ceiling
+            ax.plot([r.nbytes for r in beat], [r.busbw_gbps for r in beat], linestyle="none",
+                    marker="o", markersize=8, markerfacecolor="white", markeredgewidth=1.5,
+                    color=color[label], zorder=4)
+            above = True
+        _sweep_ceiling(ax, label, members, color[label])
+    if above:
+        ax.plot([], [], linestyle="none", marker="o", markersize=8, markerfacecolor="white",
+                markeredgecolor="0.3", label="above its ceiling by > 10 %:\nno % of ceiling "
+                                             "there (see the table)")
     ax.set_xscale("log", base=2)
     step = max(1, (len(sizes) + 9) // 10)     # at most about ten labelled sizes
     ticks = sizes[::step]
@@ -215,4 +222,36 @@ def _sweep(fig, rows: list[Row]) -> None:
     ax.set_ylabel(YLABEL)
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3, which="both")
-    ax.legend(title="mode and devices", fontsize=9)
+    # Each series above its ceiling; outside the axes, so that it never covers a point.
+    handles, labels = ax.get_legend_handles_labels()
+    order = sorted(range(len(labels)), key=lambda i: _legend_rank(labels[i], list(series)))
+    ax.legend([handles[i] for i in order], [labels[i] for i in order], title="mode and devices",
+              loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0, fontsize=8)
+
+
+def _legend_rank(text: str, series: list[str]) -> tuple[int, int]:
+    for k, label in enumerate(series):
+        if text == label:
+            return (k, 0)
+        if text.startswith(f"ceiling of {label}:"):
+            return (k, 1)
+    return (len(series), 0)
+
+
+def _sweep_ceiling(ax, label: str, members: list[Row], color: str) -> None:
+    """One dashed ceiling per series: a level line where the series has one ceiling (one probe
+    per mode and devices), a dashed curve where each size has its own (the nccl mode's flat
+    reference of the same bytes)."""
+    points = [(r.nbytes, r.ceiling_gbps) for r in members if r.ceiling_gbps]
+    if not points:
+        return
+    name = next(r.ceiling_name for r in members if r.ceiling_gbps)
+    rates = sorted({gbps for _, gbps in points})
+    if len(rates) == 1:
+        text = f"{name}, {gbps_3(rates[0])} GB/s"
+        ax.axhline(rates[0], linestyle="--", alpha=0.8, color=color, zorder=2,
+                   label=f"ceiling of {label}:\n" + "\n".join(textwrap.wrap(text, 40)))
+    else:
+        text = f"{name}, per size, {gbps_3(rates[0])} to {gbps_3(rates[-1])} GB/s"
+        ax.plot(*zip(*points), linestyle="--", alpha=0.8, color=color, zorder=2,
+                label=f"ceiling of {label}:\n" + "\n".join(textwrap.wrap(text, 40)))

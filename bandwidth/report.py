@@ -10,6 +10,8 @@ from dataclasses import asdict
 
 from bandwidth.results import SCHEMA_VERSION, fingerprint
 from bandwidth.run import Plan, Result
+from bandwidth.table import ONE_DEVICE, gbps_3
+from bandwidth.topology import pcie_text
 
 
 def discard_stdout() -> None:
@@ -33,6 +35,8 @@ def preamble(plan: Plan, environment: dict, sweep: int = 1) -> list[str]:
     names = sorted({d["name"] for d in env["devices"]})
     lines = [f"# bandwidth {env['toolkit']} on {env['host']}: {versions}",
              f"# devices: {len(env['devices'])} x {', '.join(names)}"]
+    if env.get("links"):
+        lines.append(f"# links: {links_text(env['links'])}")
     if sweep > 1:
         return lines + [f"# sweep of {sweep} configurations, {c.dtype}, optimizer {c.optimizer}, "
                         f"{c.num_batches} iterations after {c.warmup} warm-up each"]
@@ -43,6 +47,15 @@ def preamble(plan: Plan, environment: dict, sweep: int = 1) -> list[str]:
         f"{c.dtype}, optimizer {c.optimizer}, {c.num_batches} iterations after {c.warmup} "
         "warm-up",
     ]
+
+
+def links_text(links: dict) -> str:
+    """``GPU 0<->1 18 NVLinks; PCIe: GPU 0 gen5 x16, GPU 1 gen5 x16`` (environment's links)."""
+    nv = [f"GPU {pair.replace('-', '<->')} {'?' if count is None else count} NVLinks"
+          for pair, count in (links.get("nvlinks") or {}).items()]
+    pcie = [f"GPU {gpu} {pcie_text(link)}"
+            for gpu, link in (links.get("pcie") or {}).items()]
+    return "; ".join(nv + (["PCIe: " + ", ".join(pcie)] if pcie else []))
 
 
 def array_table(plan: Plan) -> list[str]:
@@ -61,15 +74,19 @@ def array_table(plan: Plan) -> list[str]:
 
 def summary_lines(result: Result) -> list[str]:
     plan, s = result.plan, result.summary
-    devices = f"{plan.devices.n} devices" + (f" on each of {len(result.workers)} workers"
-                                             if result.workers else "")
+    devices = f"{plan.devices.n} device{'s' if plan.devices.n != 1 else ''}" + (
+        f" on each of {len(result.workers)} workers" if result.workers else "")
     lines = [f"# summary: kvstore {plan.config.kv_store}, {devices}, "
-             f"{s.nbytes / 1e6:.2f} MB in {len(plan.shapes)} arrays, {s.iterations} iterations",
-             f"#   GB/sec per gpu (busbw = algbw x {s.bus_factor:g}): median {s.busbw_median:.3f}, "
-             f"min {s.busbw_min:.3f}, max {s.busbw_max:.3f}",
-             f"#   algbw {s.algbw_median:.3f} GB/s, time median {s.seconds_median:.6f} s, "
-             f"max error {_error_text(s.error_max)}",
-             f"#   ceiling: {ceiling_text(result)}"]
+             f"{s.nbytes / 1e6:.2f} MB in {len(plan.shapes)} arrays, {s.iterations} iterations"]
+    if s.bus_factor == 0:   # one device: MXNet's formula gives 0 (its iter lines keep it)
+        lines.append(f"#   GB/sec per gpu: {ONE_DEVICE}: nothing crosses a link, so busbw is 0 "
+                     "by definition")
+    else:
+        lines.append(f"#   GB/sec per gpu (busbw = algbw x {s.bus_factor:g}): median "
+                     f"{s.busbw_median:.3f}, min {s.busbw_min:.3f}, max {s.busbw_max:.3f}")
+    lines += [f"#   algbw {s.algbw_median:.3f} GB/s, time median {s.seconds_median:.6f} s, "
+              f"max error {_error_text(s.error_max)}",
+              f"#   ceiling: {ceiling_text(result)}"]
     ref = result.reference
     if ref is not None:
         ratio = s.busbw_median / ref.busbw_median if ref.busbw_median else float("nan")
@@ -78,9 +95,7 @@ def summary_lines(result: Result) -> list[str]:
     elif plan.store_cls.distributed:
         lines.append("#   host-to-host ceiling: python launch.py -H hosts -n K python -m "
                      "bandwidth.ceiling --network")
-    elif plan.devices.n == 1:
-        lines.append("#   one device: nothing crosses a link, so busbw is 0 by definition")
-    else:
+    elif s.bus_factor:
         lines.append("#   reference: not measured (--no-reference)")
     return lines
 
@@ -106,12 +121,15 @@ def worker_lines(result: Result) -> list[str]:
 def ceiling_text(result: Result) -> str:
     """'92.1 % of 384.8 GB/s (p2p unidirectional copy ...)', or n/a with the reason."""
     plan, ceiling = result.plan, result.ceiling
+    bound_by = plan.store_cls.bound_text(plan.devices)
     if ceiling is None:
-        why = ("this mode measures none in the run" if plan.store_cls.distributed and
+        why = ("1 device" if plan.devices.n < 2 else
+               "this mode measures none in the run" if plan.store_cls.distributed and
                plan.config.reference else
-               "one device" if plan.devices.n < 2 else
                "not measured (--no-reference)" if not plan.config.reference else "unknown")
-        return f"n/a ({why}); bound by {plan.store_cls.bound}"
+        return f"n/a ({why}); bound by {bound_by}"
+    if ceiling.not_a_bound:
+        return f"n/a ({ceiling.not_a_bound}); {ceiling.name}: {gbps_3(ceiling.gbps)} GB/s"
     return f"{result.pct_of_ceiling:.1f} % of {ceiling.gbps:.3f} GB/s ({ceiling.name})"
 
 
@@ -126,7 +144,8 @@ def result_json(result: Result) -> dict:
         "config": plan.config.to_dict(),
         "network": {"name": plan.network_label, "arrays": len(plan.shapes), "bytes": plan.nbytes,
                     "shapes": [[name, list(shape)] for name, shape in plan.shapes]},
-        "kv_store": {"name": plan.config.kv_store, "bound": plan.store_cls.bound,
+        "kv_store": {"name": plan.config.kv_store,
+                     "bound": plan.store_cls.bound_text(plan.devices),
                      "notes": result.notes},
         "devices": plan.devices.labels(),
         "iterations": [asdict(s) for s in result.samples],

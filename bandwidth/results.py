@@ -4,8 +4,10 @@ comparisons and regression checks read.
 Document, schema version 1::
 
     {"schema_version": 1, "tool": "bandwidth 0.1.0", "created": "2026-11-22T05:00:00Z",
-     "environment": {...},            # host, versions, devices, driver, peer access (one host)
+     "environment": {...},            # host, versions, devices, driver, peer access, links
      "fingerprint": {...},            # what must match for a baseline to apply (see below)
+     "ceiling": {...},                # only with measure.py --ceiling: the full report of
+                                      # python -m bandwidth.ceiling (Ceilings.to_dict())
      "results": [                     # one per measured configuration
        {"config": {...},              # with "backend": "toolkit" | "mxnet" (absent: toolkit)
         "network": {"name", "arrays", "bytes", "shapes"},
@@ -14,9 +16,14 @@ Document, schema version 1::
         "summary": {"busbw_median", "busbw_min", "busbw_max", "algbw_median", "seconds_median",
                     "error_max", "nbytes", "bus_factor", "iterations"},
         "reference": {... same fields as summary ...} | null,
-        "ceiling": {"name": "p2p unidirectional copy", "gbps": 384.8} | null,
+        "ceiling": {"name": "p2p unidirectional copy", "gbps": 384.8,
+                    "probe_nbytes": 256000000,        # null: the same run's flat reference
+                    "not_a_bound": null | "fits in cache: ..."} | null,
         "workers": [{"worker", "seconds_median", "busbw_median", "network_nbytes",
                      "server_nbytes"}]}]}   # distributed modes: one per worker, else []
+
+``not_a_bound`` is set where the run beat its ceiling by more than 10 % (bandwidth.bounds.judged):
+the figure is kept, but no % of ceiling is shown for that row.
 """
 
 from __future__ import annotations
@@ -51,6 +58,7 @@ class Row:
     ceiling_name: str | None
     ceiling_gbps: float | None
     backend: str = "toolkit"    # what exchanged the arrays: "toolkit" or "mxnet" (--backend)
+    ceiling_note: str | None = None     # why the ceiling is not a bound for this row (no %)
 
     @property
     def key(self) -> tuple:
@@ -69,7 +77,7 @@ class Row:
 
     @property
     def pct_of_ceiling(self) -> float | None:
-        if not self.ceiling_gbps:
+        if not self.ceiling_gbps or self.ceiling_note or self.n < 2:
             return None
         return 100.0 * self.busbw_gbps / self.ceiling_gbps
 
@@ -97,7 +105,8 @@ def rows_from_document(doc: dict, source: str) -> list[Row]:
             seconds=summary["seconds_median"], error=summary["error_max"],
             ceiling_name=ceiling["name"] if ceiling else None,
             ceiling_gbps=ceiling["gbps"] if ceiling else None,
-            backend=config.get("backend", "toolkit")))      # documents before --backend: toolkit
+            backend=config.get("backend", "toolkit"),       # documents before --backend: toolkit
+            ceiling_note=ceiling.get("not_a_bound") if ceiling else None))
     return rows
 
 

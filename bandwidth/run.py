@@ -9,7 +9,7 @@ from typing import Callable
 
 import networks
 from bandwidth import backends, protocol
-from bandwidth.bounds import Bound, bound
+from bandwidth.bounds import Bound, BoundCache, bound, judged
 from bandwidth.config import Config
 from bandwidth.devices import DeviceSet, free_bytes, resolve
 from bandwidth.environment import describe as describe_environment
@@ -84,9 +84,8 @@ class Result:
 
     @property
     def pct_of_ceiling(self) -> float | None:
-        if self.ceiling is None or not self.ceiling.gbps:
-            return None
-        return 100.0 * self.summary.busbw_median / self.ceiling.gbps
+        """None where there is no ceiling, or it is not a bound (Bound.not_a_bound)."""
+        return None if self.ceiling is None else self.ceiling.pct(self.summary.busbw_median)
 
 
 def make_plan(config: Config, with_devices: bool = True) -> Plan:
@@ -179,9 +178,10 @@ def reference_task(plan: Plan, indices: list[int], group, replicas: int | None =
 
 
 def run(config: Config, on_report: Callable[[Report], None] | None = None,
-        plan: Plan | None = None) -> Result:
+        plan: Plan | None = None, bounds: BoundCache | None = None) -> Result:
     """Measure ``config``. ``on_report`` receives each MXNet-style report as it happens (in a run of
-    one process per device, rank 0 prints them itself instead)."""
+    one process per device, rank 0 prints them itself instead). ``bounds``: the ceilings of a
+    sweep, measured once per mode kind and device set (default: this configuration's own)."""
     plan = plan or make_plan(config)
     check_memory(plan)
     n = plan.devices.n
@@ -205,11 +205,15 @@ def run(config: Config, on_report: Callable[[Report], None] | None = None,
     samples = [Sample(**s) for s in measured["samples"]]
     factor = plan.store_cls.bus_factor(n)
     ref_summary = reference_summary(plan, reference, n)
-    ceiling = bound(plan, ref_summary) if config.reference else None
+    summary = Summary.of(samples, plan.nbytes, factor)
+    ceiling = None
+    if config.reference:
+        ceiling = bounds.bound(plan, ref_summary) if bounds is not None else bound(plan,
+                                                                                    ref_summary)
+        ceiling = judged(ceiling, summary.busbw_median, on_cpu=not plan.devices.is_cuda)
     return Result(plan=plan, environment=describe_environment(plan.devices), samples=samples,
-                  reports=[Report(**r) for r in measured["reports"]],
-                  summary=Summary.of(samples, plan.nbytes, factor), reference=ref_summary,
-                  ceiling=ceiling, notes=measured["notes"])
+                  reports=[Report(**r) for r in measured["reports"]], summary=summary,
+                  reference=ref_summary, ceiling=ceiling, notes=measured["notes"])
 
 
 def reference_summary(plan: Plan, reference: dict | None, n: int) -> Summary | None:

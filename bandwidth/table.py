@@ -3,8 +3,10 @@
 Three tables, each opened by a ``#`` line that says what it shows:
 
 * ``sweep_table``: one line per measured configuration (mode x network x GPUs): GB/s per GPU
-  (the all-reduce busbw, MXNet's "GB/sec per gpu", median over iterations), algbw, % of the
-  ceiling measured in the same run (``n/a`` when none was), and the largest error.
+  (the all-reduce busbw, MXNet's "GB/sec per gpu", median over iterations; ``n/a (1 device)``
+  where one device moves nothing across a link), algbw, % of the ceiling measured in the same run
+  (``n/a`` when none was, or when the run beat it), and the largest error; under it one line per
+  ceiling.
 * ``ratio_table``: every row's GB/s per GPU as a ratio to one baseline row (1.00 for the baseline),
   the "performance ratio" tables of remote-GPU and network studies.
 * ``backend_table``: where rows of several backends (``--backend toolkit,mxnet``) measured the
@@ -26,7 +28,7 @@ from bandwidth.results import Row
 
 CSV_COLUMNS = ("source", "kv_store", "network", "devices", "n", "dtype", "optimizer", "nbytes",
                "busbw_gbps", "busbw_min", "busbw_max", "algbw_gbps", "seconds", "error",
-               "ceiling_name", "ceiling_gbps", "pct_of_ceiling", "backend")
+               "ceiling_name", "ceiling_gbps", "pct_of_ceiling", "backend", "ceiling_note")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -56,6 +58,21 @@ def _error(value: float) -> str:
 
 def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.1f}"
+
+
+def gbps_3(value: float) -> str:
+    """A rate with 3 significant digits, as ceilings are labelled: 385, 1.18, 0.0532."""
+    return f"{value:.3g}"
+
+
+ONE_DEVICE = "n/a (1 device)"     # busbw is 0 by definition with one device: nothing to show
+
+
+def _busbw_cells(r: Row) -> list[str]:
+    """GB/s per GPU, min and max: the busbw, or n/a with one device (its algbw is still shown)."""
+    if r.n < 2:
+        return [ONE_DEVICE, "-", "-"]
+    return [_gbps(r.busbw_gbps), _gbps(r.busbw_min), _gbps(r.busbw_max)]
 
 
 def render(headers: list[str], cells: list[list[str]], right: set[int]) -> list[str]:
@@ -106,10 +123,9 @@ def sweep_table(rows: list[Row], title: str | None = None) -> list[str]:
     ident = _identity_columns(rows)
     headers = ["row"] + [h for h, _ in ident] + [
         "size", "GB/s per GPU", "min GB/s", "max GB/s", "algbw GB/s", "% of ceiling", "error"]
-    cells = [[str(i)] + [str(getattr(r, a)) for _, a in ident] + [
-        format_bytes(r.nbytes), _gbps(r.busbw_gbps), _gbps(r.busbw_min), _gbps(r.busbw_max),
-        _gbps(r.algbw_gbps), _pct(r.pct_of_ceiling), _error(r.error)]
-        for i, r in enumerate(rows, 1)]
+    cells = [[str(i)] + [str(getattr(r, a)) for _, a in ident] + [format_bytes(r.nbytes)]
+             + _busbw_cells(r) + [_gbps(r.algbw_gbps), _pct(r.pct_of_ceiling), _error(r.error)]
+             for i, r in enumerate(rows, 1)]
     first_number = 1 + len(ident)
     right = {0} | set(range(first_number, len(headers)))
     plural = "s" if len(rows) != 1 else ""
@@ -117,10 +133,32 @@ def sweep_table(rows: list[Row], title: str | None = None) -> list[str]:
              ("# GB/s per GPU = all-reduce busbw (MXNet's GB/sec per gpu), median over iterations "
               "(min, max beside it); algbw = bytes / time")]
     lines += render(headers, cells, right)
-    ceilings = dict.fromkeys((r.mode, r.ceiling_name, r.ceiling_gbps)
-                             for r in rows if r.ceiling_gbps)
-    for mode, name, gbps in ceilings:
-        lines.append(f"# ceiling of {mode}: {name}, {gbps:.1f} GB/s (measured in the same run)")
+    return lines + ceiling_lines(rows)
+
+
+def ceiling_lines(rows: list[Row]) -> list[str]:
+    """One line per mode (and GPU set, where several) and ceiling: its rate, or the range of rates
+    where each row has its own (the nccl mode's flat reference); then the rows whose run beat
+    their ceiling, with the reason."""
+    by_devices = _varies(rows, "devices")
+    groups: dict[tuple, list[tuple[int, Row]]] = defaultdict(list)
+    for i, r in enumerate(rows, 1):
+        if r.ceiling_gbps:
+            groups[(r.mode, r.devices if by_devices else "", r.ceiling_name)].append((i, r))
+    lines = []
+    for (mode, devices, name), members in groups.items():
+        rates = sorted({r.ceiling_gbps for _, r in members})
+        rate = f"{gbps_3(rates[0])} GB/s" if len(rates) == 1 else \
+            f"per row, {gbps_3(rates[0])} to {gbps_3(rates[-1])} GB/s"
+        where = f" on {devices}" if devices else ""
+        lines.append(f"# ceiling of {mode}{where}: {name}, {rate} (measured in the same run)")
+        notes: dict[str, list[int]] = defaultdict(list)
+        for i, r in members:
+            if r.ceiling_note:
+                notes[r.ceiling_note].append(i)
+        for note, numbers in notes.items():
+            which = "row" + ("s " if len(numbers) > 1 else " ") + ", ".join(map(str, numbers))
+            lines.append(f"#   {which}: % of ceiling n/a, {note}")
     return lines
 
 

@@ -3,6 +3,7 @@ generation, and a GPU-pair matrix like ``nvidia-smi topo -m`` (NV# / PIX / PXB /
 
     topo, reason = read_topology([0, 1], bus_ids=["0000:00:06.0", "0000:00:07.0"])
     topo.gpus[0].nvlinks, topo.matrix[0][1]        # 18, "NV18"
+    compact_links(topo)    # {"nvlinks": {"0-1": 18}, "pcie": {"0": {"gen": 5, "width": 16}, ...}}
 
 Needs ``pynvml`` (package nvidia-ml-py), imported only here and only when called; without it, or
 without GPUs, the answer is ``(None, reason)``. Every NVML call may fail on some GPU, driver or
@@ -52,6 +53,32 @@ class Topology:
     @classmethod
     def from_dict(cls, data: dict) -> Topology:
         return cls([GpuLinks(**g) for g in data["gpus"]], data["matrix"], list(data["notes"]))
+
+
+def nvlink_count(label: str | None) -> int | None:
+    """NVLinks between a GPU pair from its topology label: ``NV18`` -> 18, a PCIe path (``PIX``,
+    ``SYS``, ...) -> 0, unknown -> None."""
+    if label is None:
+        return None
+    return int(label[2:]) if label.startswith("NV") and label[2:].isdigit() else 0
+
+
+def compact_links(topo: Topology) -> dict:
+    """What a hardware fingerprint keeps of the topology (bandwidth.results.fingerprint):
+    ``{"nvlinks": {"0-1": 18, ...}, "pcie": {"0": {"gen": 5, "width": 16}, ...}}``, keyed by CUDA
+    device index; None where NVML could not tell. ``gen`` is the highest generation the GPU and
+    its slot support (the current one drops when the link idles), ``width`` the lanes the link
+    trained at (a GPU that lost lanes shows fewer)."""
+    ids = [g.gpu for g in topo.gpus]
+    nvlinks = {f"{a}-{b}": nvlink_count(topo.matrix[i][j])
+               for i, a in enumerate(ids) for j, b in enumerate(ids) if i < j}
+    pcie = {str(g.gpu): {"gen": g.pcie_gen_max, "width": g.pcie_width} for g in topo.gpus}
+    return {"nvlinks": nvlinks, "pcie": pcie}
+
+
+def pcie_text(link: dict) -> str:
+    """An entry of compact_links' ``pcie``, as ``gen5 x16`` (``?`` where unknown)."""
+    return f"gen{link.get('gen') or '?'} x{link.get('width') or '?'}"
 
 
 def read_topology(gpus: list[int], bus_ids: list[str | None] | None = None

@@ -37,18 +37,26 @@ def make_result(kv_store: str = "device", network: str = "resnet-200", n: int = 
 
 
 def make_document(results: list[dict], device_name: str = "NVIDIA H200", device_count: int = 2,
-                  driver: str | None = "580.159.04") -> dict:
+                  driver: str | None = "580.159.04", links: dict | None = None) -> dict:
     environment = {
         "toolkit": "0.1.0", "host": "testhost", "torch": "2.11.0", "cuda": "13.0",
         "nccl": "2.28.9", "driver": driver,
         "devices": [{"label": f"cuda:{i}", "name": device_name} for i in range(device_count)],
         "peer_access": [[True] * device_count for _ in range(device_count)],
+        "links": links,
     }
     from bandwidth.results import fingerprint
 
     return {"schema_version": 1, "tool": "bandwidth 0.1.0", "created": "2026-11-22T05:00:00Z",
             "environment": environment, "fingerprint": fingerprint(environment),
             "results": results}
+
+
+def h200_links(nvlinks: int = 18, width: int = 16) -> dict:
+    """The environment's links (topology.compact_links) of 2 x H200: NVLinks between GPU 0 and 1,
+    PCIe gen5 x16 to each, GPU 1's PCIe link trained at ``width`` lanes."""
+    return {"nvlinks": {"0-1": nvlinks},
+            "pcie": {"0": {"gen": 5, "width": 16}, "1": {"gen": 5, "width": width}}}
 
 
 def write_document(path: Path, doc: dict) -> Path:

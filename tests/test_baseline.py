@@ -4,7 +4,7 @@ key, repeats (any repeat within tolerance passes), the absolute floor, and exit 
 import json
 
 import pytest
-from resultdocs import doctor, make_document, make_result, three_modes
+from resultdocs import doctor, h200_links, make_document, make_result, three_modes, write_document
 
 from bandwidth import baseline as bl
 from bandwidth.errors import ConfigError
@@ -161,12 +161,60 @@ def test_a_baseline_from_other_hardware_is_refused_naming_what_differs():
 
 def test_peer_access_or_links_alone_are_named():
     no_p2p = dict(H200, peer_access=[[True, False], [False, True]])
-    with pytest.raises(bl.BaselineMismatchError, match=r"but this machine has 2 x NVIDIA H200 "
-                       r"\(driver 580.159\) \(other peer access: 1 of 1 GPU pairs then, 0 of 1 "
-                       r"GPU pairs now\)"):
+    with pytest.raises(bl.BaselineMismatchError, match=r"^baseline was measured on 2 x NVIDIA "
+                       r"H200 \(driver 580.159\) as this machine has, but with other peer access: "
+                       r"1 of 1 GPU pairs then, 0 of 1 GPU pairs now; use --force"):
         bl.check_fingerprint(H200, no_p2p)
-    with pytest.raises(bl.BaselineMismatchError, match=r"other links: NV18 then, PCIe now"):
-        bl.check_fingerprint(dict(H200, links="NV18"), dict(H200, links="PCIe"))
+    with pytest.raises(bl.BaselineMismatchError, match=r"but with other links: GPU 1: PCIe gen5 "
+                       r"x16 in the baseline, gen5 x8 now; use --force"):
+        bl.check_fingerprint(dict(H200, links=h200_links()), dict(H200, links=h200_links(width=8)))
+
+
+def test_links_are_compared_entry_by_entry_in_words():
+    assert bl.link_differences(h200_links(), h200_links()) == []
+    assert bl.link_differences(h200_links(18), h200_links(12, width=8)) == [
+        "GPU 0<->1: 18 NVLinks in the baseline, 12 now",
+        "GPU 1: PCIe gen5 x16 in the baseline, gen5 x8 now"]
+    assert bl.link_differences(h200_links(1), h200_links(0)) == [
+        "GPU 0<->1: 1 NVLink in the baseline, 0 now"]
+    unknown = {"nvlinks": {"0-1": None}, "pcie": {"0": {"gen": None, "width": 16}}}
+    assert bl.link_differences(h200_links(), unknown) == []      # unknown proves no difference
+    assert bl.link_differences(h200_links(), None) == []
+
+
+def test_links_recorded_on_one_side_only_are_a_note_not_a_refusal():
+    note = bl.check_fingerprint(H200, dict(H200, links=h200_links()))
+    assert note == ("note: links not compared: the baseline recorded none (no NVML there; "
+                    "pip install '.[topology]')")
+    assert "this machine recorded none" in bl.check_fingerprint(dict(H200, links=h200_links()),
+                                                                H200)
+
+
+def test_a_baseline_with_other_links_is_refused_unless_forced(tmp_path, capsys):
+    """Fabricated environments through the whole check (compare's command line): the same links
+    pass, a lost NVLink is refused with exit 2 naming the pair, --force compares anyway."""
+    from bandwidth import compare
+
+    base = write_document(tmp_path / "base.json", make_document(three_modes(), links=h200_links()))
+    same = write_document(tmp_path / "same.json", make_document(three_modes(), links=h200_links()))
+    lost = write_document(tmp_path / "lost.json",
+                          make_document(three_modes(), links=h200_links(nvlinks=12)))
+    assert compare.main([str(same), "--baseline", str(base)]) == 0
+    assert "# PASSED (3 ok)" in capsys.readouterr().out
+    assert compare.main([str(lost), "--baseline", str(base)]) == 2
+    err = capsys.readouterr().err
+    assert "GPU 0<->1: 18 NVLinks in the baseline, 12 now" in err and "use --force" in err
+    assert compare.main([str(lost), "--baseline", str(base), "--force"]) == 0
+    out = capsys.readouterr().out
+    assert "# warning: baseline was measured on 2 x NVIDIA H200 (driver 580.159.04) as lost.json " \
+           "has, but with other links: GPU 0<->1: 18 NVLinks in the baseline, 12 now; compared " \
+           "anyway (--force)" in out
+    assert out.splitlines()[-1] == "# PASSED (3 ok)"
+
+
+def test_the_fingerprint_holds_the_links():
+    doc = make_document(three_modes(), links=h200_links(nvlinks=12))
+    assert doc["fingerprint"]["links"] == h200_links(nvlinks=12)
 
 
 def test_document_fingerprint_falls_back_to_the_environment():

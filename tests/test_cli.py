@@ -3,6 +3,7 @@ with real child processes; bad input gives one line and exit status 2."""
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -67,7 +68,10 @@ def test_local_mode_on_cpu_devices_prints_mxnet_lines_and_json(cli, tmp_path):
     assert data["summary"]["bus_factor"] == pytest.approx(4 / 3)
     assert data["reference"]["busbw_median"] > 0
     assert data["ceiling"]["gbps"] > 0 and data["ceiling"]["name"].startswith("host memory")
-    assert "% of " in proc.stdout.split("# summary")[1]
+    # a percentage of the ceiling, or n/a where the run beat the host-memory probe (caches)
+    assert re.search(r"\n#   ceiling: ([\d.]+ % of [\d.]+ GB/s \(host memory|n/a \(fits in "
+                     r"cache: the 4 MiB host memory probe is not a bound)",
+                     proc.stdout.split("# summary")[1])
 
 
 def test_nccl_mode_on_cpu_devices_says_it_uses_gloo(cli):
@@ -204,16 +208,42 @@ def test_console_entry_point():
     assert proc.stdout.startswith("num of arrays = 6")
 
 
-def test_sweep_prints_progress_and_one_table(cli, tmp_path):
+def test_sweep_prints_a_progress_bar_and_one_table(cli, tmp_path):
     out = tmp_path / "sweep.json"
     proc = cli(*SMALL, "--kv-store", "local,device", "--cpus", "2", "--scaling",
                "--num-batches", "2", "--json", str(out))
     assert proc.returncode == 0, proc.stderr
-    assert [line[:5] for line in proc.stderr.splitlines()] == ["[1/4]", "[2/4]", "[3/4]", "[4/4]"]
+    # stderr is no terminal here: one line per finished configuration, no \r (a CI log)
+    assert "\r" not in proc.stderr
+    bars = proc.stderr.splitlines()
+    assert [line[:31] for line in bars] == [
+        "[======>                 ] 1/4 ", "[============>           ] 2/4 ",
+        "[==================>     ] 3/4 ", "[========================] 4/4 "]
+    assert bars[0][31:].startswith("local mlp cpu x1: algbw ") and bars[0].endswith("(1 device)")
+    assert re.fullmatch(r"device mlp cpu x2: [\d.]+ GB/sec per gpu, "
+                        r"([\d.]+ % of ceiling|ceiling n/a)", bars[3][31:]), bars[3]
     table = proc.stdout.split("# sweep of 4 configurations")[1]
-    assert table.count("cpu x1") == 2 and table.count("cpu x2") == 2
-    assert "n/a" in table               # one device: no ceiling
+    body = [line.split() for line in table.splitlines() if line[:3].strip().isdigit()]
+    assert [(r[0], r[1], r[3] + " " + r[4]) for r in body] == [
+        ("1", "local", "cpu x1"), ("2", "local", "cpu x2"), ("3", "device", "cpu x1"),
+        ("4", "device", "cpu x2")]
+    for r in body[0], body[2]:         # GB/s per GPU n/a (1 device), min, max -, % of ceiling n/a
+        assert r[7:12] == ["n/a", "(1", "device)", "-", "-"] and r[-2] == "n/a"
+    assert "# ceiling of local on cpu x2: host memory: copies and summation" in table
     assert len(json.loads(out.read_text())["results"]) == 4
+
+
+def test_one_device_keeps_mxnets_zero_in_iter_lines_but_not_in_the_summary(cli):
+    proc = cli(*SMALL, "--kv-store", "local", "--cpus", "1", "--num-batches", "2")
+    assert proc.returncode == 0, proc.stderr
+    iters = [line for line in proc.stdout.splitlines() if line.startswith("iter ")]
+    assert len(iters) == 2 and all(", 0.000000 GB/sec per gpu," in line for line in iters)
+    summary = proc.stdout.split("# summary")[1]
+    assert "#   GB/sec per gpu: n/a (1 device): nothing crosses a link" in summary
+    assert "0.000" not in summary.split("algbw")[0]           # no busbw figure before algbw
+    assert re.search(r"#   algbw [\d.]+ GB/s", summary)
+    assert "#   ceiling: n/a (1 device); bound by host memory copies and CPU summation" in summary
+    assert "PCIe" not in proc.stdout
 
 
 def test_flat_size_sweep(cli):
@@ -222,3 +252,39 @@ def test_flat_size_sweep(cli):
     assert proc.returncode == 0, proc.stderr
     for size in ("flat 64K", "flat 128K", "flat 256K"):
         assert size in proc.stdout
+
+
+def test_ceiling_first_on_the_runs_own_cpu_devices_and_in_the_json(cli, tmp_path):
+    out = tmp_path / "run.json"
+    proc = cli(*SMALL, "--kv-store", "local", "--cpus", "3", "--num-batches", "2",
+               "--no-reference", "--ceiling", "--json", str(out), timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "# GLOO collectives, 3 ranks" in proc.stdout          # not the default 2 CPU devices
+    assert proc.stdout.index("Host memory (") < proc.stdout.index("num of arrays")
+    doc = json.loads(out.read_text())
+    ceiling = doc["ceiling"]
+    assert ceiling["devices"] == {"kind": "cpu", "ids": [0, 1, 2], "names": ["host memory"] * 3}
+    assert ceiling["host_memory"]["copy_gbps"] > 0 and ceiling["failures"] == []
+    assert ceiling["collectives"]["rows"] and doc["results"][0]["devices"] == [
+        "cpu:0", "cpu:1", "cpu:2"]
+
+
+def test_a_failed_ceiling_part_fails_the_run(monkeypatch, tmp_path, capsys):
+    from bandwidth import measure
+    from bandwidth.ceiling import collectives
+    from bandwidth.errors import WorkerError
+
+    def broken(*args, **kwargs):
+        raise WorkerError("rank 1 exited with status 9")
+
+    monkeypatch.setattr(collectives, "sweep", broken)
+    out = tmp_path / "run.json"
+    status = measure.main([*SMALL, "--kv-store", "local", "--cpus", "2", "--num-batches", "2",
+                           "--no-reference", "--ceiling", "--json", str(out)])
+    captured = capsys.readouterr()
+    assert status == 1
+    assert "# FAILED: collectives: rank 1 exited with status 9" in captured.out
+    assert "the ceiling measurement (--ceiling) failed in part" in captured.err
+    assert "# summary: kvstore local, 2 devices" in captured.out     # measured all the same
+    assert json.loads(out.read_text())["ceiling"]["failures"] == [
+        "collectives: rank 1 exited with status 9"]

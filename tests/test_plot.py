@@ -67,6 +67,34 @@ def test_sweep_series_group_flat_rows_by_mode_and_devices():
     assert sizes == sorted(sizes) and sizes[0] == 1 << 20 and sizes[-1] == 1 << 30
 
 
+def sweep_legend(rows):
+    from matplotlib.figure import Figure
+
+    fig = Figure()
+    plot._sweep(fig, rows)
+    (ax,) = fig.axes
+    return [t.get_text() for t in ax.get_legend().get_texts()]
+
+
+def test_a_sweep_draws_one_ceiling_per_mode_with_3_significant_digits():
+    local = [make_result("local", network=f"flat {k}K", nbytes=k << 10, busbw=0.5, kind="cpu",
+                         ceiling=("host memory: copies and summation, 4 MiB probe", 0.0532))
+             for k in (64, 256, 1024)]
+    nccl = [make_result("nccl", network=f"flat {k}K", nbytes=k << 10, busbw=0.04, kind="cpu",
+                        ceiling=("flat all-reduce of the same bytes, same run", 0.05 * k / 64))
+            for k in (64, 256, 1024)]
+    local[0]["ceiling"]["not_a_bound"] = "fits in cache: ..."
+    assert sweep_legend(rows_of(local + nccl)) == [
+        "local cpu x2",
+        "ceiling of local cpu x2:\nhost memory: copies and summation, 4 MiB\nprobe, 0.0532 GB/s",
+        "nccl cpu x2",
+        "ceiling of nccl cpu x2:\nflat all-reduce of the same bytes, same\nrun, per size, 0.05 "
+        "to 0.8 GB/s",
+        "above its ceiling by > 10 %:\nno % of ceiling there (see the table)"]
+    # A constant ceiling per series is one entry, however many rows share it.
+    assert sum("ceiling of" in t for t in sweep_legend(SWEEP)) == 2
+
+
 def run_python(code: str):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,

@@ -41,9 +41,43 @@ def test_sweep_table_has_a_comment_header_units_and_right_aligned_numbers():
     end = column_end(body, "% of ceiling")
     assert [line[:end].split()[-1] for line in body[1:]] == ["90.1", "n/a", "91.1"]
     assert body[1].split()[:5] == ["1", "device", "resnet-200", "cuda:0,1", "257.99"]
-    assert lines[6] == ("# ceiling of device: p2p unidirectional copy, 384.8 GB/s (measured in "
+    assert lines[6] == ("# ceiling of device: p2p unidirectional copy, 385 GB/s (measured in "
                         "the same run)")
     assert "source" not in body[0] and "dtype" not in body[0]
+
+
+def test_sweep_table_has_one_ceiling_line_per_mode_with_3_significant_digits():
+    local = [make_result("local", network=f"flat {k}M", nbytes=k << 20, busbw=0.05, kind="cpu",
+                         ceiling=("host memory: copies and summation, 4 MiB probe", 0.0532))
+             for k in (1, 2, 4)]
+    nccl = [make_result("nccl", network=f"flat {k}M", nbytes=k << 20, busbw=0.04 * k, kind="cpu",
+                        ceiling=("flat all-reduce of the same bytes, same run", 0.045 * k))
+            for k in (1, 2, 4)]
+    cache = "fits in cache: the 4 MiB host memory probe is not a bound"
+    for result in local[:2]:
+        result["ceiling"]["not_a_bound"] = cache
+    lines = table.sweep_table(rows_of(local + nccl))
+    footer = [line for line in lines if line.startswith("#   ") or "ceiling of" in line]
+    assert footer == [
+        "# ceiling of local: host memory: copies and summation, 4 MiB probe, 0.0532 GB/s "
+        "(measured in the same run)",
+        f"#   rows 1, 2: % of ceiling n/a, {cache}",
+        "# ceiling of nccl: flat all-reduce of the same bytes, same run, per row, 0.045 to 0.18 "
+        "GB/s (measured in the same run)"]
+    end = column_end(lines[2:], "% of ceiling")
+    assert [line[:end].split()[-1] for line in lines[3:9]] == [
+        "n/a", "n/a", "94.0", "88.9", "88.9", "88.9"]
+
+
+def test_one_device_rows_show_algbw_and_no_busbw_or_percentage():
+    rows = rows_of([make_result("local", n=1, busbw=0.0, kind="cpu", ceiling=("x", 1.0)),
+                    make_result("local", n=2, busbw=0.5, kind="cpu", ceiling=("x", 1.0))])
+    lines = table.sweep_table(rows)
+    one, two = lines[3], lines[4]
+    # GB/s per GPU, min, max, algbw, % of ceiling, error
+    assert one.split("cpu x1")[1].split()[2:] == ["n/a", "(1", "device)", "-", "-", "1000.000",
+                                                  "n/a", "0.000000"]
+    assert "n/a (1 device)" not in two and two.split()[-2] == "50.0"
 
 
 def test_sweep_table_names_sources_and_differing_columns_only_when_they_differ():

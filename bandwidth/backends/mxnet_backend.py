@@ -155,7 +155,8 @@ def _store_class(name: str) -> type[MXNetStore]:
         "summary": f"MXNet {version()} kvstore '{name}' ({mx_type.classes}): {mx_type.summary}",
         # The same hardware path bounds MXNet's implementation and the toolkit's, and the same
         # bytes cross the network (a worker pushes and pulls each key once).
-        "bound": own.bound, "bound_kind": own.bound_kind, "traffic_words": own.traffic_words,
+        "bound": own.bound, "bound_on_cpu": own.bound_on_cpu, "bound_kind": own.bound_kind,
+        "traffic_words": own.traffic_words,
         "network_nbytes": own.network_nbytes, "traffic_rule": own.traffic_rule,
         "distributed": mx_type.distributed, "needs_optimizer": not mx_type.sync})
 

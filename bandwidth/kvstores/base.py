@@ -21,6 +21,8 @@ class KVStore:
     summary: ClassVar[str]
     # The link that bounds this mode; shown beside its figures.
     bound: ClassVar[str]
+    # The same on CPU devices (replicas in host memory), where it differs: no PCIe, no GPU link.
+    bound_on_cpu: ClassVar[str | None] = None
     # Which ceiling bandwidth.bounds measures for it: "peer link", "host path", "flat all-reduce".
     bound_kind: ClassVar[str | None] = None
     # True: one process per device, started by the tool (torch.distributed needs it).
@@ -31,6 +33,11 @@ class KVStore:
     needs_optimizer: ClassVar[bool] = False
     # What a worker's network traffic is called in the distributed summary: (out, in).
     traffic_words: ClassVar[tuple[str, str]] = ("pushed", "pulled")
+
+    @classmethod
+    def bound_text(cls, devices: DeviceSet) -> str:
+        """What bounds this mode on ``devices``, in words."""
+        return cls.bound_on_cpu if cls.bound_on_cpu and not devices.is_cuda else cls.bound
 
     @classmethod
     def unavailable(cls, devices: DeviceSet, dtype: str) -> str | None:

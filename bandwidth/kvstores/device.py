@@ -76,6 +76,7 @@ class DeviceStore(KVStore):
     summary = ("reduce on the GPUs over peer-to-peer copies: each key summed on its owner GPU, "
                "then broadcast")
     bound = "peer-to-peer link (unidirectional copy rate)"
+    bound_on_cpu = "host memory copy rate (the replicas share one memory)"
     bound_kind = "peer link"
 
     @classmethod

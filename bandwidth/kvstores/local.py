@@ -23,6 +23,7 @@ class LocalStore(KVStore):
     name = "local"
     summary = "copy to pinned host memory, sum on the CPU (threads), optimizer on the CPU, copy back"
     bound = "PCIe (host<->device copies) and CPU summation"
+    bound_on_cpu = "host memory copies and CPU summation"
     bound_kind = "host path"
 
     def __init__(self, replicas, layout, optimizer, group, chunk_elements, cpu_threads=None):
