@@ -11,7 +11,7 @@ R200=(--network resnet --num-layers 200 --num-batches 10)
 log="$OUT/gpu.log"
 {
   echo "== commit ${COMMIT:-$(git rev-parse --verify -q HEAD || echo unknown)}, $(date -u +%FT%TZ)"
-  nvidia-smi; nvidia-smi topo -m
+  nvidia-smi; nvidia-smi topo -m; mpirun --version 2>&1 | head -1
   echo "== tests (CPU-device tests in parallel, then the GPU tests one by one)"
   python3 -m pytest -q -p no:cacheprovider -m "not gpu" -n 8 tests
   python3 -m pytest -q -p no:cacheprovider -m gpu tests
@@ -30,7 +30,7 @@ log="$OUT/gpu.log"
   python3 launch.py -n 1 -s 0 python3 bandwidth/measure.py --kv-store dist_nccl --gpus 0,1 \
     "${R200[@]}" --json "$OUT/dist_nccl.json"
   echo "== benchmarks/single_host.py"
-  python3 benchmarks/single_host.py --out "$OUT/single_host.json"
+  python3 benchmarks/single_host.py --rounds 3 --out "$OUT/single_host.json"
   echo "== probe: pageable host->device copies and the CPU add rate, several ways"
   python3 benchmarks/probes/ceiling_methods.py --parts cpu,pageable
 } 2>&1 | tee "$log"

@@ -1,7 +1,8 @@
 """Single-host benchmark: each kvstore mode against the ceiling measured in the same run.
 
     pip install -e .   # or: export PYTHONPATH=$PWD
-    python benchmarks/single_host.py [--network resnet --num-layers 200] [--iters 20] [--out F.json]
+    python benchmarks/single_host.py [--network resnet --num-layers 200] [--iters 20] [--rounds 3]
+        [--out F.json]
 
 On GPUs it measures, for the network in float32:
   device  vs the unidirectional peer-to-peer copy rate between GPU 0 and 1 (target >= 90 %)
@@ -9,7 +10,9 @@ On GPUs it measures, for the network in float32:
   local   vs the pipelined host-path bound: slowest of PCIe down, CPU sum, PCIe up (>= 80 %)
 and the per-array overhead of device and nccl: the network's arrays against one flat array of the
 same bytes (target: at most 10 % more time). It also sweeps --chunk-mb for the device and local
-modes. It prints ratio tables; it asserts nothing. Record results in BENCHMARKS.md.
+modes. --rounds repeats the ratio table (ceilings and modes measured again each round) and ends
+with the median of each row's ratio over the rounds, so that run-to-run spread shows. It prints
+ratio tables; it asserts nothing. Record results in BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ def main() -> int:
     parser.add_argument("--num-layers", type=int, default=200)
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--chunks", default="32,64,128,256", help="--chunk-mb values to sweep")
+    parser.add_argument("--rounds", type=int, default=1, help="ratio tables to measure")
     parser.add_argument("--out", default=None, help="write all figures as JSON here")
     args = parser.parse_args()
     if torch.cuda.device_count() < 2:
@@ -80,17 +84,12 @@ def main() -> int:
     (tmp / "flat_per_gpu.json").write_text(json.dumps([[f"flat{i}", [p]] for i, p in enumerate(parts)]))
     flat = replace(base, network=str(tmp / "flat.json"), num_layers=None)
     flat_per_gpu = replace(base, network=str(tmp / "flat_per_gpu.json"), num_layers=None)
-    rows, figures = [], {"gpus": [torch.cuda.get_device_name(g) for g in gpus],
-                         "torch": torch.__version__, "network": args.network,
-                         "num_layers": args.num_layers, "nbytes": nbytes}
+    figures = {"gpus": [torch.cuda.get_device_name(g) for g in gpus], "torch": torch.__version__,
+               "network": args.network, "num_layers": args.num_layers, "nbytes": nbytes}
 
     def busbw(config):
         result = run(config)
         return result.summary.busbw_median, result
-
-    uni = p2p_copy_gbps(0, 1, 256 * 10**6)
-    bi = p2p_copy_gbps(0, 1, 256 * 10**6, bidirectional=True)
-    figures["p2p_unidirectional_gbps"], figures["p2p_bidirectional_gbps"] = uni, bi
 
     sweep, enqueue = {}, {}
     for mode in ("device", "local"):
@@ -100,42 +99,61 @@ def main() -> int:
             if mode == "device":
                 enqueue[f"device chunk {chunk:g} MB"] = enqueue_seconds(shapes, gpus, chunk)
     figures["chunk_sweep"], figures["device_enqueue_seconds"] = sweep, enqueue
-
-    device_net, _ = busbw(replace(base, kv_store="device", reference=False))
-    device_flat, _ = busbw(replace(flat_per_gpu, kv_store="device", reference=False))
-    rows.append(("device", device_net, "p2p unidirectional copy", uni))
-    rows.append(("device", device_net, "p2p bidirectional / 2", bi / 2))
-    rows.append(("device, flat per gpu", device_flat, "device, network arrays", device_net))
-
-    nccl_net, result = busbw(replace(base, kv_store="nccl"))
-    ref = result.reference.busbw_median
-    nccl_flat, _ = busbw(replace(flat, kv_store="nccl", reference=False))
-    rows.append(("nccl", nccl_net, "flat all-reduce (same run)", ref))
-    rows.append(("nccl, flat array", nccl_flat, "nccl, network arrays", nccl_net))
-
-    hp = host_path(list(gpus), nbytes)
-    local_net, _ = busbw(replace(base, kv_store="local", reference=False))
-    rows.append(("local", local_net, "host path, pipelined bound", hp.busbw_gbps(hp.bound_seconds)))
-    rows.append(("local", local_net, "host path, serial bound", hp.busbw_gbps(hp.serial_seconds)))
-    figures["host_path"] = asdict(hp)
-    figures["rows"] = [dict(zip(("what", "gbps", "against", "ceiling_gbps"), r)) for r in rows]
-
     print(f"# {len(gpus)} x {figures['gpus'][0]}, torch {torch.__version__}, {args.network}-"
           f"{args.num_layers}, {nbytes / 1e6:.2f} MB float32, {args.iters} iterations (median)")
-    print(f"# p2p copy 0->1: unidirectional {uni:.1f} GB/s, bidirectional {bi:.1f} GB/s; "
-          f"host path: d2h {hp.d2h_seconds * 1e3:.2f} ms, sum {hp.sum_seconds * 1e3:.2f} ms "
-          f"({hp.threads} threads), h2d {hp.h2d_seconds * 1e3:.2f} ms, all at once "
-          f"{hp.overlap_seconds * 1e3:.2f} ms")
     print("# chunk sweep (GB/sec per gpu): " + ", ".join(f"{k}: {v:.1f}" for k, v in sweep.items()))
     print("# device step, host enqueue time / step time in bursts of 10: " + ", ".join(
         f"{k}: {a * 1e3:.3f} / {b * 1e3:.3f} ms ({nbytes / b / 1e9:.1f} GB/s)"
         for k, (a, b) in enqueue.items()))
-    print(f"{'measured':<22} {'GB/s/gpu':>9}   {'against':<28} {'GB/s':>8} {'ratio':>7}")
-    for what, gbps, against, ceiling in rows:
-        print(f"{what:<22} {gbps:>9.1f}   {against:<28} {ceiling:>8.1f} {100 * gbps / ceiling:>6.1f}%")
+
+    figures["rounds"] = []
+    for r in range(args.rounds):
+        rows = []
+        uni = p2p_copy_gbps(0, 1, 256 * 10**6)
+        bi = p2p_copy_gbps(0, 1, 256 * 10**6, bidirectional=True)
+        device_net, _ = busbw(replace(base, kv_store="device", reference=False))
+        device_flat, _ = busbw(replace(flat_per_gpu, kv_store="device", reference=False))
+        rows.append(("device", device_net, "p2p unidirectional copy", uni))
+        rows.append(("device", device_net, "p2p bidirectional / 2", bi / 2))
+        rows.append(("device, flat per gpu", device_flat, "device, network arrays", device_net))
+
+        nccl_net, result = busbw(replace(base, kv_store="nccl"))
+        ref = result.reference.busbw_median
+        nccl_flat, _ = busbw(replace(flat, kv_store="nccl", reference=False))
+        rows.append(("nccl", nccl_net, "flat all-reduce (same run)", ref))
+        rows.append(("nccl, flat array", nccl_flat, "nccl, network arrays", nccl_net))
+
+        hp = host_path(list(gpus), nbytes)
+        local_net, _ = busbw(replace(base, kv_store="local", reference=False))
+        rows.append(("local", local_net, "host path, pipelined bound",
+                     hp.busbw_gbps(hp.bound_seconds)))
+        rows.append(("local", local_net, "host path, serial bound",
+                     hp.busbw_gbps(hp.serial_seconds)))
+        figures["rounds"].append({
+            "p2p_unidirectional_gbps": uni, "p2p_bidirectional_gbps": bi, "host_path": asdict(hp),
+            "rows": [dict(zip(("what", "gbps", "against", "ceiling_gbps"), row)) for row in rows]})
+        print(f"# round {r + 1} of {args.rounds}: p2p copy 0->1: unidirectional {uni:.1f} GB/s, "
+              f"bidirectional {bi:.1f} GB/s; host path: d2h {hp.d2h_seconds * 1e3:.2f} ms, sum "
+              f"{hp.sum_seconds * 1e3:.2f} ms ({hp.threads} threads), h2d "
+              f"{hp.h2d_seconds * 1e3:.2f} ms, all at once {hp.overlap_seconds * 1e3:.2f} ms")
+        _table(rows)
+    if args.rounds > 1:
+        print(f"# median over the {args.rounds} rounds of each row's figures and ratio")
+        per_row = list(zip(*[rnd["rows"] for rnd in figures["rounds"]]))   # a row's rounds
+        _table([(rs[0]["what"], statistics.median(x["gbps"] for x in rs), rs[0]["against"],
+                 statistics.median(x["ceiling_gbps"] for x in rs)) for rs in per_row],
+               ratios=[statistics.median(x["gbps"] / x["ceiling_gbps"] for x in rs)
+                       for rs in per_row])
     if args.out:
         Path(args.out).write_text(json.dumps(figures, indent=1))
     return 0
+
+
+def _table(rows, ratios=None) -> None:
+    print(f"{'measured':<22} {'GB/s/gpu':>9}   {'against':<28} {'GB/s':>8} {'ratio':>7}")
+    for k, (what, gbps, against, ceiling) in enumerate(rows):
+        ratio = ratios[k] if ratios is not None else gbps / ceiling
+        print(f"{what:<22} {gbps:>9.1f}   {against:<28} {ceiling:>8.1f} {100 * ratio:>6.1f}%")
 
 
 if __name__ == "__main__":

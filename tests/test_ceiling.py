@@ -20,7 +20,8 @@ from bandwidth.devices import DeviceSet
 from bandwidth.errors import ConfigError
 from bandwidth.topology import Topology, normalise_bus_id, read_topology
 
-SMALL = CeilingOptions(nbytes=8 * 10**6, repeats=2, burst=2, latency_repeat=10,
+SMALL = CeilingOptions(nbytes=8 * 10**6, p2p_nbytes=8 * 10**6, p2p_burst=2, repeats=2, burst=2,
+                       latency_repeat=10,
                        sizes=(1 << 16, 1 << 17), iters=3, warmup=1, timeout_s=100)
 
 
@@ -271,7 +272,8 @@ GPUS = tuple(range(torch.cuda.device_count())) if torch.cuda.is_available() else
 
 @pytest.fixture(scope="module")
 def gpu_ceilings():
-    options = CeilingOptions(nbytes=64 * 10**6, repeats=3, burst=5, latency_repeat=100,
+    options = CeilingOptions(nbytes=64 * 10**6, p2p_nbytes=64 * 10**6, repeats=3, burst=5,
+                             latency_repeat=100,
                              sizes=(1 << 20, 1 << 24), iters=10, warmup=2, timeout_s=300)
     return measure_ceilings(DeviceSet("cuda", GPUS), options, progress=lambda m: None)
 

@@ -94,6 +94,12 @@ def test_an_unreachable_host_is_named_from_ssh_s_error(tmp_path):
                     "--timeout", "5", PYTHON, "-c", "import time; time.sleep(60)", mark,
                     timeout=45)
     assert time.monotonic() - start < 40
+    assert alive(mark) == []
+    if "All nodes which are allocated for this job are already filled" in result.stderr:
+        # Seen on the GPU machine's mpirun: it refuses the unresolvable host itself, before any
+        # ssh runs, so there is no ssh error to name the host from. Still one report, no hang.
+        assert result.returncode != 0 and "FAIL: mpirun: exited with status" in result.stderr
+        pytest.skip("this mpirun rejects an unresolvable host before starting ssh")
     assert result.returncode == 255, result.stderr
     report = result.stderr[result.stderr.index("FAIL:"):].splitlines()
     assert report[0] == "FAIL: nohost.invalid: cannot resolve the host name"

@@ -49,10 +49,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-w", "--warmup", type=int, default=5,
                    help="collectives: untimed calls per size (default 5)")
     p.add_argument("--mb", type=float, default=256.0,
-                   help="buffer of the copies and sums, MB of 1e6 bytes (default 256)")
+                   help="buffer of the host<->device copies and the sums, MB of 1e6 bytes "
+                        "(default 256)")
+    p.add_argument("--p2p-mb", type=float, default=160.0,
+                   help="buffer of the peer-to-peer copies, MB (default 160: "
+                        "p2pBandwidthLatencyTest's 40,000,000 ints)")
+    p.add_argument("--p2p-burst", type=int, default=5,
+                   help="back-to-back peer copies per sample (default 5, the reference's)")
     p.add_argument("--repeats", type=int, default=5, help="timed samples, median (default 5)")
     p.add_argument("--burst", type=int, default=10,
-                   help="back-to-back copies per sample (default 10)")
+                   help="back-to-back host<->device copies and GPU adds per sample (default 10)")
     p.add_argument("--latency-repeat", type=int, default=100,
                    help="16-byte copies per latency sample (default 100)")
     p.add_argument("--cpu-threads", type=int, default=None,
@@ -69,8 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def options_from_args(args, is_cuda: bool) -> CeilingOptions:
-    if args.mb <= 0:
-        raise ConfigError(f"--mb must be positive; got {args.mb:g}")
+    if args.mb <= 0 or args.p2p_mb <= 0:
+        raise ConfigError(f"--mb and --p2p-mb must be positive; got {args.mb:g} and "
+                          f"{args.p2p_mb:g}")
     sizes = None
     if args.minbytes is not None or args.maxbytes is not None:
         begin = parse_size(args.minbytes or ("1M" if is_cuda else "64K"))
@@ -79,7 +86,8 @@ def options_from_args(args, is_cuda: bool) -> CeilingOptions:
     elif args.stepfactor <= 1:
         raise ConfigError(f"-f must be greater than 1; got {args.stepfactor:g}")
     skip = frozenset(s.strip() for s in args.skip.split(",") if s.strip())
-    return CeilingOptions(nbytes=int(args.mb * 1e6), repeats=args.repeats, burst=args.burst,
+    return CeilingOptions(nbytes=int(args.mb * 1e6), p2p_nbytes=int(args.p2p_mb * 1e6),
+                          p2p_burst=args.p2p_burst, repeats=args.repeats, burst=args.burst,
                           latency_repeat=args.latency_repeat, sizes=sizes, iters=args.iters,
                           warmup=args.warmup, skip=skip, cpu_threads=args.cpu_threads,
                           timeout_s=args.timeout)

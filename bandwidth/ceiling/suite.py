@@ -47,8 +47,8 @@ GPU_SIZES = (1 << 20, 1 << 30)        # nccl-tests -b 1M -e 1G
 CPU_SIZES = (1 << 16, 1 << 22)        # 64K .. 4M: Gloo on a few cores is slow
 
 METHODS = {
-    "unidirectional": "cudaMemcpyPeerAsync of {mb:g} MB on the source GPU's stream, bursts of "
-                      "{burst} back to back, median of {repeats}; diagonal: a copy within the "
+    "unidirectional": "cudaMemcpyPeerAsync of {p2p_mb:g} MB on the source GPU's stream, bursts "
+                      "of {p2p_burst} back to back, median of {repeats}; diagonal: a copy within the "
                       "GPU counting read + write",
     "bidirectional": "both directions, a stream on each GPU, counting both: the burst one way "
                      "then the burst the other way, as p2pBandwidthLatencyTest queues them; "
@@ -60,7 +60,12 @@ METHODS = {
 
 @dataclass(frozen=True)
 class CeilingOptions:
-    nbytes: int = 256 * 10**6          # P2P, host<->device and host memory buffers
+    nbytes: int = 256 * 10**6          # host<->device and host memory buffers
+    # P2P matrices: p2pBandwidthLatencyTest's 40,000,000 ints per copy and 5 copies per sample.
+    # Its bursts matter where the copies are staged through host memory (P2P=Disabled): the
+    # longer the burst one way, the less the two directions of a bidirectional cell overlap.
+    p2p_nbytes: int = 160 * 10**6
+    p2p_burst: int = 5
     repeats: int = 5                   # timed samples; the median is reported
     burst: int = 10                    # back-to-back copies per sample
     latency_repeat: int = 100          # copies per latency sample (the reference's 100)
@@ -76,7 +81,8 @@ class CeilingOptions:
         if unknown:
             raise ConfigError(f"--skip {','.join(unknown)}: unknown part; the parts are "
                               f"{', '.join(PARTS)}")
-        for name in ("nbytes", "repeats", "burst", "latency_repeat", "iters"):
+        for name in ("nbytes", "p2p_nbytes", "p2p_burst", "repeats", "burst", "latency_repeat",
+                     "iters"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1; got {getattr(self, name)}")
         if self.warmup < 0:
@@ -140,7 +146,8 @@ def measure_ceilings(devices: DeviceSet, options: CeilingOptions = CeilingOption
 def _peer_matrices(devices: DeviceSet, options: CeilingOptions, failures: list[str],
                    progress) -> list[Matrix]:
     gpus, skip = list(devices.ids), options.skip
-    methods = {k: v.format(mb=options.nbytes / 1e6, **asdict(options)) for k, v in METHODS.items()}
+    methods = {k: v.format(p2p_mb=options.p2p_nbytes / 1e6, **asdict(options))
+               for k, v in METHODS.items()}
 
     def why_not(key: str) -> str | None:
         if not devices.is_cuda:
@@ -182,7 +189,7 @@ def _peer_matrices(devices: DeviceSet, options: CeilingOptions, failures: list[s
 def _measure_peered(gpus, options, want_bw, want_lat, progress) -> dict:
     progress(f"P2P=Enabled matrices on GPUs {','.join(map(str, gpus))}")
     missing = p2p.enable_peer_access(gpus)
-    out = p2p.p2p_matrices(gpus, options.nbytes, options.repeats, options.burst,
+    out = p2p.p2p_matrices(gpus, options.p2p_nbytes, options.repeats, options.p2p_burst,
                            options.latency_repeat, want_bw, want_lat,
                            reachable=lambda i, j: (i, j) not in missing)
     if missing:
@@ -194,8 +201,8 @@ def _measure_unpeered(gpus, options, want_bw, want_lat, progress) -> dict:
     """Run bandwidth.ceiling.unpeered in a child process; its last stdout line is the JSON."""
     progress("P2P=Disabled matrices (a separate process, copies staged through host memory)")
     argv = [sys.executable, "-m", "bandwidth.ceiling.unpeered", "--gpus", ",".join(map(str, gpus)),
-            "--nbytes", str(options.nbytes), "--repeats", str(options.repeats),
-            "--burst", str(options.burst), "--latency-repeat", str(options.latency_repeat)]
+            "--nbytes", str(options.p2p_nbytes), "--repeats", str(options.repeats),
+            "--burst", str(options.p2p_burst), "--latency-repeat", str(options.latency_repeat)]
     argv += ([] if want_bw else ["--no-bandwidth"]) + ([] if want_lat else ["--no-latency"])
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
