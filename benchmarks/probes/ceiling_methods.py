@@ -29,20 +29,9 @@ from datetime import timedelta
 
 import torch
 
+from bandwidth.ceiling.timing import median_seconds
+
 SIZES = [1 << 20, 1 << 24, 1 << 26, 1 << 28, 1 << 30]
-
-
-def _median_host(fn, sync, repeats=5, warmup=2, burst=1):
-    times = []
-    for i in range(warmup + repeats):
-        sync()
-        t = time.perf_counter()
-        for _ in range(burst):
-            fn()
-        sync()
-        if i >= warmup:
-            times.append((time.perf_counter() - t) / burst)
-    return statistics.median(times)
 
 
 # ----- collectives -----
@@ -98,24 +87,18 @@ def _coll_rank(rank: int, port: int) -> None:
                     if k:
                         times.append(t / iters)
                 results[label] = statistics.median(times)
-            times = []
+            mean, slowest = [], []
             for _ in range(5):
                 barrier()
                 torch.cuda.synchronize(dev)
                 t = time.perf_counter()
                 burst()
                 torch.cuda.synchronize(dev)
-                times.append(combine(time.perf_counter() - t, dist.ReduceOp.SUM) / n / iters)
-            results["host_mean"] = statistics.median(times)
-            times = []
-            for _ in range(5):
-                barrier()
-                torch.cuda.synchronize(dev)
-                t = time.perf_counter()
-                burst()
-                torch.cuda.synchronize(dev)
-                times.append(combine(time.perf_counter() - t, dist.ReduceOp.MAX) / iters)
-            results["host_max"] = statistics.median(times)
+                t = time.perf_counter() - t
+                mean.append(combine(t, dist.ReduceOp.SUM) / n / iters)
+                slowest.append(combine(t, dist.ReduceOp.MAX) / iters)
+            results["host_mean"] = statistics.median(mean)
+            results["host_max"] = statistics.median(slowest)
             try:
                 side = torch.cuda.Stream(dev)
                 side.wait_stream(torch.cuda.current_stream(dev))
@@ -171,7 +154,7 @@ def p2p_disabled() -> None:
         torch.cuda.synchronize(1)
     for i, j in ((0, 1), (1, 0)):
         one = rawcopy.PeerCopy(buf[j], buf[i], s0[i])
-        t = _median_host(one, sync, burst=repeat)
+        t = median_seconds(one, sync, 5, burst=repeat)
         print(f"p2p-disabled uni {i}->{j} host-burst {nbytes / t / 1e9:6.1f}", flush=True)
         there = rawcopy.PeerCopy(buf[j], buf[i], s0[i])
         back = rawcopy.PeerCopy(buf[i], buf[j], s1[j])
@@ -179,7 +162,7 @@ def p2p_disabled() -> None:
         def alternate():
             there()
             back()
-        t = _median_host(alternate, sync, burst=repeat)
+        t = median_seconds(alternate, sync, 5, burst=repeat)
         print(f"p2p-disabled bi {i}<->{j} alternate host-burst {2 * nbytes / t / 1e9:6.1f}",
               flush=True)
 
@@ -188,7 +171,7 @@ def p2p_disabled() -> None:
                 back()           # j -> i on stream1[j] first, as the reference
             for _ in range(repeat):
                 there()
-        t = _median_host(reference_order, sync)
+        t = median_seconds(reference_order, sync, 5)
         print(f"p2p-disabled bi {i}<->{j} ref-order host {2 * nbytes * repeat / t / 1e9:6.1f}",
               flush=True)
         # the reference's gate: stream1[j] waits on the start event of stream0[i], the end is
@@ -256,7 +239,7 @@ def pageable() -> None:
             else:
                 with torch.cuda.stream(stream):
                     d.copy_(host)
-        t = _median_host(copy, lambda: torch.cuda.synchronize(0), burst=3)
+        t = median_seconds(copy, lambda: torch.cuda.synchronize(0), 5, burst=3)
         print(f"pageable H2D {label}: {host.numel() / t / 1e9:6.2f} GB/s", flush=True)
 
     rate(torch.ones(256 * 10**6, dtype=torch.uint8), "256 MB torch.ones uint8")
@@ -291,8 +274,8 @@ def cpu_add() -> None:
         first = time.perf_counter()
         a.add_(b)
         first = time.perf_counter() - first
-        t_out = _median_host(lambda: torch.add(a, b, out=c), lambda: None)
-        t_in = _median_host(lambda: a.add_(b), lambda: None)
+        t_out = median_seconds(lambda: torch.add(a, b, out=c), lambda: None, 5)
+        t_in = median_seconds(lambda: a.add_(b), lambda: None, 5)
         print(f"cpu add {threads:3d} threads: out-of-place {3 * n * 4 / t_out / 1e9:6.1f}  "
               f"in place {3 * n * 4 / t_in / 1e9:6.1f}  first call in place "
               f"{3 * n * 4 / first / 1e9:6.1f} GB/s", flush=True)
