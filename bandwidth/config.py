@@ -10,6 +10,7 @@ import argparse
 from dataclasses import asdict, dataclass
 
 from bandwidth.errors import ConfigError
+from bandwidth.hostceiling import HostMatrix, load_matrix
 
 DTYPES = ("float32", "float16", "bfloat16")
 OPTIMIZERS = ("none", "sgd")
@@ -72,6 +73,7 @@ class Job:
     force: bool = False
     baseline_row: str | None = None        # the row the ratio table divides by
     speedup: bool = False
+    network_ceiling: HostMatrix | None = None   # distributed modes: the host-to-host matrix
 
     @property
     def is_sweep(self) -> bool:
@@ -206,6 +208,11 @@ def build_parser() -> argparse.ArgumentParser:
                          "bandwidth.ceiling) on the run's devices (the widest set of a sweep); "
                          "--json holds them under 'ceiling'; a failed part makes the exit "
                          "status 1")
+    tm.add_argument("--network-ceiling", default=None, metavar="FILE.json",
+                    help="distributed modes: the host-to-host matrix written by launch.py ... "
+                         "python -m bandwidth.ceiling --network --json FILE; the summary states "
+                         "the slowest cell between this job's hosts and the run's percentage of "
+                         "it")
     tm.add_argument("--timeout", type=float, default=300.0,
                     help="seconds before a multi-process part is stopped as hung (default: 300)")
     tm.add_argument("--seed", type=int, default=0, help="seed of the test data (default: 0)")
@@ -325,6 +332,15 @@ def job_from_args(args: argparse.Namespace) -> Job:
     if not modes:
         raise ConfigError("--kv-store needs at least one mode")
     backends = _backends(args)
+    matrix = None
+    if args.network_ceiling is not None:
+        from bandwidth.kvstores import KVSTORES
+        local = [m for m in modes if not KVSTORES[m].distributed]
+        if local:
+            raise ConfigError(f"--network-ceiling is the ceiling of the distributed modes (dist_*),"
+                              f" not of --kv-store {','.join(local)}; drop it, or measure a "
+                              "dist_* mode under launch.py")
+        matrix = load_matrix(args.network_ceiling)
     image_shape = parse_image_shape(args.image_shape)
     common = dict(num_layers=args.num_layers, image_shape=image_shape,
                   num_classes=args.num_classes, num_batches=args.num_batches, warmup=args.warmup,
@@ -344,4 +360,4 @@ def job_from_args(args: argparse.Namespace) -> Job:
                save_baseline=args.save_baseline, baseline=args.baseline,
                tolerance_pct=parse_tolerance(args.tolerance), repeat=args.repeat,
                min_gbps=None if args.min_gbps is None else parse_min_gbps(args.min_gbps), force=args.force, baseline_row=args.baseline_row,
-               speedup=args.speedup)
+               speedup=args.speedup, network_ceiling=matrix)

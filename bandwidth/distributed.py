@@ -86,6 +86,8 @@ def _parameter_server(plan: Plan, role: Role, on_report) -> Result | None:
     dist.init_process_group("gloo", store=join_store(role, c.timeout_s), rank=role.rank,
                             world_size=role.world_size, timeout=timeout)
     try:
+        hosts: list = [None] * role.world_size       # ranks: the workers, then the servers
+        dist.all_gather_object(hosts, role.node_host)
         workers = dist.new_group(list(range(role.job.num_workers)))
         cluster = Cluster(role.job.num_workers, role.job.num_servers,
                           role.task_id if role.name == WORKER else 0)
@@ -102,6 +104,8 @@ def _parameter_server(plan: Plan, role: Role, on_report) -> Result | None:
                                     cluster=cluster, first_replica=role.task_id * per_worker,
                                     replicas=role.job.num_workers * per_worker)
             result = _result(plan, measured, group, role.job.num_workers * per_worker)
+            result.worker_hosts = hosts[:role.job.num_workers]
+            result.server_hosts = hosts[role.job.num_workers:]
             if raw is not None and result.summary.bus_factor:
                 raw_bound = Bound("raw Gloo send+recv between workers and servers, same bytes "
                                   "and messages, same run",
@@ -165,6 +169,8 @@ def _dist_nccl(plan: Plan, role: Role, on_report) -> Result | None:
                             rank=role.task_id, world_size=role.job.num_workers,
                             timeout=timedelta(seconds=c.timeout_s))
     try:
+        hosts: list = [None] * role.job.num_workers
+        dist.all_gather_object(hosts, role.node_host)
         # The reference: one flat all-reduce of the same bytes over the same world, same run.
         tasks = ["measure"] + (["reference"] if c.reference and replicas > 1 else [])
         out = run_ranks({"config": c.to_dict(), "tasks": tasks,
@@ -174,8 +180,10 @@ def _dist_nccl(plan: Plan, role: Role, on_report) -> Result | None:
                                         "first_rank": role.task_id * per_worker,
                                         "world_size": replicas}},
                         per_worker, c.timeout_s)
-        return _result(plan, out["measure"], DistGroup(torch.device("cpu")), replicas,
-                       reference=out.get("reference"))
+        result = _result(plan, out["measure"], DistGroup(torch.device("cpu")), replicas,
+                         reference=out.get("reference"))
+        result.worker_hosts = hosts               # dist_nccl's servers take no part
+        return result
     finally:
         dist.destroy_process_group()
 

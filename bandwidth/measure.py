@@ -233,6 +233,8 @@ def execute_distributed(job: Job, role) -> int:
     result = run_distributed(plan, role, on_report=lambda report: print(report.line(), flush=True))
     if result is None or role.task_id != 0:
         return 0                           # the first worker prints the gathered summary
+    if job.network_ceiling is not None:
+        result.host_ceiling = measured_host_ceiling(job.network_ceiling, result)
     for note in result.notes:
         print(f"# note: {note}")
     print("\n".join(summary_lines(result) + worker_lines(result)), flush=True)
@@ -240,6 +242,17 @@ def execute_distributed(job: Job, role) -> int:
         write_document(document([result], result.environment), job.json_path)
         print(f"# wrote {job.json_path}")
     return 0
+
+
+def measured_host_ceiling(matrix, result: Result):
+    """--network-ceiling: the run's workers against the matrix's cells between its hosts."""
+    from bandwidth.hostceiling import HostCeiling, host_ceiling
+
+    if not result.worker_hosts:             # --backend mxnet: ps-lite does not say where
+        return HostCeiling(matrix.file, None, None, None,
+                           "this backend does not report the job's hosts")
+    return host_ceiling(matrix, result.worker_hosts, result.server_hosts,
+                        [w.network_gbps for w in result.workers])
 
 
 def host_ceilings(plan: Plan) -> tuple[dict, int]:

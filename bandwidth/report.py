@@ -8,6 +8,7 @@ import os
 import sys
 from dataclasses import asdict
 
+from bandwidth.hostceiling import ceiling_line
 from bandwidth.results import SCHEMA_VERSION, fingerprint
 from bandwidth.run import Plan, Result
 from bandwidth.table import ONE_DEVICE, gbps_3
@@ -92,11 +93,13 @@ def summary_lines(result: Result) -> list[str]:
         ratio = s.busbw_median / ref.busbw_median if ref.busbw_median else float("nan")
         lines.append(f"#   reference, one flat all-reduce of the same bytes: busbw "
                      f"{ref.busbw_median:.3f} GB/s (median); this run reaches {100 * ratio:.1f} %")
-    elif plan.store_cls.distributed:
+    elif plan.store_cls.distributed and result.host_ceiling is None:
         lines.append("#   host-to-host ceiling: python launch.py -H hosts -n K python -m "
                      "bandwidth.ceiling --network")
-    elif s.bus_factor:
+    elif s.bus_factor and not plan.store_cls.distributed:
         lines.append("#   reference: not measured (--no-reference)")
+    if result.host_ceiling is not None:
+        lines.append(ceiling_line(result.host_ceiling, servers=bool(result.server_hosts)))
     return lines
 
 
@@ -154,6 +157,8 @@ def result_json(result: Result) -> dict:
         "reference": None if result.reference is None else asdict(result.reference),
         "ceiling": None if result.ceiling is None else asdict(result.ceiling),
         "workers": [asdict(w) for w in result.workers],
+        **({"host_ceiling": result.host_ceiling.to_dict()}
+           if result.host_ceiling is not None else {}),
     }
 
 

@@ -15,6 +15,7 @@ from bandwidth.devices import DeviceSet, free_bytes, resolve
 from bandwidth.environment import describe as describe_environment
 from bandwidth.errors import ConfigError, OutOfMemoryError, UnsupportedError
 from bandwidth.group import LocalGroup
+from bandwidth.hostceiling import HostCeiling
 from bandwidth.kvstores import KVSTORES, KVStore
 from bandwidth.layout import DTYPE_BYTES
 from bandwidth.protocol import Report, Sample, Summary
@@ -81,6 +82,9 @@ class Result:
     ceiling: Bound | None = None
     notes: list[str] = field(default_factory=list)
     workers: list[WorkerTraffic] = field(default_factory=list)   # distributed modes only
+    worker_hosts: list[str] = field(default_factory=list)   # distributed: each worker's host
+    server_hosts: list[str] = field(default_factory=list)   # and each server's, as launched
+    host_ceiling: HostCeiling | None = None            # --network-ceiling's figures
 
     @property
     def pct_of_ceiling(self) -> float | None:
