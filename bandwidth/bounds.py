@@ -5,8 +5,7 @@ MXNet's GB/sec per gpu) or None where no ceiling applies (one device: nothing cr
 nccl and dist_nccl modes without their reference). ``BoundCache`` measures it once per (mode kind,
 device set) in a sweep; ``judged`` marks a ceiling that the run beat by more than
 ``OVER_CEILING_MARGIN``, which then prints ``n/a`` with the reason instead of a percentage above
-100. The full per-host report is
-``python -m bandwidth.ceiling``.
+100. The full per-host report is ``python -m bandwidth.ceiling``.
 """
 
 from __future__ import annotations

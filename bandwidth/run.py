@@ -9,7 +9,7 @@ from typing import Callable
 
 import networks
 from bandwidth import backends, protocol
-from bandwidth.bounds import Bound, BoundCache, bound, judged
+from bandwidth.bounds import Bound, BoundCache, judged
 from bandwidth.config import Config
 from bandwidth.devices import DeviceSet, free_bytes, resolve
 from bandwidth.environment import describe as describe_environment
@@ -212,9 +212,8 @@ def run(config: Config, on_report: Callable[[Report], None] | None = None,
     summary = Summary.of(samples, plan.nbytes, factor)
     ceiling = None
     if config.reference:
-        ceiling = bounds.bound(plan, ref_summary) if bounds is not None else bound(plan,
-                                                                                    ref_summary)
-        ceiling = judged(ceiling, summary.busbw_median, on_cpu=not plan.devices.is_cuda)
+        ceiling = judged((bounds or BoundCache()).bound(plan, ref_summary),
+                         summary.busbw_median, on_cpu=not plan.devices.is_cuda)
     return Result(plan=plan, environment=describe_environment(plan.devices), samples=samples,
                   reports=[Report(**r) for r in measured["reports"]], summary=summary,
                   reference=ref_summary, ceiling=ceiling, notes=measured["notes"])
