@@ -309,7 +309,27 @@ def test_gpu_host_links_collectives_and_topology(gpu_ceilings):
         assert c.collectives.backend == "nccl"
         for row in c.collectives.rows:
             assert all(r["wrong"] == 0 and r["busbw_gbps"] > 0 for r in row["results"].values())
+        assert "torch.cuda.nccl" in c.collectives.timing
     pytest.importorskip("pynvml")
     assert c.topology is not None, c.not_applicable.get("topology")
     assert [g.gpu for g in c.topology.gpus] == list(GPUS)
     assert c.topology.matrix[0][0] == "X"
+
+
+@pytest.mark.gpu
+@requires_cuda
+@pytest.mark.timeout(300)
+def test_gpu_collectives_one_process_and_one_per_gpu_give_right_results():
+    if len(GPUS) < 2:
+        pytest.skip("needs two GPUs")
+    from bandwidth.ceiling import collectives
+    devices = DeviceSet("cuda", GPUS)
+    assert collectives.one_process(devices)
+    for one in (True, False):
+        rows = collectives.sweep(devices, [1 << 20, 3 << 20], iters=3, warmup=1, repeats=2,
+                                 timeout_s=240, one=one)
+        assert [r["nbytes"] for r in rows] == [1 << 20, 3 << 20]
+        for row in rows:
+            assert set(row["results"]) == set(collectives.COLLECTIVES)
+            for name, r in row["results"].items():
+                assert r["wrong"] == 0 and r["busbw_gbps"] > 0, (one, name, r)

@@ -1,22 +1,29 @@
-"""Collective bus bandwidth over a size sweep, as nccl-tests measures it, through torch.distributed
-(NCCL on GPUs; Gloo stands in for it on CPU devices), one process per device.
+"""Collective bus bandwidth over a size sweep, as nccl-tests measures it.
 
     rows = sweep(DeviceSet("cuda", (0, 1)), sizes=size_sweep(1 << 20, 1 << 30, 2))
     rows[-1]["results"]["all_reduce"]["busbw_gbps"]
 
-Each collective is one table line (its bus factor, buffers, call and expected result). Per size S
+On GPUs one process drives every GPU through ``torch.cuda.nccl`` (PyTorch's own NCCL binding): each
+call is one NCCL group of one call per GPU, which is nccl-tests' default set-up (one thread,
+``-g N``). torch.distributed, one process per GPU, spends about 40 us of host time per call, more
+than a 1 MiB all-reduce takes over NVLink, so below 16 MiB it measured torch's pace (22 GB/s at
+1 MiB on 2 x H200 against nccl-tests' 60); ``torch.cuda.nccl`` costs a few microseconds more than
+NCCL called from C. On CPU devices (or a torch built without that binding) Gloo (NCCL) runs through
+torch.distributed, one process per device.
+
+Each collective is one table line (its bus factor, buffers, calls and expected result). Per size S
 (bytes of float32, the whole array as nccl-tests counts it) and collective: ``warmup`` untimed
-calls, then ``repeats`` timed bursts of ``iters`` back-to-back calls, each after a barrier and a
-device synchronisation and ended by one, timed with ``perf_counter``; the ranks' times are
-averaged (nccl-tests' default timing: host clock, ``-a 1``) and the median burst gives the time
-of one call. Measured against nccl-tests 2.19.6 on 2 x H200 this agrees within 5 % from 16 MiB
-up; below that a call takes less GPU time than torch.distributed's host cost per call (about
-40 us), so the host's pace is the figure (torch's own, not NCCL's from C): such rows are marked
-``host_paced``. Then every result is checked once: inputs are rank + 1, so the sum is n(n+1)/2.
+calls, then ``repeats`` timed bursts of ``iters`` back-to-back calls, each started after a device
+synchronisation (and a barrier, with several processes) and ended by one, timed with
+``perf_counter``; with several processes the ranks' times are averaged (nccl-tests' default timing:
+host clock, ``-a 1``), and the median burst gives the time of one call. A row whose calls ran only
+as fast as the host queued them in most bursts is marked ``host_paced`` (nccl-tests' small sizes
+are host-paced too). Then every result is checked once: inputs are rank + 1 (GPU index + 1), so the
+sum is n(n+1)/2.
 
 algbw = S / t; busbw = algbw x factor: all_reduce 2(n-1)/n, reduce_scatter and all_gather
 (n-1)/n, broadcast 1 (nccl-tests' doc/PERFORMANCE.md). all_reduce and broadcast run in place
-(torch.distributed has no other form); reduce_scatter and all_gather out of place.
+(torch has no other form of broadcast); reduce_scatter and all_gather out of place.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 import torch
+import torch.cuda.nccl as nccl
 import torch.distributed as dist
 
 from bandwidth.devices import DeviceSet
@@ -48,7 +56,9 @@ class Collective:
     bus_factor: Callable[[int], float]
     # (elements of the whole array, ranks, device) -> (input, output or None)
     buffers: Callable[[int, int, torch.device], tuple[torch.Tensor, torch.Tensor | None]]
-    call: Callable[[torch.Tensor, torch.Tensor | None], None]
+    call: Callable[[torch.Tensor, torch.Tensor | None], None]          # torch.distributed
+    # torch.cuda.nccl, one process: (inputs, outputs or None), a tensor of every GPU each
+    grouped: Callable[[list[torch.Tensor], list[torch.Tensor] | None], None]
     # (input, output) -> the tensor to check; (its numel, rank, n) -> expected values
     result: Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]
     expected: Callable[[int, int, int], torch.Tensor | float]
@@ -77,18 +87,18 @@ def _all_gather(x, y):
 
 COLLECTIVES = {c.name: c for c in (
     Collective("all_reduce", allreduce_factor, _whole,
-               lambda x, _: dist.all_reduce(x), lambda x, _: x,
-               lambda numel, rank, n: n * (n + 1) / 2),
-    Collective("reduce_scatter", _shard_factor,
-               _full_to_shard, _reduce_scatter, lambda _, y: y,
-               lambda numel, rank, n: n * (n + 1) / 2),
-    Collective("all_gather", _shard_factor,
-               _shard_to_full, _all_gather, lambda _, y: y,
-               lambda numel, rank, n: torch.arange(1, n + 1, dtype=torch.float32)
+               lambda x, _: dist.all_reduce(x), lambda xs, _: nccl.all_reduce(xs),
+               lambda x, _: x, lambda numel, rank, n: n * (n + 1) / 2),
+    Collective("reduce_scatter", _shard_factor, _full_to_shard,
+               _reduce_scatter, nccl.reduce_scatter,
+               lambda _, y: y, lambda numel, rank, n: n * (n + 1) / 2),
+    Collective("all_gather", _shard_factor, _shard_to_full,
+               _all_gather, nccl.all_gather,
+               lambda _, y: y, lambda numel, rank, n: torch.arange(1, n + 1, dtype=torch.float32)
                .repeat_interleave(numel // n)),
     Collective("broadcast", lambda n: 1.0, _whole,
-               lambda x, _: dist.broadcast(x, src=0), lambda x, _: x,
-               lambda numel, rank, n: 1.0),
+               lambda x, _: dist.broadcast(x, src=0), lambda xs, _: nccl.broadcast(xs, 0),
+               lambda x, _: x, lambda numel, rank, n: 1.0),
 )}
 
 
@@ -107,18 +117,31 @@ def figures(name: str, nbytes: int, seconds: float, n: int) -> dict:
 
 def sweep(devices: DeviceSet, sizes: list[int], names: tuple[str, ...] = tuple(COLLECTIVES),
           iters: int = 20, warmup: int = 5, repeats: int = 5,
-          timeout_s: float = 600.0) -> list[dict]:
+          timeout_s: float = 600.0, one: bool | None = None) -> list[dict]:
     """One row per size: ``{"nbytes", "count", "dtype", "results": {name: {"seconds",
-    "algbw_gbps", "busbw_gbps", "wrong"}}}``, measured by one process per device."""
+    "algbw_gbps", "busbw_gbps", "host_paced", "wrong"}}}``, measured in a process of its own
+    driving every GPU (see ``one_process``; ``one`` False: one process per device whatever
+    the devices)."""
     spec = {"kind": devices.kind, "ids": list(devices.ids), "sizes": list(sizes),
-            "names": list(names), "iters": iters, "warmup": warmup, "repeats": repeats}
-    out = run_ranks({"tasks": ["collectives"], "collectives": spec}, devices.n, timeout_s)
+            "names": list(names), "iters": iters, "warmup": warmup, "repeats": repeats,
+            "one_process": one_process(devices) if one is None else one}
+    out = run_ranks({"tasks": ["collectives"], "collectives": spec},
+                    1 if spec["one_process"] else devices.n, timeout_s)
     return out["collectives"]
+
+
+def one_process(devices: DeviceSet) -> bool:
+    """Whether one process drives all of ``devices`` through torch.cuda.nccl (GPUs, and a torch
+    built with that binding), as nccl-tests does by default."""
+    return devices.kind == "cuda" and hasattr(torch._C, "_nccl_all_reduce")
 
 
 # ----- the rank side (bandwidth.worker's "collectives" task) -----
 
 def rank_task(spec: dict, rank: int, world_size: int, port: int, timeout_s: float) -> list[dict]:
+    if spec.get("one_process"):
+        gpus = [torch.device("cuda", g) for g in spec["ids"]]
+        return [_grouped_row(spec, nbytes, gpus) for nbytes in spec["sizes"]]
     device = (torch.device("cuda", spec["ids"][rank]) if spec["kind"] == "cuda"
               else torch.device("cpu"))
     if device.type == "cuda":
@@ -141,11 +164,42 @@ def _row(spec: dict, nbytes: int, device: torch.device, rank: int, n: int) -> di
         coll = COLLECTIVES[name]
         x, y = coll.buffers(numel, n, device)
         x.zero_()                    # timed calls on zeros: an in-place sum stays finite
-        seconds, host_paced = _time(functools.partial(coll.call, x, y), device, spec)
+        sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+        seconds, host_paced = _time(functools.partial(coll.call, x, y), spec, sync,
+                                    lambda: _barrier(device), functools.partial(_agree, device))
         row["results"][name] = figures(name, numel * DTYPE_BYTES, seconds, n)
-        row["results"][name]["host_paced"] = host_paced
+        row["results"][name]["host_paced"] = device.type == "cuda" and host_paced
         row["results"][name]["wrong"] = _check(coll, x, y, rank, n)
         x = y = None                 # free them before the next collective's buffers
+    return row
+
+
+def _grouped_row(spec: dict, nbytes: int, gpus: list[torch.device]) -> dict:
+    """One size, every GPU driven from this process (torch.cuda.nccl)."""
+    n = len(gpus)
+    numel = aligned_numel(nbytes, n)
+    row = {"nbytes": numel * DTYPE_BYTES, "count": numel, "dtype": "float32", "results": {}}
+
+    def sync():
+        for g in gpus:
+            torch.cuda.synchronize(g)
+    for name in spec["names"]:
+        coll = COLLECTIVES[name]
+        xs, ys = zip(*(coll.buffers(numel, n, g) for g in gpus))
+        xs, ys = list(xs), (None if ys[0] is None else list(ys))
+        for x in xs:
+            x.zero_()
+        seconds, host_paced = _time(functools.partial(coll.grouped, xs, ys), spec, sync)
+        row["results"][name] = figures(name, numel * DTYPE_BYTES, seconds, n)
+        row["results"][name]["host_paced"] = host_paced
+        for i, x in enumerate(xs):
+            x.fill_(i + 1)
+        for y in ys or ():
+            y.fill_(-1)
+        coll.grouped(xs, ys)
+        row["results"][name]["wrong"] = sum(
+            _wrong(coll, x, y, i, n) for i, (x, y) in enumerate(zip(xs, ys or [None] * n)))
+        xs = ys = None
     return row
 
 
@@ -156,22 +210,24 @@ def _barrier(device: torch.device) -> None:
     t.item()
 
 
-def _combine(seconds: float, device: torch.device, op) -> float:
-    t = torch.tensor([seconds], dtype=torch.float64, device=device)
-    dist.all_reduce(t, op=op)
-    return float(t.item())
+def _agree(device: torch.device, value: float, how: str) -> float:
+    """``value`` over the ranks: their mean (``how`` "mean") or their maximum ("max")."""
+    t = torch.tensor([value], dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX if how == "max" else dist.ReduceOp.SUM)
+    return float(t.item()) / (dist.get_world_size() if how == "mean" else 1)
 
 
-def _time(call: Callable[[], None], device: torch.device, spec: dict) -> tuple[float, bool]:
-    """Seconds of one call (median burst, mean of ranks) and whether the host's enqueue pace,
-    not the collective, set the time on any rank in most bursts."""
+def _time(call: Callable[[], None], spec: dict, sync: Callable[[], None],
+          barrier: Callable[[], None] = lambda: None,
+          agree: Callable[[float, str], float] = lambda value, how: value) -> tuple[float, bool]:
+    """Seconds of one call (median burst; ``agree``: the ranks' mean) and whether the host's
+    enqueue pace, not the collective, set the time (on any rank) in most bursts."""
     iters = spec["iters"]
     for _ in range(spec["warmup"]):
         call()
-    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
     times, paced = [], 0
     for _ in range(spec["repeats"]):
-        _barrier(device)
+        barrier()
         sync()
         start = time.perf_counter()
         for _ in range(iters):
@@ -182,9 +238,17 @@ def _time(call: Callable[[], None], device: torch.device, spec: dict) -> tuple[f
         # The device finished within a tenth of the burst after the host queued the last call:
         # the calls ran as fast as they were queued.
         paced += queued > 0.9 * seconds
-        times.append(_combine(seconds, device, dist.ReduceOp.SUM) / dist.get_world_size() / iters)
-    paced = _combine(float(paced), device, dist.ReduceOp.MAX)
-    return statistics.median(times), device.type == "cuda" and paced > spec["repeats"] / 2
+        times.append(agree(seconds, "mean") / iters)
+    return statistics.median(times), agree(float(paced), "max") > spec["repeats"] / 2
+
+
+def _wrong(coll: Collective, x: torch.Tensor, y: torch.Tensor | None, rank: int, n: int) -> int:
+    """Wrong elements of this rank's result (the call made on inputs rank + 1)."""
+    got = coll.result(x, y)
+    expected = coll.expected(got.numel(), rank, n)
+    if isinstance(expected, torch.Tensor):
+        expected = expected.to(got.device)
+    return int((got != expected).sum().item())
 
 
 def _check(coll: Collective, x: torch.Tensor, y: torch.Tensor | None, rank: int, n: int) -> int:
@@ -193,11 +257,7 @@ def _check(coll: Collective, x: torch.Tensor, y: torch.Tensor | None, rank: int,
     if y is not None:
         y.fill_(-1)
     coll.call(x, y)
-    got = coll.result(x, y)
-    expected = coll.expected(got.numel(), rank, n)
-    if isinstance(expected, torch.Tensor):
-        expected = expected.to(got.device)
-    wrong = torch.tensor([float((got != expected).sum().item())], dtype=torch.float64,
-                         device=got.device)
+    wrong = torch.tensor([float(_wrong(coll, x, y, rank, n))], dtype=torch.float64,
+                         device=x.device)
     dist.all_reduce(wrong)
     return int(wrong.item())

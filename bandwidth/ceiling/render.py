@@ -92,7 +92,7 @@ def collective_lines(c: Ceilings) -> list[str]:
                      + f"{sum(r[n]['wrong'] for n in names):>8d}")
     if any(r.get("host_paced") for row in s.rows for r in row["results"].values()):
         lines.append("# *: host-paced: the GPU finished as soon as the host queued the last call, "
-                     "so torch.distributed's per-call host cost, not the link, set this figure")
+                     "so the per-call host cost, not the link, set this figure")
     if s.rows:
         last = s.rows[-1]
         lines.append(f"# busbw at {last['nbytes']} B (GB/s): " + ", ".join(

@@ -7,8 +7,8 @@
 
 Order: topology, P2P=Enabled matrices (this process, after enabling peer access), P2P=Disabled
 matrices (a child process that never enables it: bandwidth.ceiling.unpeered), host<->device
-per GPU, host memory, collectives (one process per device). On CPU devices only host memory and
-the Gloo collectives apply; the rest is null with its reason.
+per GPU, host memory, collectives (one process driving every GPU; Gloo: one per device). On CPU
+devices only host memory and the Gloo collectives apply; the rest is null with its reason.
 """
 
 from __future__ import annotations
@@ -232,7 +232,9 @@ def _host_link(gpu: int, options: CeilingOptions, progress) -> HostLink:
 def _collectives(devices: DeviceSet, sizes: list[int], options: CeilingOptions,
                  failures: list[str], progress) -> CollectiveSweep | None:
     backend = "nccl" if devices.is_cuda else "gloo"
-    progress(f"{backend} collectives, {devices.n} processes, sizes {sizes[0]} to {sizes[-1]} B")
+    one = collectives.one_process(devices)
+    who = (f"one process driving {devices.n} GPUs" if one else f"{devices.n} processes")
+    progress(f"{backend} collectives, {who}, sizes {sizes[0]} to {sizes[-1]} B")
     try:
         rows = collectives.sweep(devices, sizes, iters=options.iters, warmup=options.warmup,
                                  repeats=options.repeats, timeout_s=options.timeout_s)
@@ -240,8 +242,10 @@ def _collectives(devices: DeviceSet, sizes: list[int], options: CeilingOptions,
         failures.append(f"collectives: {exc}")
         return None
     timing = (f"perf_counter around {options.iters} back-to-back calls between device "
-              f"synchronisations, mean of the ranks (nccl-tests' default), median of "
-              f"{options.repeats}")
+              f"synchronisations (nccl-tests' default), "
+              + ("one process driving every GPU through torch.cuda.nccl (nccl-tests -g N), "
+                 if one else "mean of the ranks, ")
+              + f"median of {options.repeats}")
     note = None if devices.is_cuda else "Gloo stands in for NCCL (CPU devices)"
     return CollectiveSweep(backend, devices.n, options.iters, options.warmup, options.repeats,
                            timing, note, rows)
