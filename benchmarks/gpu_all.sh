@@ -31,6 +31,8 @@ log="$OUT/gpu.log"
     "${R200[@]}" --json "$OUT/dist_nccl.json"
   echo "== benchmarks/single_host.py"
   python3 benchmarks/single_host.py --rounds 3 --out "$OUT/single_host.json"
+  echo "== benchmarks/reference_check.py (the ceiling's small-message figures against C)"
+  python3 benchmarks/reference_check.py --rounds 3 --json "$OUT/reference_check.json"
   echo "== probe: pageable host->device copies and the CPU add rate, several ways"
   python3 benchmarks/probes/ceiling_methods.py --parts cpu,pageable
 } 2>&1 | tee "$log"

@@ -1,12 +1,14 @@
-// Probe: the reference tools' methods written in C, to run beside the Python measurement in the
+// The reference tools' methods written in C, run beside the Python measurement in the
 // same call (the machine has nvcc and NCCL's header, but neither nccl-tests nor cuda-samples).
 // Written for this project from the tools' documented methods; not their code.
 //
-//   nvcc -O2 -o /tmp/cref benchmarks/probes/c_reference.cu -I$NCCL/include -L$NCCL/lib -lnccl
-//   /tmp/cref latency          P2P=Disabled latency, 100 x 16-byte cudaMemcpyPeerAsync behind a
-//                              flag-released spin kernel (p2pBandwidthLatencyTest's method)
+//   nvcc -O2 -o /tmp/cref benchmarks/c_reference.cu -I$NCCL/include -L$NCCL/lib -lnccl
+//   /tmp/cref latency [peered] P2P=Disabled (with peered: Enabled) latency, 100 x 16-byte
+//                              cudaMemcpyPeerAsync behind a flag-released spin kernel
+//                              (p2pBandwidthLatencyTest's method), 5 rounds
 //   /tmp/cref nccl group       collectives from one thread driving both GPUs (nccl-tests -g 2)
 //   /tmp/cref nccl procs       one process per GPU (mpirun -np 2 ... -g 1), mean of the ranks
+//   (a third argument K: only the first K sizes of 1, 2, 4, 8, 16, 64 MiB)
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -33,7 +35,7 @@ static double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-static int latency() {
+static int latency(bool peered) {
   int *flag;
   CK(cudaHostAlloc((void **)&flag, sizeof(int), cudaHostAllocPortable));
   void *buf[2];
@@ -46,6 +48,12 @@ static int latency() {
     CK(cudaStreamCreateWithFlags(&s[d], cudaStreamNonBlocking));
     CK(cudaEventCreate(&a[d]));
     CK(cudaEventCreate(&b[d]));
+  }
+  if (peered) {
+    for (int d = 0; d < 2; d++) {
+      CK(cudaSetDevice(d));
+      CK(cudaDeviceEnablePeerAccess(1 - d, 0));
+    }
   }
   for (int round = 0; round < 5; round++) {
     for (int i = 0; i < 2; i++) {
@@ -64,15 +72,18 @@ static int latency() {
       CK(cudaStreamSynchronize(s[i]));
       float ms;
       CK(cudaEventElapsedTime(&ms, a[i], b[i]));
-      printf("cref latency round %d %d->%d gpu %.2f us host %.2f us\n", round, i, j,
+      printf("cref latency %s round %d %d->%d gpu %.2f us host %.2f us\n",
+             peered ? "enabled" : "disabled", round, i, j,
              ms * 1e3 / 100, host);
     }
   }
   return 0;
 }
 
-enum { AR, BC, RS, AG, NCOLL };
-static const char *names[] = {"all_reduce", "broadcast", "reduce_scatter", "all_gather"};
+// out of place as nccl-tests' first columns, then all_reduce and broadcast in place
+enum { AR, BC, RS, AG, AR_IN, BC_IN, NCOLL };
+static const char *names[] = {"all_reduce", "broadcast", "reduce_scatter", "all_gather",
+                              "all_reduce_inplace", "broadcast_inplace"};
 
 static void launch(int c, void *send, void *recv, size_t count, int n, ncclComm_t comm,
                    cudaStream_t st) {
@@ -81,14 +92,19 @@ static void launch(int c, void *send, void *recv, size_t count, int n, ncclComm_
     case BC: NK(ncclBroadcast(send, recv, count, ncclFloat, 0, comm, st)); break;
     case RS: NK(ncclReduceScatter(send, recv, count / n, ncclFloat, ncclSum, comm, st)); break;
     case AG: NK(ncclAllGather(send, recv, count / n, ncclFloat, comm, st)); break;
+    case AR_IN: NK(ncclAllReduce(send, send, count, ncclFloat, ncclSum, comm, st)); break;
+    case BC_IN: NK(ncclBroadcast(send, send, count, ncclFloat, 0, comm, st)); break;
   }
 }
 
 static double factor(int c, int n) {
-  return c == AR ? 2.0 * (n - 1) / n : c == BC ? 1.0 : double(n - 1) / n;
+  return (c == AR || c == AR_IN) ? 2.0 * (n - 1) / n : (c == BC || c == BC_IN) ? 1.0
+                                                                           : double(n - 1) / n;
 }
 
 static const size_t sizes[] = {1 << 20, 2 << 20, 4 << 20, 8 << 20, 16 << 20, 64 << 20};
+
+static int nsizes = 6;
 
 // One thread, both GPUs: every call is ncclGroupStart, one call per GPU, ncclGroupEnd.
 static int nccl_group() {
@@ -106,7 +122,8 @@ static int nccl_group() {
     CK(cudaMemset(send[d], 0, maxb));
     CK(cudaStreamCreateWithFlags(&st[d], cudaStreamNonBlocking));
   }
-  for (size_t bytes : sizes) {
+  for (int k = 0; k < nsizes; k++) {
+    size_t bytes = sizes[k];
     size_t count = bytes / 4;
     printf("cref nccl group %5zu MiB busbw", bytes >> 20);
     for (int c = 0; c < NCOLL; c++) {
@@ -140,7 +157,8 @@ static int nccl_procs() {
   const int n = 2;
   Shared *sh = (Shared *)mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE,
                               MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  for (size_t bytes : sizes) {
+  for (int k = 0; k < nsizes; k++) {
+    size_t bytes = sizes[k];
     sh->ready = 0;
     pid_t pid[n];
     for (int rank = 0; rank < n; rank++) {
@@ -195,9 +213,11 @@ static int nccl_procs() {
 }
 
 int main(int argc, char **argv) {
-  if (argc > 1 && !strcmp(argv[1], "latency")) return latency();
+  if (argc > 3) nsizes = std::min(6, atoi(argv[3]));
+  if (argc > 1 && !strcmp(argv[1], "latency"))
+    return latency(argc > 2 && !strcmp(argv[2], "peered"));
   if (argc > 2 && !strcmp(argv[1], "nccl") && !strcmp(argv[2], "group")) return nccl_group();
   if (argc > 2 && !strcmp(argv[1], "nccl") && !strcmp(argv[2], "procs")) return nccl_procs();
-  fprintf(stderr, "usage: cref latency | nccl group | nccl procs\n");
+  fprintf(stderr, "usage: cref latency [peered] | nccl group|procs [K]\n");
   return 2;
 }
