@@ -8,8 +8,8 @@ call is one NCCL group of one call per GPU, which is nccl-tests' default set-up 
 ``-g N``). torch.distributed, one process per GPU, spends about 40 us of host time per call, more
 than a 1 MiB all-reduce takes over NVLink, so below 16 MiB it measured torch's pace (22 GB/s at
 1 MiB on 2 x H200 against nccl-tests' 60); ``torch.cuda.nccl`` costs a few microseconds more than
-NCCL called from C. On CPU devices (or a torch built without that binding) Gloo (NCCL) runs through
-torch.distributed, one process per device.
+NCCL called from C. On CPU devices Gloo runs through torch.distributed, one process per device (so
+does NCCL on GPUs with a torch built without that binding).
 
 Each collective is one table line (its bus factor, buffers, calls and expected result). Per size S
 (bytes of float32, the whole array as nccl-tests counts it) and collective: ``warmup`` untimed
