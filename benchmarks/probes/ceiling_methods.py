@@ -130,11 +130,8 @@ def _coll_rank(rank: int, port: int) -> None:
 
 def collectives() -> None:
     import torch.multiprocessing as mp
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(_coll_rank, args=(port,), nprocs=2, join=True)
+    from bandwidth.launch.rendezvous import free_port
+    mp.spawn(_coll_rank, args=(free_port(),), nprocs=2, join=True)
 
 
 # ----- P2P disabled -----

@@ -1,13 +1,16 @@
 """Probe: the two ceiling figures still more than 5 % off the reference tools on 2 x H200.
 Prints one line per variant; nothing is asserted.
 
-    PYTHONPATH=$PWD python3 benchmarks/probes/small_messages.py [--parts nccl1p,latency]
+    PYTHONPATH=$PWD python3 benchmarks/probes/small_messages.py [--parts nccl1p,nccl2p,latency]
 
 nccl1p   NCCL collectives from ONE process driving every GPU through torch.cuda.nccl (PyTorch's
          own NCCL binding; nccl-tests' default set-up, ``-g N``, one thread), host clock around
          bursts of 20 calls between device synchronisations, median of 5 bursts. Through the
          public wrappers and through torch._C directly (no Python argument handling), in place
          and out of place.
+nccl2p   one process per GPU with a torch.cuda.nccl communicator (mpirun -np 2 ... -g 1); on torch
+         2.11 with Python 3.12 torch.cuda.nccl.init_rank fails ("PY_SSIZE_T_CLEAN macro must be
+         defined"), so this part stops there.
 latency  P2P=Disabled latency (16-byte cudaMemcpyPeerAsync staged by the driver), 100 copies,
          in a child process that never enabled peer access: the tool's adaptive gate, a fixed
          gate of the reference's 10^7 clocks, no gate, and the host's time per copy; five
@@ -142,12 +145,9 @@ def _nccl_rank(rank: int, port: int) -> None:
 
 
 def nccl2p() -> None:
-    import socket
     import torch.multiprocessing as mp
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(_nccl_rank, args=(port,), nprocs=2, join=True)
+    from bandwidth.launch.rendezvous import free_port
+    mp.spawn(_nccl_rank, args=(free_port(),), nprocs=2, join=True)
 
 
 def latency_child() -> None:
