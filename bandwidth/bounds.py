@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from bandwidth.formulas import allreduce_factor
+from bandwidth.formulas import allreduce_factor, one_gpu_device_bound_gbps
 from bandwidth.table import format_bytes
 
 # GPU links: the rate of the link itself, whatever the network's size: large enough for the full
@@ -68,10 +68,15 @@ def bound(plan, reference, nbytes: int | None = None) -> Bound | None:
     probe = probe_nbytes(plan, nbytes)
     size = format_bytes(probe)
     if kind == "peer link":
+        if devices.is_cuda and len(set(devices.ids)) == 1:
+            return one_gpu_bound(devices.ids[0], n, probe)
         if devices.is_cuda:
             from bandwidth.ceiling import p2p_copy_gbps
-            rates = [p2p_copy_gbps(a, b, probe, repeats=3, burst=5)
-                     for a in devices.ids for b in devices.ids if a != b]
+            # Pairs of replicas, by position: with a GPU listed twice (0,0,1) the pair (0, 0) is
+            # a copy inside GPU 0's memory.
+            pairs = sorted({(a, b) for i, a in enumerate(devices.ids)
+                            for j, b in enumerate(devices.ids) if i != j})
+            rates = [p2p_copy_gbps(a, b, probe, repeats=3, burst=5) for a, b in pairs]
             return Bound("p2p unidirectional copy (slowest pair)", min(rates), probe)
         # One process copies for every CPU device: 2(n-1) S bytes go through one memory system.
         return Bound(f"host memory copy rate / devices, {size} probe", host_copy_gbps(probe) / n,
@@ -85,6 +90,28 @@ def bound(plan, reference, nbytes: int | None = None) -> Bound | None:
         return Bound(f"host memory: copies and summation, {size} probe",
                      cpu_local_gbps(probe, n), probe)
     return None
+
+
+def one_gpu_bound(gpu: int, n: int, probe: int) -> Bound:
+    """The device mode with ``n`` replicas on one GPU (``--gpus 0,0``): every copy and every sum
+    of a step goes through that GPU's memory. Per step (S bytes, docs/formulas.md) the pulls and
+    pushes copy 2(n-1)S bytes, each read and written (4(n-1)S of memory traffic), and the sums
+    write (n-1)S bytes from two operands each (3(n-1)S); at the GPU's measured copy rate C and
+    add rate A (both in bytes of memory traffic per second) a step takes at least
+    (n-1)S (4/C + 3/A), so busbw = S 2(n-1)/n / t is at most 2 / (n (4/C + 3/A))."""
+    copy, add = one_gpu_rates(gpu, probe)
+    gbps = one_gpu_device_bound_gbps(n, copy, add)
+    return Bound(f"one GPU's memory: copy {copy:.0f} and add {add:.0f} GB/s of traffic, "
+                 f"2/(n(4/copy+3/add)) with n={n}", gbps, probe)
+
+
+def one_gpu_rates(gpu: int, probe: int) -> tuple[float, float]:
+    """GPU ``gpu``'s copy and add rates in GB/s of memory traffic (a copy: read + write, 2 x its
+    bytes, as p2pBandwidthLatencyTest counts its diagonal; an add: 3 x the buffer)."""
+    from bandwidth.ceiling import p2p_copy_gbps
+    from bandwidth.ceiling.host import device_add_gbps
+    copy = 2 * p2p_copy_gbps(gpu, gpu, probe, repeats=3, burst=5)
+    return copy, device_add_gbps(gpu, probe)
 
 
 def judged(ceiling: Bound | None, busbw_gbps: float, on_cpu: bool) -> Bound | None:

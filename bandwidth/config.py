@@ -14,6 +14,8 @@ from bandwidth.hostceiling import HostMatrix, load_matrix
 
 DTYPES = ("float32", "float16", "bfloat16")
 OPTIMIZERS = ("none", "sgd")
+LAUNCHES = ("graph", "eager")             # how a step's GPU work is issued (see Config.launch)
+OWNER_RULES = ("balanced", "greedy")      # the device mode's key placement
 GC_TYPES = ("none", "2bit")               # MXNet 1.9.1's gradient compression (--backend mxnet)
 
 
@@ -41,6 +43,8 @@ class Config:
     seed: int = 0
     backend: str = "toolkit"               # "toolkit": bandwidth.kvstores; "mxnet": MXNet's kvstore
     gc_type: str = "none"                  # MXNet's gradient compression (--backend mxnet only)
+    launch: str | None = None              # "graph" | "eager"; None: graph on CUDA, eager on CPU
+    owners: str = "balanced"               # device mode's key placement: "balanced" | "greedy"
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -127,8 +131,9 @@ def parse_gpus(text: str) -> tuple[int, ...]:
         ids = ()
     if not ids or min(ids) < 0:
         raise ConfigError(f"--gpus must be a comma list of GPU ids such as 0,1; got {text!r}")
-    if len(set(ids)) != len(ids):
-        raise ConfigError(f"--gpus lists a GPU twice: {text!r}")
+    # A GPU listed twice is allowed, as MXNet's measure.py allowed it: two replicas share that
+    # GPU (--gpus 0,0 runs the multi-device paths on one GPU). The modes of one process per
+    # device refuse it (KVStore.unavailable), since NCCL cannot hold one GPU twice.
     return ids
 
 
@@ -191,6 +196,17 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--chunk-mb", type=float, default=None,
                     help="largest pipelining chunk of the device and local modes, MB (default: "
                          "device: each GPU's share in two chunks, at most 256 MB; local: 32)")
+    ex.add_argument("--launch", default=None,
+                    help="how each timed step's GPU work is issued: 'graph' (captured once as a "
+                         "CUDA graph and replayed, so that the host does not pace the step; "
+                         "device and nccl modes) or 'eager' (every copy, kernel and collective "
+                         "launched by the host each step, as a framework without graphs does) "
+                         "(default: graph on GPUs, eager on CPU devices)")
+    ex.add_argument("--owners", default="balanced",
+                    help="device mode's key placement: 'balanced' (keys larger than 1,000,000 "
+                         "elements are split so that every GPU owns the same bytes; default) or "
+                         "'greedy' (MXNet's rule: whole keys, largest first, onto the least-loaded "
+                         "GPU)")
     ex.add_argument("--cpu-threads", type=int, default=None,
                     help="CPU summation threads of the local mode (default: torch's, one per core)")
     tm = parser.add_argument_group("measurement")
@@ -267,6 +283,12 @@ def _check_scalars(args: argparse.Namespace) -> None:
         raise ConfigError(f"--cpus must be at least 1; got {args.cpus}")
     if args.chunk_mb is not None and args.chunk_mb <= 0:
         raise ConfigError(f"--chunk-mb must be positive; got {args.chunk_mb}")
+    if args.launch is not None and args.launch not in LAUNCHES:
+        raise ConfigError(f"unknown --launch {args.launch!r}; valid: {', '.join(LAUNCHES)}")
+    if args.owners not in OWNER_RULES:
+        raise ConfigError(f"unknown --owners {args.owners!r}; valid: {', '.join(OWNER_RULES)}")
+    if args.launch == "graph" and args.cpus is not None:
+        raise ConfigError("--launch graph needs GPUs (CUDA graphs); CPU devices run eager")
     if args.cpu_threads is not None and args.cpu_threads < 1:
         raise ConfigError(f"--cpu-threads must be at least 1; got {args.cpu_threads}")
     if args.timeout <= 0:
@@ -347,7 +369,8 @@ def job_from_args(args: argparse.Namespace) -> Job:
                   disp_batches=args.disp_batches, test_results=bool(args.test_results),
                   optimizer=optimizer, dtype=args.dtype, reference=args.reference,
                   chunk_mb=args.chunk_mb, cpu_threads=args.cpu_threads, timeout_s=args.timeout,
-                  seed=args.seed, gc_type=args.gc_type.lower())
+                  seed=args.seed, gc_type=args.gc_type.lower(), launch=args.launch,
+                  owners=args.owners)
     # The backend varies fastest, so that the rows of a comparison sit side by side.
     configs = tuple(Config(network=network, kv_store=mode, gpus=gpus, cpus=cpus, backend=backend,
                            **common)

@@ -31,6 +31,11 @@ class DeviceSet:
     def is_cuda(self) -> bool:
         return self.kind == "cuda"
 
+    @property
+    def shares_gpu(self) -> bool:
+        """Some GPU holds more than one replica (``--gpus 0,0``)."""
+        return self.is_cuda and len(set(self.ids)) < len(self.ids)
+
     def torch_device(self, index: int) -> torch.device:
         """The torch device of the index-th participant (CPU devices all live in host memory)."""
         return torch.device("cuda", self.ids[index]) if self.is_cuda else torch.device("cpu")

@@ -2,7 +2,8 @@
 
 Per iteration: the mode's untimed ``prepare`` (gradients written into place, as a backward pass
 would), a cross-rank barrier and a device synchronisation, then the timed ``step`` ended by another
-device synchronisation; ``perf_counter`` brackets it. A multi-process run takes, per iteration, the
+device synchronisation; ``perf_counter`` brackets it. The time ``step`` takes to return (the host
+issuing the step's work: its launches, or one graph replay) is kept beside it as the host time. A multi-process run takes, per iteration, the
 slowest rank's time (and keeps each rank's own, for the per-worker table of the distributed
 modes). Warm-up iterations run the same way and are discarded. The error check runs
 after every iteration, untimed, as MXNet's did.
@@ -24,6 +25,7 @@ class Sample:
     seconds: float
     error: float         # MXNet's relative L1 error; -1 when not checked
     own_seconds: float | None = None   # this rank's own time (``seconds``: the slowest rank's)
+    host_seconds: float | None = None  # this rank's time to issue the step (``step`` returning)
 
 
 @dataclass(frozen=True)
@@ -51,17 +53,20 @@ class Summary:
     busbw_max: float
     algbw_median: float
     error_max: float
+    host_seconds_median: float | None = None   # median time to issue a step (None: not kept)
 
     @classmethod
     def of(cls, samples: list[Sample], nbytes: int, bus_factor: float) -> "Summary":
         seconds = [s.seconds for s in samples]
         busbw = [busbw_gbps(nbytes, t, bus_factor) for t in seconds]
         median_s = statistics.median(seconds)
+        host = [s.host_seconds for s in samples if s.host_seconds is not None]
         return cls(iterations=len(samples), nbytes=nbytes, bus_factor=bus_factor,
                    seconds_median=median_s, busbw_median=busbw_gbps(nbytes, median_s, bus_factor),
                    busbw_min=min(busbw), busbw_max=max(busbw),
                    algbw_median=algbw_gbps(nbytes, median_s),
-                   error_max=max(s.error for s in samples))
+                   error_max=max(s.error for s in samples),
+                   host_seconds_median=statistics.median(host) if host else None)
 
 
 def measure(session, *, iterations: int, warmup: int, disp_batches: int, check: bool,
@@ -77,13 +82,14 @@ def measure(session, *, iterations: int, warmup: int, disp_batches: int, check: 
         session.synchronize()
         start = time.perf_counter()
         session.step()
+        issued = time.perf_counter()
         session.synchronize()
         own_seconds = time.perf_counter() - start
         seconds = session.group.max(own_seconds)
         error = session.error() if check else -1.0
         if b < warmup:
             continue
-        sample = Sample(b - warmup + 1, seconds, error, own_seconds)
+        sample = Sample(b - warmup + 1, seconds, error, own_seconds, issued - start)
         samples.append(sample)
         window.append(sample)
         if len(window) == disp_batches:

@@ -87,6 +87,7 @@ def summary_lines(result: Result) -> list[str]:
                      f"{s.busbw_median:.3f}, min {s.busbw_min:.3f}, max {s.busbw_max:.3f}")
     lines += [f"#   algbw {s.algbw_median:.3f} GB/s, time median {s.seconds_median:.6f} s, "
               f"max error {_error_text(s.error_max)}",
+              launch_line(result),
               f"#   ceiling: {ceiling_text(result)}"]
     ref = result.reference
     if ref is not None:
@@ -101,6 +102,23 @@ def summary_lines(result: Result) -> list[str]:
     if result.host_ceiling is not None:
         lines.append(ceiling_line(result.host_ceiling, servers=bool(result.server_hosts)))
     return lines
+
+
+def launch_line(result: Result) -> str:
+    """How the steps were issued, and the host's time per step beside the step's own."""
+    plan, s = result.plan, result.summary
+    launch = plan.launch
+    if launch == "graph":
+        how = "graph (each step one replay of a CUDA graph captured at set-up)"
+    elif plan.devices.is_cuda and plan.config.launch == "graph":
+        how = f"eager ({plan.config.kv_store} has no graph path: the host issues every step)"
+    else:
+        how = "eager (the host issues every copy, kernel and collective of each step)"
+    if s.host_seconds_median is None:
+        return f"#   launch {how}"
+    share = 100 * s.host_seconds_median / s.seconds_median if s.seconds_median else 0.0
+    return (f"#   launch {how}; host time per step: median {1e6 * s.host_seconds_median:.1f} us, "
+            f"{share:.1f} % of the step")
 
 
 def worker_lines(result: Result) -> list[str]:
@@ -151,6 +169,7 @@ def result_json(result: Result) -> dict:
                      "bound": plan.store_cls.bound_text(plan.devices),
                      "notes": result.notes},
         "devices": plan.devices.labels(),
+        "launch": plan.launch,
         "iterations": [asdict(s) for s in result.samples],
         "reports": [asdict(r) for r in result.reports],
         "summary": asdict(result.summary),

@@ -19,7 +19,7 @@ from bandwidth.hostceiling import HostCeiling
 from bandwidth.kvstores import KVSTORES, KVStore
 from bandwidth.layout import DTYPE_BYTES
 from bandwidth.protocol import Report, Sample, Summary
-from bandwidth.session import Session
+from bandwidth.session import Session, launch_of
 from bandwidth.spawn import run_ranks
 
 # Scratch for the chunked data generation and error check (int64 and float64 temporaries).
@@ -50,6 +50,11 @@ class Plan:
             layers = c.num_layers or networks.NETWORKS[c.network].default_layers
             return f"{c.network}-{layers}"
         return c.network
+
+    @property
+    def launch(self) -> str:
+        """How the mode's steps are issued here: "graph" or "eager" (session.launch_of)."""
+        return launch_of(self.store_cls, self.devices, self.config.launch)
 
 
 @dataclass(frozen=True)
@@ -106,6 +111,8 @@ def make_plan(config: Config, with_devices: bool = True) -> Plan:
         raise UnsupportedError(f"--kv-store {config.kv_store} needs an optimizer: asynchronous "
                                "servers apply every push at once, which is only defined with one "
                                "(MXNet crashed here); add --optimizer sgd")
+    if config.launch == "graph" and not devices.is_cuda:
+        raise UnsupportedError("--launch graph needs GPUs (CUDA graphs); CPU devices run eager")
     reason = store_cls.unavailable(devices, config.dtype)
     if reason:
         raise UnsupportedError(f"--kv-store {config.kv_store} cannot run here: {reason}")
@@ -116,11 +123,19 @@ def check_memory(plan: Plan) -> None:
     """Refuse, with the numbers, a run whose buffers do not fit."""
     c, n, nbytes = plan.config, plan.devices.n, plan.nbytes
     reference = 4 * plan.numel if c.test_results else 0      # the float32 expected sum
-    per_device = (2 * nbytes + reference + CHECK_SCRATCH_BYTES
-                  + plan.store_cls.extra_bytes_per_device(nbytes, n, c.optimizer != "none"))
+    replica_bytes = 2 * nbytes + plan.store_cls.extra_bytes_per_device(
+        nbytes, n, c.optimizer != "none")
+    per_device = replica_bytes + reference + CHECK_SCRATCH_BYTES
     free = free_bytes(plan.devices)
     if plan.devices.is_cuda:
-        for label, need, have in zip(plan.devices.labels(), [per_device] * n, free):
+        # Replicas sharing a GPU (--gpus 0,0) each need their buffers on it; the expected sum
+        # and the scratch are kept once per GPU.
+        free_of = dict(zip(plan.devices.ids, free))
+        for gpu in sorted(set(plan.devices.ids)):
+            count = plan.devices.ids.count(gpu)
+            need = count * replica_bytes + reference + CHECK_SCRATCH_BYTES
+            have = free_of[gpu]
+            label = f"cuda:{gpu}" + (f" ({count} replicas)" if count > 1 else "")
             if need > have:
                 raise OutOfMemoryError(
                     f"{plan.network_label} in {c.dtype} needs {need / 1e9:.2f} GB on {label} but "
@@ -142,7 +157,8 @@ def measure_task(plan: Plan, indices: list[int], group,
     session = Session(c.kv_store, plan.shapes, plan.devices, indices, group, dtype=c.dtype,
                       optimizer=c.optimizer, seed=c.seed, chunk_mb=c.chunk_mb,
                       cpu_threads=c.cpu_threads, check=c.test_results, cluster=cluster,
-                      first_replica=first_replica, replicas=replicas)
+                      first_replica=first_replica, replicas=replicas, launch=plan.launch,
+                      owners=c.owners)
     try:
         return measure_session(plan, session, on_report, replicas, session.store.notes(),
                                session.store.server_nbytes())
@@ -170,7 +186,8 @@ def reference_task(plan: Plan, indices: list[int], group, replicas: int | None =
     over the same processes; ``replicas``: the devices in the all-reduce (default: this host's)."""
     c = plan.config
     session = Session("nccl", [("flat", (plan.numel,))], plan.devices, indices, group,
-                      dtype=c.dtype, optimizer="none", seed=c.seed, chunk_mb=c.chunk_mb, check=False)
+                      dtype=c.dtype, optimizer="none", seed=c.seed, chunk_mb=c.chunk_mb, check=False,
+                      launch=launch_of(KVSTORES["nccl"], plan.devices, c.launch))
     try:
         samples, _ = protocol.measure(
             session, iterations=c.num_batches, warmup=c.warmup, disp_batches=c.num_batches,
@@ -189,7 +206,8 @@ def run(config: Config, on_report: Callable[[Report], None] | None = None,
     plan = plan or make_plan(config)
     check_memory(plan)
     n = plan.devices.n
-    want_reference = config.reference and n > 1
+    # The reference is an NCCL all-reduce, one process per device: not for replicas sharing a GPU.
+    want_reference = config.reference and n > 1 and not plan.devices.shares_gpu
     if plan.store_cls.process_per_device:
         tasks = ["measure"] + (["reference"] if want_reference else [])
         out = run_ranks({"config": config.to_dict(), "tasks": tasks,

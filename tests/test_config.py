@@ -37,7 +37,9 @@ def test_kvstore_spellings_and_optimizer_none_string():
     (["--optimizer", "adam"], "unknown --optimizer 'adam'; valid: none, sgd"),
     (["--image-shape", "3,224"], "--image-shape must be three positive integers"),
     (["--gpus", "0,x"], "--gpus must be a comma list"),
-    (["--gpus", "0,0"], "lists a GPU twice"),
+    (["--launch", "fast"], "unknown --launch 'fast'; valid: graph, eager"),
+    (["--launch", "graph", "--cpus", "2"], "--launch graph needs GPUs"),
+    (["--owners", "random"], "unknown --owners 'random'; valid: balanced, greedy"),
     (["--gpus", "0", "--cpus", "2"], "either --gpus or --cpus"),
     (["--num-batches", "0"], "--num-batches must be at least 1"),
     (["--disp-batches", "6"], "exceeds --num-batches 5"),
@@ -98,3 +100,39 @@ def test_readme_flag_table_matches_the_parser():
     assert len(documented) > 30                     # the table was found and read
     assert sorted(parser_flags - documented) == [], "flags missing from README's table"
     assert sorted(documented - parser_flags) == [], "README's table names flags the parser lacks"
+
+
+def test_a_gpu_listed_twice_is_two_replicas_on_it():
+    # MXNet's measure.py accepted --gpus 0,0: two replicas sharing GPU 0.
+    assert parse_gpus("0,0") == (0, 0) and parse_gpus("0,0,0,0") == (0, 0, 0, 0)
+    assert parse("--gpus", "0,0").gpus == (0, 0)
+    c = parse("--launch", "eager", "--owners", "greedy")
+    assert (c.launch, c.owners) == ("eager", "greedy")
+    assert (parse().launch, parse().owners) == (None, "balanced")
+
+
+def test_nccl_modes_refuse_one_gpu_twice_and_say_why():
+    from bandwidth.devices import DeviceSet
+    from bandwidth.kvstores import KVSTORES
+
+    shared = DeviceSet("cuda", (0, 0))
+    assert shared.shares_gpu and not DeviceSet("cuda", (0, 1)).shares_gpu
+    for mode in ("nccl", "dist_nccl"):
+        reason = KVSTORES[mode].unavailable(shared, "float32")
+        assert reason and "lists a GPU twice" in reason and "NCCL cannot hold one GPU twice" \
+            in reason and "--kv-store device or local" in reason
+    for mode in ("device", "local", "dist_sync_device"):
+        assert KVSTORES[mode].unavailable(shared, "float32") is None
+
+
+def test_launch_defaults_to_graphs_on_gpus_for_the_modes_that_capture():
+    from bandwidth.devices import DeviceSet
+    from bandwidth.kvstores import KVSTORES
+    from bandwidth.session import launch_of
+
+    gpus, cpus = DeviceSet("cuda", (0, 0)), DeviceSet("cpu", (0, 1))
+    assert [launch_of(KVSTORES[m], gpus, None) for m in ("device", "nccl")] == ["graph"] * 2
+    assert launch_of(KVSTORES["device"], gpus, "eager") == "eager"
+    for mode in ("local", "dist_sync_device", "dist_nccl"):
+        assert launch_of(KVSTORES[mode], gpus, "graph") == "eager"
+    assert launch_of(KVSTORES["device"], cpus, None) == "eager"

@@ -85,8 +85,9 @@ def test_gradients_differ_per_replica_and_are_not_zero():
 def test_owner_assignment_follows_mxnet_greedy_rule():
     # Largest first onto the least-loaded device: 100 -> 0, 60 -> 1, 50 -> 1, 10 -> 0 (tie-free).
     assert assign_owners([10, 100, 50, 60], 2) == [0, 0, 1, 1]
-    order = DeviceStore.key_order([(str(i), (k,)) for i, k in enumerate([10, 100, 50, 60])], 2)
-    assert order == [0, 1, 2, 3]
+    layout = DeviceStore.make_layout([(str(i), (k,)) for i, k in enumerate([10, 100, 50, 60])], 2,
+                                     owners="greedy")
+    assert [seg.key for seg in layout.segments] == [0, 1, 2, 3]
     owners = assign_owners([5, 5, 5, 5, 5, 5], 3)
     assert sorted(owners) == [0, 0, 1, 1, 2, 2]
 

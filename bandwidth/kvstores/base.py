@@ -31,6 +31,10 @@ class KVStore:
     distributed: ClassVar[bool] = False
     # True: MXNet refuses it without an optimizer (the async parameter servers).
     needs_optimizer: ClassVar[bool] = False
+    # True: on GPUs ``capture`` records one step as a CUDA graph, which the session replays.
+    graph_capable: ClassVar[bool] = False
+    # True: ``make_layout`` and ``__init__`` take ``owners``, a key placement rule (config.py).
+    takes_owners: ClassVar[bool] = False
     # What a worker's network traffic is called in the distributed summary: (out, in).
     traffic_words: ClassVar[tuple[str, str]] = ("pushed", "pulled")
 
@@ -103,6 +107,12 @@ class KVStore:
         """Untimed work before each step (default: none)."""
 
     def step(self) -> None:
+        raise NotImplementedError
+
+    def capture(self):
+        """One step recorded as a ``torch.cuda.CUDAGraph`` (GPUs only, ``graph_capable`` modes):
+        the session replays it in place of ``step``. Called once, untimed, before the first step;
+        it must leave the buffers as ``__init__`` did."""
         raise NotImplementedError
 
     def close(self) -> None:

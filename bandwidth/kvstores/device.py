@@ -1,9 +1,21 @@
 """``device``: reduce on the GPUs over peer-to-peer copies, as MXNet's CommDevice.
 
-Each key is owned by one device: keys are taken largest first and each goes to the device with the
-fewest elements so far (MXNet's greedy rule). The flat buffers hold the keys grouped by owner, so
-owner o's keys form one contiguous region. A step then has three phases, all enqueued at once and
-run asynchronously:
+Each element of the arrays is owned by one device, which sums it and sends the result back. Two
+placement rules (``--owners``):
+
+- ``balanced`` (default): keys of at most ``SPLIT_BOUND`` elements (1,000,000, MXNet's big-array
+  bound) stay whole and are placed by MXNet's greedy rule below; then the larger keys, taken in key
+  order as one stream of elements, are cut into consecutive pieces that fill every device up to the
+  same load (water-filling: each device gets ``L - load`` elements, with ``L`` the common level,
+  rounded so that loads differ by at most one element). Whenever the large keys hold at least the
+  greedy imbalance of the small ones (at most ``SPLIT_BOUND`` elements), every device owns the same
+  number of elements to within one, so every link direction carries the same bytes per step.
+- ``greedy``: MXNet's rule. Whole keys, largest first, each onto the device with the fewest
+  elements so far (ties: lower key, lower device). A large key sits whole on one owner, so that
+  owner's links carry more (vgg-16: 411 MB on one GPU, 142 MB on the other).
+
+The flat buffers hold the pieces grouped by owner, so owner o's elements form one contiguous
+region. A step then has three phases, all enqueued at once and run asynchronously:
 
 1. pull: every other device copies its slice of o's region into a receive buffer on o;
 2. sum: o adds its own gradients and the received ones (and applies the optimizer, if any);
@@ -15,6 +27,11 @@ sums by events, so the two directions of a link, and different links, are busy a
 The copies go straight to the CUDA runtime (bandwidth.rawcopy) to keep host time per copy small.
 Per step each device sends and receives 2(n-1)/n of the bytes, which is where MXNet's formula
 comes from.
+
+On GPUs the whole step is by default captured once as a CUDA graph (``capture``) and replayed, so
+that the host's launch time (tens of copies, kernels and events per step) does not pace it;
+``--launch eager`` issues them from the host every step, as a framework without graphs does. Two
+replicas may share a GPU (``--gpus 0,0``): their copies then run inside that GPU's memory.
 """
 
 from __future__ import annotations
@@ -27,9 +44,15 @@ import torch
 from bandwidth import devices as dev
 from bandwidth import rawcopy
 from bandwidth.kvstores.base import KVStore
-from bandwidth.layout import chunk_ranges
+from bandwidth.layout import Layout, chunk_ranges
 
 log = logging.getLogger(__name__)
+
+
+# Keys of more elements than this are split over the owners by the balanced rule (MXNet's
+# MXNET_KVSTORE_BIGARRAY_BOUND, the size above which its parameter servers split a key).
+SPLIT_BOUND = 1_000_000
+OWNER_RULES = ("balanced", "greedy")
 
 
 def assign_owners(numels: list[int], n: int) -> list[int]:
@@ -44,6 +67,82 @@ def assign_owners(numels: list[int], n: int) -> list[int]:
         owner[key] = target
         load[target] += numels[key]
     return owner
+
+
+def owner_pieces(numels: list[int], n: int, rule: str = "balanced",
+                 bound: int = SPLIT_BOUND) -> list[tuple[int, int, int, int]]:
+    """Who owns which elements: ``(key, start, length, owner)`` pieces covering every key, grouped
+    by owner (owner 0's pieces first) as the flat buffer lays them out; the rules are in the
+    module docstring."""
+    if rule not in OWNER_RULES:
+        raise ValueError(f"unknown owner rule {rule!r}; valid: {', '.join(OWNER_RULES)}")
+    split = [k for k, numel in enumerate(numels) if rule == "balanced" and numel > bound]
+    whole = [k for k in range(len(numels)) if k not in frozenset(split)]
+    placed = assign_owners([numels[k] for k in whole], n)
+    load = [0] * n
+    pieces = [[] for _ in range(n)]
+    for k, o in zip(whole, placed):
+        pieces[o].append((k, 0, numels[k], o))
+        load[o] += numels[k]
+    fill = water_fill(load, sum(numels[k] for k in split))
+    # The split keys as one stream of elements, cut into consecutive runs of fill[o] elements.
+    stream = [(k, numels[k]) for k in split]
+    at, offset = 0, 0
+    for o in range(n):
+        want = fill[o]
+        while want > 0:
+            key, numel = stream[at]
+            take = min(want, numel - offset)
+            pieces[o].append((key, offset, take, o))
+            want -= take
+            offset += take
+            if offset == numel:
+                at, offset = at + 1, 0
+    for o in range(n):
+        pieces[o].sort(key=lambda piece: (piece[0], piece[1]))
+    return [piece for owned in pieces for piece in owned]
+
+
+def water_fill(load: list[int], extra: int) -> list[int]:
+    """How many of ``extra`` elements each device takes so that the largest final load is as
+    small as possible: devices below the common level are filled up to it (within one element;
+    the lower devices get the odd ones)."""
+    active = list(range(len(load)))
+    while True:
+        level = (sum(load[o] for o in active) + extra) / len(active)
+        above = [o for o in active if load[o] > level]
+        if not above:
+            break
+        active = [o for o in active if o not in above]
+    total = sum(load[o] for o in active) + extra
+    base, odd = divmod(total, len(active))
+    fill = [0] * len(load)
+    for rank, o in enumerate(sorted(active)):
+        fill[o] = base + (1 if rank < odd else 0) - load[o]
+    return fill
+
+
+def owner_runs(layout, pieces, n: int) -> list[list[tuple[int, int]]]:
+    """Per owner, the runs [start, stop) of the flat buffer it reduces: where ``layout``'s
+    segments meet its pieces (one run per owner in this mode's own layout; several in the
+    parameter-server modes', which lay the buffer out by server)."""
+    by_key = {}
+    for key, start, length, o in pieces:
+        by_key.setdefault(key, []).append((start, start + length, o))
+    marks = []
+    for seg in layout.segments:
+        lo, hi = seg.start, seg.start + seg.length
+        for start, stop, o in by_key[seg.key]:
+            a, b = max(lo, start), min(hi, stop)
+            if a < b:
+                marks.append((seg.offset + a - lo, seg.offset + b - lo, o))
+    runs = [[] for _ in range(n)]
+    for a, b, o in sorted(marks):
+        if runs[o] and runs[o][-1][1] == a:
+            runs[o][-1] = (runs[o][-1][0], b)
+        else:
+            runs[o].append((a, b))
+    return runs
 
 
 def peer_warning(peers: list[list[bool]], ids: list[int]) -> str | None:
@@ -78,33 +177,35 @@ class DeviceStore(KVStore):
     bound = "peer-to-peer link (unidirectional copy rate)"
     bound_on_cpu = "host memory copy rate (the replicas share one memory)"
     bound_kind = "peer link"
+    graph_capable = True
+    takes_owners = True
 
     @classmethod
-    def key_order(cls, shapes, n):
+    def make_layout(cls, shapes, n, cluster=None, owners="greedy"):
         numels = [math.prod(shape) for _, shape in shapes]
-        owner = assign_owners(numels, n)
-        return sorted(range(len(shapes)), key=lambda k: (owner[k], k))
+        return Layout.from_pieces(shapes, [(key, start, length) for key, start, length, _
+                                           in owner_pieces(numels, n, owners)])
 
     @classmethod
     def extra_bytes_per_device(cls, nbytes, n, optimizer):
         # Receive buffers: n-1 copies of the largest owner region (about nbytes/n each).
         return (n - 1) * (nbytes // max(n, 1) + 1) * 2 if n > 1 else 0
 
-    def __init__(self, replicas, layout, optimizer, group, chunk_elements, cpu_threads=None):
+    def __init__(self, replicas, layout, optimizer, group, chunk_elements, cpu_threads=None,
+                 owners="greedy"):
+        """``owners``: the placement rule; the session passes --owners (default balanced). The
+        parameter-server modes build this store on their own layout, grouped by MXNet's greedy
+        owners (dist.ps_layout), and keep the greedy default."""
         super().__init__(replicas, layout, optimizer, group, chunk_elements, cpu_threads)
         n = len(replicas)
-        owner = assign_owners([layout.key_numel(k) for k in range(len(layout.shapes))], n)
-        # ranges[o]: the runs of the flat buffer that owner o reduces (one run in this mode, where
-        # the keys are grouped by owner; several when the parameter-server modes lay the buffer
-        # out by server).
-        self.ranges = [[] for _ in range(n)]
-        for seg in layout.segments:
-            runs = self.ranges[owner[seg.key]]
-            if runs and runs[-1][1] == seg.offset:
-                runs[-1] = (runs[-1][0], seg.offset + seg.length)
-            else:
-                runs.append((seg.offset, seg.offset + seg.length))
-        self.key_counts = [sum(1 for k in owner if k == o) for o in range(n)]
+        self.owners = owners
+        pieces = owner_pieces([layout.key_numel(k) for k in range(len(layout.shapes))], n, owners)
+        # ranges[o]: the runs of the flat buffer that owner o reduces.
+        self.ranges = owner_runs(layout, pieces, n)
+        self.key_counts = [len({key for key, _, _, o in pieces if o == owner})
+                           for owner in range(n)]
+        self.split_keys = len({key for key, start, length, _ in pieces
+                               if start > 0 or length < layout.key_numel(key)})
         self.owned = [sum(e - s for s, e in runs) for runs in self.ranges]
         self.chunks, self.recv_at = [], []
         for o in range(n):
@@ -182,7 +283,9 @@ class DeviceStore(KVStore):
         n = len(self.replicas)
         placement = ", ".join(f"{o}: {count} keys, {owned} elements" for o, (count, owned)
                               in enumerate(zip(self.key_counts, self.owned)))
-        lines = [f"owner GPU of each key: {placement}"]
+        rule = (f"balanced, {self.split_keys} keys of more than {SPLIT_BOUND:,} elements split"
+                if self.owners == "balanced" else "greedy, MXNet's rule")
+        lines = [f"owner GPU of each key ({rule}): {placement}"]
         if self.peer_warning:
             lines.append(f"WARNING: {self.peer_warning}")
             lines.extend("  " + " ".join("v" if x else "." for x in row) for row in self.peers)
@@ -244,6 +347,47 @@ class DeviceStore(KVStore):
                 for j, copy in pushes:
                     dev.wait(self.send[o][j], self.summed[o][c])
                     copy()
+
+    def capture(self):
+        """The step as one CUDA graph, captured on a stream of the first replica's GPU: every
+        stream the step uses (the copy streams, a sum stream on each other GPU) is forked from
+        it and joined back, so that the graph holds the whole step across every GPU."""
+        devices = [r.device for r in self.replicas]
+        home = devices[0]
+        # One eager step first: every kernel is loaded and every peer mapping made before capture.
+        self.step()
+        for d in set(devices):
+            torch.cuda.synchronize(d)
+        if self.optimizer is not None:
+            for r in self.replicas:
+                r.outputs.zero_()     # the weights start from zero, as __init__ left them
+        graph = torch.cuda.CUDAGraph()
+        capture = torch.cuda.Stream(device=home)
+        capture.wait_stream(torch.cuda.current_stream(home))
+        eager = self.compute
+        sums = {d: capture if d == home else torch.cuda.Stream(device=d) for d in set(devices)}
+        side = [s for row in self.send for s in row if s is not None]
+        side += [s for d, s in sums.items() if d != home]
+        with torch.cuda.device(home), torch.cuda.graph(graph, stream=capture):
+            with dev.on_streams(*[s for d, s in sums.items() if d != home]):
+                self.compute = [sums[d] for d in devices]
+                try:
+                    for stream in side:
+                        stream.wait_stream(capture)
+                    with rawcopy.keep_device(home.index):
+                        if len(self.replicas) == 1:
+                            self._single()
+                        else:
+                            self._pull()
+                            self._sum(push=True)
+                    for stream in side:
+                        capture.wait_stream(stream)
+                finally:
+                    self.compute = eager
+        torch.cuda.current_stream(home).wait_stream(capture)
+        for d in set(devices):
+            torch.cuda.synchronize(d)
+        return graph
 
     def _single(self):
         (replica,) = self.replicas

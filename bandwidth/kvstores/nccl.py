@@ -5,6 +5,10 @@ per device, so a single torch.distributed all-reduce (NCCL on GPUs) carries all 
 optimizer each device then applies it to its own copy of the weights, as data-parallel training
 does. The backward pass would write the gradients into the bucket; ``prepare`` plays that part,
 untimed. On CPU devices Gloo's all-reduce stands in for NCCL.
+
+On GPUs the step is by default captured once as a CUDA graph (``capture``: NCCL collectives can be
+captured once the communicator exists) and replayed, so that the host's launch time does not pace
+it; ``--launch eager`` issues the all-reduce from the host every step.
 """
 
 from __future__ import annotations
@@ -22,9 +26,14 @@ class NcclStore(KVStore):
     bound = "flat all-reduce of the same bytes"
     bound_kind = "flat all-reduce"
     process_per_device = True
+    graph_capable = True
 
     @classmethod
     def unavailable(cls, devices, dtype):
+        if devices.shares_gpu:
+            return (f"--gpus {','.join(map(str, devices.ids))} lists a GPU twice, and NCCL cannot "
+                    "hold one GPU twice in a communicator (one process per device); use --kv-store "
+                    "device or local for replicas that share a GPU")
         if not dist.is_available():
             return "this torch build has no torch.distributed"
         if devices.is_cuda and not dist.is_nccl_available():
@@ -61,6 +70,21 @@ class NcclStore(KVStore):
         if self.optimizer is not None:
             self.optimizer.apply(self.replica.outputs, self.bucket)
 
+    def capture(self):
+        device = self.replica.device
+        # Warm-up outside the graph: the communicator and its kernels exist before capture. The
+        # bucket is rewritten by every prepare; the weights (outputs) are not touched.
+        dist.all_reduce(self.bucket)
+        torch.cuda.synchronize(device)
+        graph = torch.cuda.CUDAGraph()
+        stream = torch.cuda.Stream(device=device)
+        stream.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.graph(graph, stream=stream):
+            self.step()
+        torch.cuda.current_stream(device).wait_stream(stream)
+        torch.cuda.synchronize(device)
+        return graph
+
 
 class DistNcclStore(NcclStore):
     """``dist_nccl``: every GPU of every worker in one NCCL all-reduce (what Horovod and DDP do);
@@ -73,6 +97,7 @@ class DistNcclStore(NcclStore):
                "one process per device")
     bound = "the network between hosts (and the flat all-reduce of the same bytes)"
     distributed = True
+    graph_capable = False     # issued eagerly: its graph path is not yet tested across hosts
     traffic_words = ("sent", "received")
 
     @classmethod
