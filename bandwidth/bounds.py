@@ -107,11 +107,30 @@ def one_gpu_bound(gpu: int, n: int, probe: int) -> Bound:
 
 def one_gpu_rates(gpu: int, probe: int) -> tuple[float, float]:
     """GPU ``gpu``'s copy and add rates in GB/s of memory traffic (a copy: read + write, 2 x its
-    bytes, as p2pBandwidthLatencyTest counts its diagonal; an add: 3 x the buffer)."""
+    bytes, as p2pBandwidthLatencyTest counts its diagonal; an add: 3 x the buffer). Each is the
+    faster of issuing it from the host and replaying it from a CUDA graph: a bound must hold for
+    both launches."""
     from bandwidth.ceiling import p2p_copy_gbps
     from bandwidth.ceiling.host import device_add_gbps
-    copy = 2 * p2p_copy_gbps(gpu, gpu, probe, repeats=3, burst=5)
-    return copy, device_add_gbps(gpu, probe)
+    a = torch.ones(probe // 4, device=f"cuda:{gpu}")
+    b, c = torch.ones_like(a), torch.empty_like(a)
+    copy = max(2 * p2p_copy_gbps(gpu, gpu, probe, repeats=3, burst=5),
+               2 * a.numel() * 4 / _graph_seconds(lambda: c.copy_(a), gpu) / 1e9)
+    add = max(device_add_gbps(gpu, probe),
+              3 * a.numel() * 4 / _graph_seconds(lambda: torch.add(a, b, out=c), gpu) / 1e9)
+    return copy, add
+
+
+def _graph_seconds(op, gpu: int, burst: int = 10, repeats: int = 5) -> float:
+    """Seconds per ``op`` replayed from a CUDA graph of ``burst`` of them (median of repeats)."""
+    from bandwidth.ceiling.timing import median_seconds
+    op()
+    graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream(device=gpu)
+    with torch.cuda.graph(graph, stream=stream):
+        for _ in range(burst):
+            op()
+    seconds = median_seconds(graph.replay, lambda: torch.cuda.synchronize(gpu), repeats)
+    return seconds / burst
 
 
 def judged(ceiling: Bound | None, busbw_gbps: float, on_cpu: bool) -> Bound | None:

@@ -1,38 +1,56 @@
 #!/usr/bin/env bash
-# Every GPU test and benchmark in one call (for the GPU machine). Text goes to $OUT/gpu.log, figures
-# to a few files under $OUT (the device tool brings back at most 8).
+# Every GPU test and benchmark in one call (for the GPU machine, any GPU count). Text goes to
+# $OUT/gpu.log, figures to a few files under $OUT (the device tool brings back at most 8).
 #   OUT=/tmp/results COMMIT=$(git rev-parse --short HEAD) bash benchmarks/gpu_all.sh
+# The reference tools (nccl-tests, p2pBandwidthLatencyTest) are built from PEERS_SRC: a copy of
+# shared/peers (default: ./peers, else ../shared/peers), since the device tool carries no shared/.
+# CPU_TESTS=1 also runs the CPU-device tests (CI runs them; they are not needed for the figures).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-results}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
+PEERS_SRC=${PEERS_SRC:-$PWD/peers}
+[ -f "$PEERS_SRC/build.sh" ] || PEERS_SRC=$PWD/../shared/peers
+GPUS=$(nvidia-smi -L | wc -l)
 R200=(--network resnet --num-layers 200 --num-batches 10)
 log="$OUT/gpu.log"
 {
-  echo "== commit ${COMMIT:-$(git rev-parse --verify -q HEAD || echo unknown)}, $(date -u +%FT%TZ)"
-  nvidia-smi; nvidia-smi topo -m; mpirun --version 2>&1 | head -1
-  echo "== tests (CPU-device tests in parallel, then the GPU tests one by one)"
-  python3 -m pytest -q -p no:cacheprovider -m "not gpu" -n 8 tests
+  echo "== commit ${COMMIT:-$(git rev-parse --verify -q HEAD || echo unknown)}, $(date -u +%FT%TZ), $GPUS GPU(s)"
+  nvidia-smi; nvidia-smi topo -m
+  echo "== building the reference tools from $PEERS_SRC (in the background) and the GPU tests"
+  (PEERS_BIN=/tmp/peers bash "$PEERS_SRC/build.sh" > "$OUT/build.log" 2>&1; echo "build exit $?" >> "$OUT/build.log") &
+  build=$!
+  if [ "${CPU_TESTS:-0}" = 1 ]; then
+    python3 -m pytest -q -p no:cacheprovider -m "not gpu" -n 8 tests
+  fi
   python3 -m pytest -q -p no:cacheprovider -m gpu tests
-  echo "== python -m bandwidth.ceiling"
-  python3 -m bandwidth.ceiling -b 1M -e 1G -f 2 --json "$OUT/ceilings.json"
-  echo "== measure.py --kv-store device (MXNet's lines)"
-  python3 bandwidth/measure.py --kv-store device "${R200[@]}"
-  echo "== sweep of the single-host modes, with a plot"
-  python3 bandwidth/measure.py --kv-store device,nccl,local "${R200[@]}" \
-    --json "$OUT/sweep.json" --plot "$OUT/sweep.png"
-  echo "== distributed modes, one host acting as worker and servers"
-  for servers in 1 4; do
-    python3 launch.py -n 1 -s "$servers" python3 bandwidth/measure.py --kv-store dist_sync_device \
-      --gpus 0,1 "${R200[@]}" --json "$OUT/dist_sync_device_s$servers.json"
-  done
-  python3 launch.py -n 1 -s 0 python3 bandwidth/measure.py --kv-store dist_nccl --gpus 0,1 \
-    "${R200[@]}" --json "$OUT/dist_nccl.json"
-  echo "== benchmarks/single_host.py"
-  python3 benchmarks/single_host.py --rounds 3 --out "$OUT/single_host.json"
-  echo "== benchmarks/reference_check.py (the ceiling's small-message figures against C)"
-  python3 benchmarks/reference_check.py --rounds 3 --json "$OUT/reference_check.json"
-  echo "== probe: pageable host->device copies and the CPU add rate, several ways"
-  python3 benchmarks/probes/ceiling_methods.py --parts cpu,pageable
+  wait "$build"; tail -3 "$OUT/build.log"
+  [ -f /tmp/peers/env.sh ] && source /tmp/peers/env.sh
+  echo "== benchmarks/gpu_bench.py (5 runs of each configuration, against the reference tools)"
+  python3 benchmarks/gpu_bench.py --rounds 5 --peers /tmp/peers --json "$OUT/gpu_bench.json" \
+    --log-tools "$OUT/tools.log"
+  if [ "$GPUS" -ge 2 ]; then
+    echo "== python -m bandwidth.ceiling"
+    python3 -m bandwidth.ceiling -b 1M -e 1G -f 2 --json "$OUT/ceilings.json"
+    echo "== sweep of the single-host modes, with a plot"
+    python3 bandwidth/measure.py --kv-store device,nccl,local "${R200[@]}" \
+      --json "$OUT/sweep.json" --plot "$OUT/sweep.png"
+    echo "== distributed modes, one host acting as worker and servers"
+    for servers in 1 4; do
+      python3 launch.py -n 1 -s "$servers" python3 bandwidth/measure.py --kv-store dist_sync_device \
+        --gpus 0,1 "${R200[@]}" --json "$OUT/dist_sync_device_s$servers.json"
+    done
+    python3 launch.py -n 1 -s 0 python3 bandwidth/measure.py --kv-store dist_nccl --gpus 0,1 \
+      "${R200[@]}" --json "$OUT/dist_nccl.json"
+    echo "== benchmarks/single_host.py"
+    python3 benchmarks/single_host.py --rounds 3 --out "$OUT/single_host.json"
+    echo "== benchmarks/reference_check.py (the ceiling's small-message figures against C)"
+    python3 benchmarks/reference_check.py --rounds 3 --json "$OUT/reference_check.json"
+  else
+    echo "== one GPU: --gpus 0,0 through measure.py (MXNet's lines), graph then eager"
+    for launch in graph eager; do
+      python3 bandwidth/measure.py --kv-store device --gpus 0,0 --launch "$launch" "${R200[@]}"
+    done
+  fi
 } 2>&1 | tee "$log"

@@ -73,4 +73,58 @@ def test_cli_on_gpus_prints_mxnet_lines(cli, tmp_path):
     assert len(data["iterations"]) == 3
     if len(GPUS) > 1:
         assert data["ceiling"]["gbps"] > 0 and "p2p" in data["ceiling"]["name"]
-    assert "% of" in proc.stdout
+    if len(GPUS) > 1:
+        assert "% of" in proc.stdout
+    else:                          # one device: nothing crosses a link, so no percentage
+        assert "ceiling: n/a (1 device)" in proc.stdout
+    assert "launch graph" in proc.stdout and "host time per step" in proc.stdout
+    assert data["launch"] == "graph" and data["summary"]["host_seconds_median"] > 0
+
+
+@pytest.mark.parametrize("launch", ["graph", "eager"])
+@pytest.mark.parametrize("owners", ["balanced", "greedy"])
+def test_two_replicas_sharing_gpu_0_are_exact(launch, owners):
+    result = run(Config(kv_store="device", gpus=(0, 0), launch=launch, owners=owners,
+                        **RESNET50))
+    assert [s.error for s in result.samples] == [0.0, 0.0, 0.0]
+    assert result.plan.launch == launch
+    assert result.summary.busbw_median > 0 and result.reference is None
+    assert "one GPU's memory" in result.ceiling.name and result.ceiling.gbps > 0
+    assert all(s.host_seconds > 0 for s in result.samples)
+
+
+@pytest.mark.parametrize("kv", ["device", "local"])
+def test_four_replicas_on_one_gpu_with_sgd_in_bfloat16(kv):
+    result = run(Config(kv_store=kv, gpus=(0, 0, 0, 0), dtype="bfloat16", optimizer="sgd",
+                        reference=False, **RESNET50))
+    assert all(0 <= s.error < 5e-2 for s in result.samples), result.samples
+
+
+@pytest.mark.parametrize("kv", ["device", "nccl"])
+def test_eager_launch_still_exact(kv):
+    result = run(Config(kv_store=kv, gpus=GPUS, launch="eager", reference=False, **RESNET50))
+    assert [s.error for s in result.samples] == [0.0, 0.0, 0.0]
+    assert result.plan.launch == "eager"
+
+
+def test_graph_with_sgd_counts_every_step_once():
+    # The capture must not leave an update behind: after warm-up + 3 steps the weights are
+    # exactly 4 updates from zero, which the error check verifies at every step.
+    result = run(Config(kv_store="device", gpus=(0, 0), optimizer="sgd", reference=False,
+                        **RESNET50))
+    assert all(0 <= s.error < 1e-6 for s in result.samples), result.samples
+
+
+def test_nccl_with_one_gpu_twice_is_one_line(cli):
+    proc = cli("--kv-store", "nccl", "--gpus", "0,0", "--network", "mlp")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "Traceback" not in proc.stderr
+    assert "NCCL cannot hold one GPU twice" in proc.stderr
+
+
+def test_cli_with_gpu_0_twice(cli):
+    proc = cli("--kv-store", "device", "--gpus", "0,0", "--network", "mlp", "--num-batches", "3")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("GB/sec per gpu, error 0.000000") == 3
+    assert "# devices: 2 x" in proc.stdout or "2 GPUs (0,0)" in proc.stdout
+    assert "launch graph" in proc.stdout and "one GPU's memory" in proc.stdout

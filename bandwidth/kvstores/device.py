@@ -207,32 +207,22 @@ class DeviceStore(KVStore):
         self.split_keys = len({key for key, start, length, _ in pieces
                                if start > 0 or length < layout.key_numel(key)})
         self.owned = [sum(e - s for s, e in runs) for runs in self.ranges]
-        self.chunks, self.recv_at = [], []
-        for o in range(n):
-            chunk = chunk_elements or _auto_chunk(self.owned[o], replicas[0].grads)
-            self.chunks.append([c for s, e in self.ranges[o] for c in chunk_ranges(s, e, chunk)])
-            starts = [0]
-            for s, e in self.chunks[o]:
-                starts.append(starts[-1] + e - s)
-            self.recv_at.append(starts[:-1])       # where chunk c lands in the receive buffer
         devices = [r.device for r in replicas]
         dtype = replicas[0].grads.dtype
         # recv[o][j]: j's copy of what o owns, received on o (None where j == o).
         self.recv = [[None if j == o else torch.empty(self.owned[o], dtype=dtype, device=devices[o])
                       for j in range(n)] for o in range(n)]
-        # send[i][j]: the stream on device i that runs every copy i -> j, in order.
-        self.send = [[dev.new_stream(devices[i]) if i != j else None for j in range(n)]
-                     for i in range(n)]
         # Sums run on each device's current stream: no stream switching inside the timed step.
         self.compute = [dev.current_stream(d) for d in devices]
-        self.pulled = [[[dev.new_event(devices[o]) for _ in self.chunks[o]] for _ in range(n)]
-                       for o in range(n)]
-        self.summed = [[dev.new_event(devices[o]) for _ in self.chunks[o]] for o in range(n)]
+        # send[i][j]: the stream on device i that runs every copy i -> j, in order.
+        self._schedule([chunk_elements or _auto_chunk(self.owned[o], replicas[0].grads)
+                        for o in range(n)],
+                       [[dev.new_stream(devices[i]) if i != j else None for j in range(n)]
+                        for i in range(n)])
         if optimizer is not None:
             for r in replicas:
                 r.outputs.zero_()     # the owner's output region doubles as its weight store
         self.home_device = torch.cuda.current_device() if devices[0].type == "cuda" else None
-        self._plan_views()
         self.peers = dev.peer_matrix(devices)
         self.peer_warning = peer_warning(self.peers, [d.index if d.index is not None else k
                                                       for k, d in enumerate(devices)])
@@ -244,6 +234,24 @@ class DeviceStore(KVStore):
             for j in range(n):
                 if i != j:
                     replicas[j].outputs[:1].copy_(replicas[i].outputs[:1])
+
+    def _schedule(self, chunk: list[int], send) -> None:
+        """Cut each owner's runs into chunks of at most ``chunk[o]`` elements, take ``send`` as
+        the copy streams, and plan every copy and sum of a step (``_plan_views``)."""
+        n = len(self.replicas)
+        devices = [r.device for r in self.replicas]
+        self.chunks, self.recv_at = [], []
+        for o in range(n):
+            self.chunks.append([c for s, e in self.ranges[o] for c in chunk_ranges(s, e, chunk[o])])
+            starts = [0]
+            for s, e in self.chunks[o]:
+                starts.append(starts[-1] + e - s)
+            self.recv_at.append(starts[:-1])       # where chunk c lands in the receive buffer
+        self.send = send
+        self.pulled = [[[dev.new_event(devices[o]) for _ in self.chunks[o]] for _ in range(n)]
+                       for o in range(n)]
+        self.summed = [[dev.new_event(devices[o]) for _ in self.chunks[o]] for o in range(n)]
+        self._plan_views()
 
     def _plan_views(self) -> None:
         """Every slice and copy a step touches, made once: (owner, peer, chunk, copy) for the
@@ -351,7 +359,8 @@ class DeviceStore(KVStore):
     def capture(self):
         """The step as one CUDA graph, captured on a stream of the first replica's GPU: every
         stream the step uses (the copy streams, a sum stream on each other GPU) is forked from
-        it and joined back, so that the graph holds the whole step across every GPU."""
+        it and joined back, so that the graph holds the whole step across every GPU. Replicas
+        that all share one GPU are captured one operation after another instead (below)."""
         devices = [r.device for r in self.replicas]
         home = devices[0]
         # One eager step first: every kernel is loaded and every peer mapping made before capture.
@@ -364,10 +373,18 @@ class DeviceStore(KVStore):
         graph = torch.cuda.CUDAGraph()
         capture = torch.cuda.Stream(device=home)
         capture.wait_stream(torch.cuda.current_stream(home))
+        if len(set(devices)) == 1 and len(devices) > 1:
+            # Replicas sharing one GPU: no link to pipeline over, every copy and sum goes through
+            # the same memory. One chunk per owner (unless --chunk-mb), one after another on the
+            # capture stream: each runs at the memory's full rate with nothing competing, which
+            # is the bound's model (docs/formulas.md), and the graph has the fewest nodes.
+            n = len(devices)
+            self._schedule([self.chunk_elements or max(1, self.owned[o]) for o in range(n)],
+                           [[capture if i != j else None for j in range(n)] for i in range(n)])
         eager = self.compute
         sums = {d: capture if d == home else torch.cuda.Stream(device=d) for d in set(devices)}
-        side = [s for row in self.send for s in row if s is not None]
-        side += [s for d, s in sums.items() if d != home]
+        side = {s for row in self.send for s in row if s is not None and s is not capture}
+        side = list(side) + [s for d, s in sums.items() if d != home]
         with torch.cuda.device(home), torch.cuda.graph(graph, stream=capture):
             with dev.on_streams(*[s for d, s in sums.items() if d != home]):
                 self.compute = [sums[d] for d in devices]

@@ -1,0 +1,334 @@
+"""The GPU benchmark for any GPU count: the toolkit's modes against the real reference tools and
+the rates that bound them, every configuration measured 5 times in one call.
+
+    PEERS_BIN=/tmp/peers bash peers/build.sh && source /tmp/peers/env.sh   # nccl-tests, p2p test
+    python benchmarks/gpu_bench.py [--rounds 5] [--peers /tmp/peers] [--networks all|a,b,...]
+        [--json F] [--log-tools F]
+
+What it prints depends on the GPUs it finds:
+
+- always: the rates each bound is made of, measured in this run, once per round: the GPU's own
+  copy (read + write, p2pBandwidthLatencyTest's diagonal count) and add rates, pinned
+  host->device, device->host and both at once (duplex); p2pBandwidthLatencyTest's matrices
+  (on one GPU its diagonal: a copy inside the GPU) beside the toolkit's copy rate;
+- one GPU: per network, ``device --gpus 0,0`` with the graph and the eager launch against the bound
+  of docs/formulas.md (2 / (n (4/copy + 3/add)) from the same round's rates), the host time per
+  step of each, and ``local`` on the GPU (algbw) against the duplex host path;
+- several GPUs: ``device`` and ``nccl`` (graph and eager) over every GPU and ``local``, against
+  nccl-tests' all_reduce_perf busbw at each network's byte count and dtype.
+
+The networks: every network of ``--list-networks`` at its default shape with 16 MB or more in
+float32, plus llama-1b in bfloat16. A configuration that does not fit the GPU's memory is listed as
+skipped with the reason. Each configuration runs ``--rounds`` times (rounds alternate over all
+configurations, so that a drift of the machine spreads over all of them); a run's figure is the
+median of its iterations, the table shows the median of the run medians and the spread of the run
+medians (max / min). It asserts nothing; BENCHMARKS.md records its results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+import networks
+from bandwidth.bounds import PROBE_BYTES, one_gpu_rates
+from bandwidth.ceiling.host import host_link_gbps
+from bandwidth.ceiling.timing import median_seconds
+from bandwidth.config import Config
+from bandwidth.errors import BandwidthError
+from bandwidth.formulas import one_gpu_device_bound_gbps
+from bandwidth.layout import DTYPE_BYTES
+from bandwidth.run import check_memory, make_plan, run
+
+MIN_NETWORK_BYTES = 16 * 10**6
+EXTRA = [("llama-1b", "bfloat16")]          # the transformer in bf16
+
+
+def network_list(wanted: str) -> list[tuple[str, str, int]]:
+    """(network, dtype, bytes) of every network at its default shape with 16 MB or more in
+    float32 (or the named ones), plus the bf16 transformer."""
+    names = sorted(networks.NETWORKS) if wanted == "all" else wanted.split(",")
+    out = []
+    for name in names:
+        try:
+            shapes = networks.get_shapes(name)
+        except ValueError:
+            continue            # needs another image shape (inception-v3/v4 at 299)
+        nbytes = networks.num_elements(shapes) * 4
+        if wanted != "all" or nbytes >= MIN_NETWORK_BYTES:
+            out.append((name, "float32", nbytes))
+    for name, dtype in EXTRA:
+        if wanted == "all" or name in names:
+            out.append((name, dtype, networks.num_elements(networks.get_shapes(name))
+                        * DTYPE_BYTES[dtype]))
+    return out
+
+
+def iterations_for(nbytes: int) -> int:
+    """10 measured iterations, fewer for networks of gigabytes (local moves them at PCIe speed)."""
+    return max(3, min(10, int(10e9 // max(nbytes, 1))))
+
+
+# -- the reference tools ---------------------------------------------------------------------------
+
+def p2p_matrices(peers: Path | None, log: list[str]) -> dict[str, list[list[float]]]:
+    """p2pBandwidthLatencyTest's matrices by title (empty where the tool is not built)."""
+    tool = peers / "p2pBandwidthLatencyTest" if peers else None
+    if tool is None or not tool.exists():
+        return {}
+    text = subprocess.run([str(tool)], capture_output=True, text=True, timeout=120).stdout
+    log.append(text)
+    matrices, title = {}, None
+    for line in text.splitlines():
+        if "Matrix" in line:
+            title, matrices[line.strip()] = line.strip(), []
+        elif title and re.match(r"^\s+\d+\s+[\d.]", line):
+            matrices[title].append([float(x) for x in line.split()[1:]])
+        elif title and not line.strip():
+            title = None
+    return matrices
+
+
+def nccl_tests_busbw(peers: Path | None, gpus: int, nbytes: int, dtype: str,
+                     log: list[str]) -> float | None:
+    """all_reduce_perf's out-of-place busbw for one buffer of ``nbytes`` over ``gpus`` GPUs."""
+    tool = peers / "all_reduce_perf" if peers else None
+    if gpus < 2 or tool is None or not tool.exists():
+        return None
+    kind = {"float32": "float", "float16": "half", "bfloat16": "bfloat16"}[dtype]
+    argv = [str(tool), "-b", str(nbytes), "-e", str(nbytes), "-g", str(gpus), "-d", kind,
+            "-w", "5", "-n", "20"]
+    text = subprocess.run(argv, capture_output=True, text=True, timeout=300).stdout
+    log.append(" ".join(argv) + "\n" + text)
+    for line in text.splitlines():
+        cols = line.split()
+        if len(cols) >= 8 and cols[0].isdigit() and cols[2] == kind:
+            return float(cols[7])
+    return None
+
+
+# -- rates measured in this run ---------------------------------------------------------------------
+
+def duplex_gbps(gpu: int, nbytes: int) -> float:
+    """Pinned host->device and device->host at once, on two streams: bytes each way per second."""
+    host_a = torch.ones(nbytes, dtype=torch.uint8, pin_memory=True)
+    host_b = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+    dev_a = torch.ones(nbytes, dtype=torch.uint8, device=f"cuda:{gpu}")
+    dev_b = torch.empty(nbytes, dtype=torch.uint8, device=f"cuda:{gpu}")
+    up, down = torch.cuda.Stream(device=gpu), torch.cuda.Stream(device=gpu)
+
+    def both():
+        with torch.cuda.stream(up):
+            dev_b.copy_(host_a, non_blocking=True)
+        with torch.cuda.stream(down):
+            host_b.copy_(dev_a, non_blocking=True)
+
+    return nbytes / median_seconds(both, lambda: torch.cuda.synchronize(gpu), 5, burst=5) / 1e9
+
+
+def rates(gpu: int) -> dict[str, float]:
+    copy, add = one_gpu_rates(gpu, PROBE_BYTES)
+    return {"copy": copy, "add": add,
+            "h2d": host_link_gbps(gpu, PROBE_BYTES, pinned=True, to_device=True),
+            "d2h": host_link_gbps(gpu, PROBE_BYTES, pinned=True, to_device=False),
+            "duplex": duplex_gbps(gpu, PROBE_BYTES)}
+
+
+# -- the configurations ------------------------------------------------------------------------------
+
+def configurations(gpus: int) -> list[tuple[str, dict]]:
+    """(label, Config fields) of each mode measured per network."""
+    if gpus == 1:
+        return [("device 0,0 graph", dict(kv_store="device", gpus=(0, 0), launch="graph")),
+                ("device 0,0 eager", dict(kv_store="device", gpus=(0, 0), launch="eager")),
+                ("local 0", dict(kv_store="local", gpus=(0,)))]
+    every = tuple(range(gpus))
+    return [("device graph", dict(kv_store="device", gpus=every, launch="graph")),
+            ("device eager", dict(kv_store="device", gpus=every, launch="eager")),
+            ("nccl graph", dict(kv_store="nccl", gpus=every, launch="graph")),
+            ("nccl eager", dict(kv_store="nccl", gpus=every, launch="eager")),
+            ("local", dict(kv_store="local", gpus=every))]
+
+
+def measure_once(config: Config) -> dict:
+    result = run(config)
+    s = result.summary
+    return {"busbw": s.busbw_median, "algbw": s.algbw_median, "seconds": s.seconds_median,
+            "host_seconds": s.host_seconds_median, "error": s.error_max}
+
+
+def spread(values: list[float]) -> str:
+    return f"{max(values) / min(values):.3f}" if values and min(values) > 0 else "n/a"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="gpu_bench.py", description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--peers", default="/tmp/peers", help="where build.sh put the tools")
+    parser.add_argument("--networks", default="all")
+    parser.add_argument("--budget-s", type=float, default=360.0,
+                        help="start no round that would end after this many seconds (default "
+                             "360: the whole GPU call, tests included, stays under 10 minutes)")
+    parser.add_argument("--local-max-mb", type=float, default=2000.0,
+                        help="measure local only on networks up to this size (default 2000: "
+                             "larger ones take seconds per step over PCIe)")
+    parser.add_argument("--json", default=None)
+    parser.add_argument("--log-tools", default=None, help="write the tools' raw output here")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("gpu_bench.py: no CUDA GPU here", file=sys.stderr)
+        return 2
+    started = time.perf_counter()
+    gpus = torch.cuda.device_count()
+    peers = Path(args.peers) if args.peers and Path(args.peers).is_dir() else None
+    tool_log: list[str] = []
+    print(f"# gpu_bench: {gpus} x {torch.cuda.get_device_name(0)}, torch {torch.__version__}, "
+          f"{args.rounds} rounds; reference tools: {peers or 'not built'}")
+
+    nets = network_list(args.networks)
+    modes = configurations(gpus)
+    plans, skipped = {}, []
+    for name, dtype, nbytes in nets:
+        for label, fields in modes:
+            if fields["kv_store"] == "local" and nbytes > args.local_max_mb * 1e6:
+                skipped.append(f"{name} {dtype} {label}: above --local-max-mb "
+                               f"{args.local_max_mb:g}")
+                continue
+            config = Config(network=name, dtype=dtype, num_batches=iterations_for(nbytes),
+                            warmup=2, reference=False, **fields)
+            try:
+                plan = make_plan(config)
+                check_memory(plan)
+                plans[(name, dtype, label)] = config
+            except BandwidthError as exc:
+                skipped.append(f"{name} {dtype} {label}: {exc}")
+
+    # The reference tools first (they need the GPUs to themselves).
+    matrices = p2p_matrices(peers, tool_log)
+    nccl_ref = {}
+    for name, dtype, nbytes in nets:
+        busbw = nccl_tests_busbw(peers, gpus, nbytes, dtype, tool_log)
+        if busbw is not None:
+            nccl_ref[(name, dtype)] = busbw
+
+    runs: dict[tuple, list[dict]] = {key: [] for key in plans}
+    rounds_from = time.perf_counter()
+    round_rates: list[dict[int, dict]] = []
+    for r in range(args.rounds):
+        elapsed = time.perf_counter() - started
+        per_round = (time.perf_counter() - rounds_from) / max(r, 1)
+        if r and elapsed + per_round * 1.1 > args.budget_s:
+            print(f"# stopped after {r} rounds: another would end past --budget-s "
+                  f"{args.budget_s:g}", flush=True)
+            break
+        round_rates.append({g: rates(g) for g in range(gpus)})
+        for key, config in plans.items():
+            try:
+                runs[key].append(measure_once(config))
+            except BandwidthError as exc:
+                skipped.append(f"{' '.join(key)} round {r + 1}: {exc}")
+            torch.cuda.empty_cache()
+        print(f"# round {r + 1}/{args.rounds} done at {time.perf_counter() - started:.0f} s",
+              flush=True)
+
+    # -- rates ---------------------------------------------------------------------------------
+    print("\n== rates measured in this run (GB/s; median over rounds, spread = max/min)")
+    print(f"{'GPU':>3}  {'rate':<44} {'median':>9} {'spread':>7}")
+    words = {"copy": "copy inside the GPU (read + write)",
+             "add": "add a + b -> c (3 x bytes)", "h2d": "pinned host -> device",
+             "d2h": "device -> pinned host", "duplex": "both at once, each way"}
+    for g in range(gpus):
+        for key, text in words.items():
+            values = [rr[g][key] for rr in round_rates]
+            print(f"{g:>3}  {text:<44} {statistics.median(values):>9.1f} {spread(values):>7}")
+    for title, matrix in matrices.items():
+        if "Bandwidth" in title:
+            print(f"p2pBandwidthLatencyTest {title}: "
+                  + "; ".join(" ".join(f"{x:.1f}" for x in row) for row in matrix))
+    diag = matrices.get("Unidirectional P2P=Enabled Bandwidth (P2P Writes) Matrix (GB/s)")
+    if diag:
+        ours = statistics.median(rr[0]["copy"] for rr in round_rates)
+        print(f"GPU 0 diagonal: toolkit {ours:.1f} GB/s, p2pBandwidthLatencyTest {diag[0][0]:.1f}"
+              f" GB/s, ratio {ours / diag[0][0]:.3f}")
+
+    # -- the modes -----------------------------------------------------------------------------
+    table = []
+    for name, dtype, nbytes in nets:
+        for label, _ in modes:
+            got = runs.get((name, dtype, label)) or []
+            if not got:
+                continue
+            one_device = label.startswith("local 0")
+            figure = [x["algbw" if one_device else "busbw"] for x in got]
+            bound, bound_name = None, ""
+            if gpus == 1 and label.startswith("device"):
+                bounds = [one_gpu_device_bound_gbps(2, rr[0]["copy"], rr[0]["add"])
+                          for rr in round_rates]
+                bound, bound_name = statistics.median(bounds), "copy/add bound"
+            elif gpus == 1 and one_device:
+                bound = statistics.median(rr[0]["duplex"] for rr in round_rates)
+                bound_name = "duplex host path"
+            elif (name, dtype) in nccl_ref:
+                bound, bound_name = nccl_ref[(name, dtype)], "nccl-tests busbw"
+            median = statistics.median(figure)
+            table.append({"network": name, "dtype": dtype, "mbytes": nbytes / 1e6, "mode": label,
+                          "unit": "algbw" if one_device else "busbw", "median": median,
+                          "runs": figure, "spread": max(figure) / min(figure),
+                          "bound": bound, "bound_name": bound_name,
+                          "ratio": median / bound if bound else None,
+                          "host_us": 1e6 * statistics.median(x["host_seconds"] for x in got),
+                          "step_us": 1e6 * statistics.median(x["seconds"] for x in got),
+                          "error": max(x["error"] for x in got)})
+    print("\n== modes: median of the run medians (GB/s; local on one GPU: algbw), spread of the "
+          "run medians (max/min), ratio to the bound of the same run, host time per step (us) "
+          "beside the step's time")
+    print(f"{'network':<20} {'dtype':<8} {'MB':>9}  {'mode':<17} {'GB/s':>9} {'spread':>7} "
+          f"{'bound':>9} {'ratio':>6}  {'host us':>8} {'step us':>9}  bound")
+    for row in table:
+        bound = f"{row['bound']:9.1f}" if row["bound"] else f"{'n/a':>9}"
+        ratio = f"{row['ratio']:6.3f}" if row["ratio"] else f"{'n/a':>6}"
+        print(f"{row['network']:<20} {row['dtype']:<8} {row['mbytes']:>9.1f}  {row['mode']:<17} "
+              f"{row['median']:>9.1f} {row['spread']:>7.3f} {bound} {ratio}  "
+              f"{row['host_us']:>8.1f} {row['step_us']:>9.1f}  {row['bound_name']}")
+    if gpus == 1:
+        targets(table)
+    for line in skipped:
+        print(f"# skipped: {line}")
+    print(f"# gpu_bench: {time.perf_counter() - started:.0f} s")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"gpus": gpus, "name": torch.cuda.get_device_name(0),
+                                               "rates": round_rates, "p2p": matrices,
+                                               "nccl_tests": {f"{k[0]} {k[1]}": v for k, v
+                                                              in nccl_ref.items()},
+                                               "table": table, "skipped": skipped}, indent=1))
+    if args.log_tools:
+        Path(args.log_tools).write_text("\n".join(tool_log))
+    return 0
+
+
+def targets(table: list[dict]) -> None:
+    """Issue 17's one-GPU targets, row by row: device --gpus 0,0 (graph) at >= 0.8 of its bound
+    from 64 MB, >= 0.6 from 16 MB; run medians within 5 % (max/min <= 1.05)."""
+    print("\n== targets (device 0,0 graph: ratio >= 0.8 from 64 MB, >= 0.6 from 16 MB; "
+          "spread <= 1.05)")
+    met = 0
+    rows = [r for r in table if r["mode"] == "device 0,0 graph"]
+    for row in rows:
+        need = 0.8 if row["mbytes"] >= 64 else 0.6
+        ok = row["ratio"] is not None and row["ratio"] >= need and row["spread"] <= 1.05
+        met += ok
+        print(f"{row['network']:<20} {row['dtype']:<8} ratio {row['ratio']:.3f} (>= {need}) "
+              f"spread {row['spread']:.3f}: {'met' if ok else 'NOT met'}")
+    print(f"# {met} of {len(rows)} rows meet the targets")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
