@@ -52,9 +52,11 @@ class Copy:
     events. Pointers and sizes are worked out once; calling it issues the copy. It leaves the
     stream's device current: callers restore theirs (see ``keep_device``)."""
 
-    def __init__(self, dst: torch.Tensor, src: torch.Tensor, stream):
+    def __init__(self, dst: torch.Tensor, src: torch.Tensor, stream, via_torch: bool = False):
+        """``via_torch``: issue it as torch's ``copy_`` on ``stream`` instead (a copy inside one
+        GPU captured in a CUDA graph: see DeviceStore.capture)."""
         self.dst, self.src, self.stream = dst, src, stream
-        self.lib = _runtime() if stream is not None else None
+        self.lib = _runtime() if stream is not None and not via_torch else None
         if self.lib is not None:
             self.args = (dst.data_ptr(), src.data_ptr(), src.numel() * src.element_size(),
                          _MEMCPY_DEFAULT, stream.cuda_stream)
