@@ -382,9 +382,9 @@ class DeviceStore(KVStore):
             # the same memory. One chunk per owner (unless --chunk-mb), one after another on the
             # capture stream: each runs at the memory's full rate with nothing competing, which
             # is the bound's model (docs/formulas.md), and the graph has the fewest nodes. The
-            # copies go through torch's copy_ (with cudaMemcpyAsync copy nodes this graph reached
-            # 0.88 of the eager step on an H100, while torch's copy_ in a graph copied at the
-            # memory's full rate).
+            # copies go through torch's copy_. On an H100 (BENCHMARKS.md, 2026-11-23) this graph
+            # reaches about 0.88 of the eager step from ~200 MB up, as did the concurrent schedule
+            # with cudaMemcpyAsync copy nodes before it; why is not yet known.
             n = len(devices)
             self._schedule([self.chunk_elements or max(1, self.owned[o]) for o in range(n)],
                            [[capture if i != j else None for j in range(n)] for i in range(n)],
