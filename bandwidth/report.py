@@ -107,7 +107,7 @@ def summary_lines(result: Result) -> list[str]:
 def launch_line(result: Result) -> str:
     """How the steps were issued, and the host's time per step beside the step's own."""
     plan, s = result.plan, result.summary
-    launch = plan.launch
+    launch = result.launch or plan.launch
     if launch == "graph":
         how = "graph (each step one replay of a CUDA graph captured at set-up)"
     elif plan.devices.is_cuda and plan.config.launch == "graph":
@@ -169,7 +169,7 @@ def result_json(result: Result) -> dict:
                      "bound": plan.store_cls.bound_text(plan.devices),
                      "notes": result.notes},
         "devices": plan.devices.labels(),
-        "launch": plan.launch,
+        "launch": result.launch or plan.launch,
         "iterations": [asdict(s) for s in result.samples],
         "reports": [asdict(r) for r in result.reports],
         "summary": asdict(result.summary),

@@ -12,9 +12,13 @@ Document, schema version 1::
        {"config": {...},              # with "backend": "toolkit" | "mxnet" (absent: toolkit)
         "network": {"name", "arrays", "bytes", "shapes"},
         "kv_store": {"name", "bound", "notes"}, "devices": ["cuda:0", ...],
-        "iterations": [{"iteration", "seconds", "error", "own_seconds"}], "reports": [...],
+        "launch": "graph" | "eager",  # how the steps were issued (measure.py --launch)
+        "iterations": [{"iteration", "seconds", "error", "own_seconds",
+                        "host_seconds"}],          # host_seconds: time to issue the step
+        "reports": [...],
         "summary": {"busbw_median", "busbw_min", "busbw_max", "algbw_median", "seconds_median",
-                    "error_max", "nbytes", "bus_factor", "iterations"},
+                    "error_max", "nbytes", "bus_factor", "iterations",
+                    "host_seconds_median"},
         "reference": {... same fields as summary ...} | null,
         "ceiling": {"name": "p2p unidirectional copy", "gbps": 384.8,
                     "probe_nbytes": 256000000,        # null: the same run's flat reference

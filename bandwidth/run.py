@@ -90,6 +90,7 @@ class Result:
     worker_hosts: list[str] = field(default_factory=list)   # distributed: each worker's host
     server_hosts: list[str] = field(default_factory=list)   # and each server's, as launched
     host_ceiling: HostCeiling | None = None            # --network-ceiling's figures
+    launch: str | None = None          # how the steps were issued (None: as plan.launch says)
 
     @property
     def pct_of_ceiling(self) -> float | None:
@@ -159,9 +160,12 @@ def measure_task(plan: Plan, indices: list[int], group,
                       cpu_threads=c.cpu_threads, check=c.test_results, cluster=cluster,
                       first_replica=first_replica, replicas=replicas, launch=plan.launch,
                       owners=c.owners)
+    notes = session.store.notes() + ([session.graph_failure] if session.graph_failure else [])
     try:
-        return measure_session(plan, session, on_report, replicas, session.store.notes(),
-                               session.store.server_nbytes())
+        measured = measure_session(plan, session, on_report, replicas, notes,
+                                   session.store.server_nbytes())
+        measured["launch"] = session.launch
+        return measured
     finally:
         session.close()
 
@@ -234,7 +238,8 @@ def run(config: Config, on_report: Callable[[Report], None] | None = None,
                          summary.busbw_median, on_cpu=not plan.devices.is_cuda)
     return Result(plan=plan, environment=describe_environment(plan.devices), samples=samples,
                   reports=[Report(**r) for r in measured["reports"]], summary=summary,
-                  reference=ref_summary, ceiling=ceiling, notes=measured["notes"])
+                  reference=ref_summary, ceiling=ceiling, notes=measured["notes"],
+                  launch=measured.get("launch"))
 
 
 def reference_summary(plan: Plan, reference: dict | None, n: int) -> Summary | None:
