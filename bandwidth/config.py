@@ -14,7 +14,7 @@ from bandwidth.hostceiling import HostMatrix, load_matrix
 
 DTYPES = ("float32", "float16", "bfloat16")
 OPTIMIZERS = ("none", "sgd")
-LAUNCHES = ("graph", "eager")             # how a step's GPU work is issued (see Config.launch)
+LAUNCHES = ("auto", "graph", "eager")             # how a step's GPU work is issued (see Config.launch)
 OWNER_RULES = ("balanced", "greedy")      # the device mode's key placement
 GC_TYPES = ("none", "2bit")               # MXNet 1.9.1's gradient compression (--backend mxnet)
 
@@ -43,7 +43,7 @@ class Config:
     seed: int = 0
     backend: str = "toolkit"               # "toolkit": bandwidth.kvstores; "mxnet": MXNet's kvstore
     gc_type: str = "none"                  # MXNet's gradient compression (--backend mxnet only)
-    launch: str | None = None              # "graph" | "eager"; None: graph on CUDA, eager on CPU
+    launch: str | None = None              # "auto" | "graph" | "eager"; None: auto on CUDA, eager on CPU
     owners: str = "balanced"               # device mode's key placement: "balanced" | "greedy"
 
     def to_dict(self) -> dict:
@@ -200,8 +200,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="how each timed step's GPU work is issued: 'graph' (captured once as a "
                          "CUDA graph and replayed, so that the host does not pace the step; "
                          "device and nccl modes) or 'eager' (every copy, kernel and collective "
-                         "launched by the host each step, as a framework without graphs does) "
-                         "(default: graph on GPUs, eager on CPU devices)")
+                         "launched by the host each step, as a framework without graphs does) or "
+                         "'auto' (capture, then keep the graph unless a few untimed trial steps "
+                         "show the eager step faster) (default: auto on GPUs, eager on CPU devices)")
     ex.add_argument("--owners", default="balanced",
                     help="device mode's key placement: 'balanced' (keys larger than 1,000,000 "
                          "elements are split so that every GPU owns the same bytes; default) or "
@@ -287,8 +288,8 @@ def _check_scalars(args: argparse.Namespace) -> None:
         raise ConfigError(f"unknown --launch {args.launch!r}; valid: {', '.join(LAUNCHES)}")
     if args.owners not in OWNER_RULES:
         raise ConfigError(f"unknown --owners {args.owners!r}; valid: {', '.join(OWNER_RULES)}")
-    if args.launch == "graph" and args.cpus is not None:
-        raise ConfigError("--launch graph needs GPUs (CUDA graphs); CPU devices run eager")
+    if args.launch in ("graph", "auto") and args.cpus is not None:
+        raise ConfigError(f"--launch {args.launch} needs GPUs (CUDA graphs); CPU devices run eager")
     if args.cpu_threads is not None and args.cpu_threads < 1:
         raise ConfigError(f"--cpu-threads must be at least 1; got {args.cpu_threads}")
     if args.timeout <= 0:

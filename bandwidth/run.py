@@ -112,8 +112,9 @@ def make_plan(config: Config, with_devices: bool = True) -> Plan:
         raise UnsupportedError(f"--kv-store {config.kv_store} needs an optimizer: asynchronous "
                                "servers apply every push at once, which is only defined with one "
                                "(MXNet crashed here); add --optimizer sgd")
-    if config.launch == "graph" and not devices.is_cuda:
-        raise UnsupportedError("--launch graph needs GPUs (CUDA graphs); CPU devices run eager")
+    if config.launch in ("graph", "auto") and not devices.is_cuda:
+        raise UnsupportedError(f"--launch {config.launch} needs GPUs (CUDA graphs); CPU devices "
+                               "run eager")
     reason = store_cls.unavailable(devices, config.dtype)
     if reason:
         raise UnsupportedError(f"--kv-store {config.kv_store} cannot run here: {reason}")
@@ -160,7 +161,7 @@ def measure_task(plan: Plan, indices: list[int], group,
                       cpu_threads=c.cpu_threads, check=c.test_results, cluster=cluster,
                       first_replica=first_replica, replicas=replicas, launch=plan.launch,
                       owners=c.owners)
-    notes = session.store.notes() + ([session.graph_failure] if session.graph_failure else [])
+    notes = session.store.notes() + [n for n in (session.graph_failure, session.launch_trial) if n]
     try:
         measured = measure_session(plan, session, on_report, replicas, notes,
                                    session.store.server_nbytes())

@@ -2,12 +2,19 @@
 
 With ``launch="graph"`` (a graph-capable mode on GPUs) the mode's step is captured once at set-up
 as a CUDA graph, and every step replays it: the host issues one launch per step instead of every
-copy, kernel and collective. The error check is the same either way: every step's outputs.
+copy, kernel and collective. With ``launch="auto"`` (the default there) the step is captured too,
+then a few untimed trial steps of each kind decide which one the run uses: the graph, unless the
+eager step is clearly faster (on one H100 the graph of two replicas sharing the GPU ran about 10 %
+slower than the eager step from ~200 MB up, and up to 3.7 times faster below ~100 MB; BENCHMARKS.md).
+Every process of a run takes the same decision (the slowest rank's times). The error check is the
+same either way: every step's outputs.
 """
 
 from __future__ import annotations
 
 import logging
+import statistics
+import time
 
 import torch
 
@@ -64,7 +71,10 @@ class Session:
         self.steps = 0
         self.synchronize()
         self.launch = launch_of(store_cls, devices, launch)
-        self.graph, self.graph_failure = None, None
+        self.graph, self.graph_failure, self.launch_trial = None, None, None
+        auto = self.launch == "auto"
+        if auto:
+            self.launch = "graph"
         if self.launch == "graph":
             try:
                 self.graph = self.store.capture()
@@ -76,7 +86,36 @@ class Session:
                     "\n")[0]
                 log.warning(self.graph_failure)
                 self.synchronize()
+        if auto and self.graph is not None:
+            self._choose_launch()
         self.synchronize()
+
+    def _choose_launch(self) -> None:
+        """``launch="auto"``: time TRIAL_STEPS untimed steps each way (after one of each to warm
+        up) and keep the graph unless the eager step's median is EAGER_MARGIN faster. The steps
+        leave the weights as ``__init__`` did, so the error check still counts from step 1."""
+        def median_seconds(issue) -> float:
+            times = []
+            for _ in range(TRIAL_STEPS + 1):
+                self.store.prepare()
+                self.synchronize()
+                self.group.barrier()
+                start = time.perf_counter()
+                issue()
+                self.synchronize()
+                times.append(time.perf_counter() - start)
+            return self.group.max(statistics.median(times[1:]))
+
+        graph_s = median_seconds(self.graph.replay)
+        eager_s = median_seconds(self.store.step)
+        if self.optimizer is not None:
+            for replica in self.replicas:
+                replica.outputs.zero_()
+        if eager_s < (1 - EAGER_MARGIN) * graph_s:
+            self.launch, self.graph = "eager", None
+        self.launch_trial = (f"launch auto: {TRIAL_STEPS} trial steps each way, median graph "
+                             f"{1e6 * graph_s:.1f} us, eager {1e6 * eager_s:.1f} us: "
+                             f"{self.launch} (--launch graph|eager to choose)")
 
     def prepare(self) -> None:
         self.store.prepare()
@@ -111,9 +150,16 @@ class Session:
         self.references.clear()
 
 
+# launch="auto": untimed trial steps each way, and how much faster eager must be to be chosen.
+TRIAL_STEPS = 3
+EAGER_MARGIN = 0.03
+
+
 def launch_of(store_cls, devices: DeviceSet, requested: str | None) -> str:
-    """How ``store_cls``'s steps are issued on ``devices``: "graph" where asked for (or by
-    default) on GPUs by a mode that can capture its step, otherwise "eager"."""
-    wanted = requested or ("graph" if devices.is_cuda else "eager")
-    return "graph" if wanted == "graph" and devices.is_cuda and store_cls.graph_capable \
-        else "eager"
+    """How ``store_cls``'s steps are issued on ``devices``: "graph" or "auto" where asked for (or,
+    for "auto", by default) on GPUs by a mode that can capture its step, otherwise "eager". The
+    session resolves "auto" to "graph" or "eager" (``Session.launch``)."""
+    wanted = requested or ("auto" if devices.is_cuda else "eager")
+    if wanted in ("graph", "auto") and devices.is_cuda and store_cls.graph_capable:
+        return wanted
+    return "eager"

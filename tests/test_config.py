@@ -37,8 +37,9 @@ def test_kvstore_spellings_and_optimizer_none_string():
     (["--optimizer", "adam"], "unknown --optimizer 'adam'; valid: none, sgd"),
     (["--image-shape", "3,224"], "--image-shape must be three positive integers"),
     (["--gpus", "0,x"], "--gpus must be a comma list"),
-    (["--launch", "fast"], "unknown --launch 'fast'; valid: graph, eager"),
+    (["--launch", "fast"], "unknown --launch 'fast'; valid: auto, graph, eager"),
     (["--launch", "graph", "--cpus", "2"], "--launch graph needs GPUs"),
+    (["--launch", "auto", "--cpus", "2"], "--launch auto needs GPUs"),
     (["--owners", "random"], "unknown --owners 'random'; valid: balanced, greedy"),
     (["--gpus", "0", "--cpus", "2"], "either --gpus or --cpus"),
     (["--num-batches", "0"], "--num-batches must be at least 1"),
@@ -125,14 +126,16 @@ def test_nccl_modes_refuse_one_gpu_twice_and_say_why():
         assert KVSTORES[mode].unavailable(shared, "float32") is None
 
 
-def test_launch_defaults_to_graphs_on_gpus_for_the_modes_that_capture():
+def test_launch_defaults_to_auto_on_gpus_for_the_modes_that_capture():
     from bandwidth.devices import DeviceSet
     from bandwidth.kvstores import KVSTORES
     from bandwidth.session import launch_of
 
     gpus, cpus = DeviceSet("cuda", (0, 0)), DeviceSet("cpu", (0, 1))
-    assert [launch_of(KVSTORES[m], gpus, None) for m in ("device", "nccl")] == ["graph"] * 2
+    assert [launch_of(KVSTORES[m], gpus, None) for m in ("device", "nccl")] == ["auto"] * 2
+    assert launch_of(KVSTORES["device"], gpus, "graph") == "graph"
     assert launch_of(KVSTORES["device"], gpus, "eager") == "eager"
     for mode in ("local", "dist_sync_device", "dist_nccl"):
         assert launch_of(KVSTORES[mode], gpus, "graph") == "eager"
+        assert launch_of(KVSTORES[mode], gpus, None) == "eager"
     assert launch_of(KVSTORES["device"], cpus, None) == "eager"

@@ -77,17 +77,20 @@ def test_cli_on_gpus_prints_mxnet_lines(cli, tmp_path):
         assert "% of" in proc.stdout
     else:                          # one device: nothing crosses a link, so no percentage
         assert "ceiling: n/a (1 device)" in proc.stdout
-    assert "launch graph" in proc.stdout and "host time per step" in proc.stdout
-    assert data["launch"] == "graph" and data["summary"]["host_seconds_median"] > 0
+    # The default (auto) captures the step, times trial steps both ways and names its choice.
+    assert data["launch"] in ("graph", "eager") and data["summary"]["host_seconds_median"] > 0
+    assert f"launch {data['launch']}" in proc.stdout and "host time per step" in proc.stdout
+    assert "launch auto: 3 trial steps each way" in proc.stdout
 
 
-@pytest.mark.parametrize("launch", ["graph", "eager"])
+@pytest.mark.parametrize("launch", ["graph", "eager", "auto"])
 @pytest.mark.parametrize("owners", ["balanced", "greedy"])
 def test_two_replicas_sharing_gpu_0_are_exact(launch, owners):
     result = run(Config(kv_store="device", gpus=(0, 0), launch=launch, owners=owners,
                         **RESNET50))
     assert [s.error for s in result.samples] == [0.0, 0.0, 0.0]
     assert result.plan.launch == launch
+    assert result.launch == launch if launch != "auto" else result.launch in ("graph", "eager")
     assert result.summary.busbw_median > 0 and result.reference is None
     assert "one GPU's memory" in result.ceiling.name and result.ceiling.gbps > 0
     assert all(s.host_seconds > 0 for s in result.samples)
@@ -107,10 +110,13 @@ def test_eager_launch_still_exact(kv):
     assert result.plan.launch == "eager"
 
 
-def test_graph_with_sgd_counts_every_step_once():
-    # The capture must not leave an update behind: after warm-up + 3 steps the weights are
-    # exactly 4 updates from zero, which the error check verifies at every step.
-    result = run(Config(kv_store="device", gpus=(0, 0), optimizer="sgd", reference=False,
+@pytest.mark.parametrize("launch", ["graph", "auto"])
+@pytest.mark.parametrize("kv", ["device", "nccl"])
+def test_graph_with_sgd_counts_every_step_once(kv, launch):
+    # Neither the capture nor auto's trial steps may leave an update behind: after warm-up + 3
+    # steps the weights are exactly 4 updates from zero, which the error check verifies.
+    gpus = (0, 0) if kv == "device" else GPUS
+    result = run(Config(kv_store=kv, gpus=gpus, optimizer="sgd", reference=False, launch=launch,
                         **RESNET50))
     assert all(0 <= s.error < 1e-6 for s in result.samples), result.samples
 
@@ -127,4 +133,5 @@ def test_cli_with_gpu_0_twice(cli):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("GB/sec per gpu, error 0.000000") == 3
     assert "# devices: 2 x" in proc.stdout or "2 GPUs (0,0)" in proc.stdout
-    assert "launch graph" in proc.stdout and "one GPU's memory" in proc.stdout
+    assert ("launch graph" in proc.stdout or "launch eager" in proc.stdout)
+    assert "launch auto:" in proc.stdout and "one GPU's memory" in proc.stdout
