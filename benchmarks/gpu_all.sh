@@ -48,8 +48,8 @@ log="$OUT/gpu.log"
     echo "== benchmarks/reference_check.py (the ceiling's small-message figures against C)"
     python3 benchmarks/reference_check.py --rounds 3 --json "$OUT/reference_check.json"
   else
-    echo "== one GPU: --gpus 0,0 through measure.py (MXNet's lines), graph then eager"
-    for launch in graph eager; do
+    echo "== one GPU: --gpus 0,0 through measure.py (MXNet's lines), auto, graph and eager"
+    for launch in auto graph eager; do
       python3 bandwidth/measure.py --kv-store device --gpus 0,0 --launch "$launch" "${R200[@]}"
     done
   fi
