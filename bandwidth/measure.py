@@ -44,9 +44,25 @@ from bandwidth.results import devices_label, fingerprint, rows_from_document  # 
 from bandwidth.run import Plan, Result, make_plan, run, size_line  # noqa: E402
 
 
+class Stopped(BaseException):
+    """SIGTERM or SIGHUP (what `timeout`, CI runners, schedulers and launch.py send): unwind, so
+    that the per-device ranks are stopped and nothing is left behind, then exit 128 + N."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _stop_on_signal(signum, frame):
+    signal.signal(signum, signal.SIG_DFL)       # a second one ends the process at once
+    raise Stopped(signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
     args = build_parser().parse_args(argv)
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _stop_on_signal)
     try:
         if args.list_networks:
             status = list_networks()
@@ -79,6 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("measure.py: interrupted", file=sys.stderr)
         return 130
+    except Stopped as stop:
+        print(f"measure.py: stopped by {signal.Signals(stop.signum).name}", file=sys.stderr)
+        return 128 + stop.signum
 
 
 def list_networks() -> int:

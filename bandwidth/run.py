@@ -18,6 +18,7 @@ from bandwidth.group import LocalGroup
 from bandwidth.hostceiling import HostCeiling
 from bandwidth.kvstores import KVSTORES, KVStore
 from bandwidth.layout import DTYPE_BYTES
+from bandwidth.lifeline import Watchdog
 from bandwidth.protocol import Report, Sample, Summary
 from bandwidth.session import Session
 from bandwidth.spawn import run_ranks
@@ -156,13 +157,30 @@ def measure_session(plan: Plan, session, on_report: Callable[[Report], None] | N
     """The protocol on a ready session (this toolkit's, or another backend's), as a plain dict.
     ``server_nbytes``: what this worker pushes to each parameter server per step, if any."""
     c = plan.config
-    samples, reports = protocol.measure(
-        session, iterations=c.num_batches, warmup=c.warmup, disp_batches=c.disp_batches,
-        check=c.test_results, nbytes=plan.nbytes, on_report=on_report,
-        bus_factor=plan.store_cls.bus_factor(
-            plan.store_cls.counted_devices(plan.devices.n, replicas or plan.devices.n)))
+    with Watchdog(c.timeout_s, f"{c.kv_store} on {plan.network_label}") as dog:
+        samples, reports = protocol.measure(
+            Kicking(session, dog), iterations=c.num_batches, warmup=c.warmup,
+            disp_batches=c.disp_batches, check=c.test_results, nbytes=plan.nbytes,
+            on_report=on_report, bus_factor=plan.store_cls.bus_factor(
+                plan.store_cls.counted_devices(plan.devices.n, replicas or plan.devices.n)))
     return {"samples": [asdict(s) for s in samples], "reports": [asdict(r) for r in reports],
             "notes": notes, "server_nbytes": list(server_nbytes or [])}
+
+
+class Kicking:
+    """``session`` whose untimed ``prepare`` (once per iteration) tells ``watchdog`` that the
+    previous iteration completed: ``--timeout`` bounds each iteration, in every mode."""
+
+    def __init__(self, session, watchdog: Watchdog):
+        self._session, self._watchdog, self._iteration = session, watchdog, 0
+
+    def prepare(self) -> None:
+        self._iteration += 1
+        self._watchdog.kick(f"iteration {self._iteration} (warm-up included)")
+        self._session.prepare()
+
+    def __getattr__(self, name: str):
+        return getattr(self._session, name)
 
 
 def reference_task(plan: Plan, indices: list[int], group, replicas: int | None = None) -> dict:
@@ -172,10 +190,11 @@ def reference_task(plan: Plan, indices: list[int], group, replicas: int | None =
     session = Session("nccl", [("flat", (plan.numel,))], plan.devices, indices, group,
                       dtype=c.dtype, optimizer="none", seed=c.seed, chunk_mb=c.chunk_mb, check=False)
     try:
-        samples, _ = protocol.measure(
-            session, iterations=c.num_batches, warmup=c.warmup, disp_batches=c.num_batches,
-            check=False, nbytes=plan.nbytes,
-            bus_factor=KVSTORES["nccl"].bus_factor(replicas or plan.devices.n))
+        with Watchdog(c.timeout_s, f"the flat all-reduce reference of {plan.network_label}") as dog:
+            samples, _ = protocol.measure(
+                Kicking(session, dog), iterations=c.num_batches, warmup=c.warmup,
+                disp_batches=c.num_batches, check=False, nbytes=plan.nbytes,
+                bus_factor=KVSTORES["nccl"].bus_factor(replicas or plan.devices.n))
     finally:
         session.close()
     return {"samples": [asdict(s) for s in samples]}

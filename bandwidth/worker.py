@@ -1,24 +1,37 @@
 """One rank of a run of one process per device; started by bandwidth.spawn, not by hand.
 
-    python -m bandwidth.worker --rank R --world-size N --store-port P --payload F --result F
+    python -m bandwidth.worker --rank R --world-size N --store-port P --parent-pid PID \
+        [--result-fd FD] [--timeout S]  < payload (one JSON line; stdin then stays open)
+
+The payload arrives on stdin, and stdin stays open for the rank's whole life: end-of-file on it
+means the parent is gone or is stopping this rank, which then kills its own process group at once
+(``bandwidth.lifeline``; on Linux the kernel also sends SIGKILL when the parent dies). Rank 0
+writes its result as JSON to ``--result-fd``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from datetime import timedelta
-from pathlib import Path
 
-import torch
-import torch.distributed as dist
+from bandwidth.lifeline import die_with_parent, read_line, watch_lifeline
 
-from bandwidth.config import Config
-from bandwidth.errors import BandwidthError
-from bandwidth.group import DistGroup
-from bandwidth.report import discard_stdout
-from bandwidth.run import make_plan, measure_task, reference_task
+if __name__ == "__main__":
+    # Before the slow imports: a parent that dies while torch loads must not leave this rank.
+    if "--parent-pid" in sys.argv[:-1]:
+        die_with_parent(int(sys.argv[sys.argv.index("--parent-pid") + 1]))
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+from bandwidth.config import Config  # noqa: E402
+from bandwidth.errors import BandwidthError  # noqa: E402
+from bandwidth.group import DistGroup  # noqa: E402
+from bandwidth.report import discard_stdout  # noqa: E402
+from bandwidth.run import make_plan, measure_task, reference_task  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,18 +39,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rank", type=int, required=True)
     parser.add_argument("--world-size", type=int, required=True)
     parser.add_argument("--store-port", type=int, required=True)
-    parser.add_argument("--payload", required=True)
-    parser.add_argument("--result", required=True)
+    parser.add_argument("--parent-pid", type=int, required=True)
+    parser.add_argument("--result-fd", type=int, default=None)
     parser.add_argument("--timeout", type=float, default=300.0)
     args = parser.parse_args(argv)
-    payload = json.loads(Path(args.payload).read_text())
+    payload = json.loads(read_line(0))
+    watch_lifeline(0)
     try:
         result = execute(payload, args.rank, args.world_size, args.store_port, args.timeout)
     except BandwidthError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
-    if args.rank == 0:
-        Path(args.result).write_text(json.dumps(result))
+    if args.result_fd is not None:
+        with os.fdopen(args.result_fd, "wb") as out:
+            out.write(json.dumps(result).encode())
     return 0
 
 
