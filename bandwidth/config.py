@@ -7,8 +7,10 @@ Flag names follow MXNet's tools/bandwidth/measure.py (``--kv-store``, ``--gpus``
 from __future__ import annotations
 
 import argparse
+import math
 from dataclasses import asdict, dataclass
 
+from bandwidth.cliparse import OneLineParser
 from bandwidth.errors import ConfigError
 from bandwidth.hostceiling import HostMatrix, load_matrix
 
@@ -83,28 +85,52 @@ class Job:
 SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
+MAX_TIMEOUT_S = 7 * 24 * 3600             # a week: any longer is no bound at all
+MAX_CHUNK_MB = 1e9
+
+
+def check_timeout(seconds: float, flag: str = "--timeout") -> None:
+    """``--timeout``: a finite number of seconds, more than 0 and at most a week."""
+    if not (math.isfinite(seconds) and 0 < seconds <= MAX_TIMEOUT_S):
+        raise ConfigError(f"{flag} must be a number of seconds above 0 and at most "
+                          f"{MAX_TIMEOUT_S} (a week); got {seconds:g}")
+
+
+MAX_SIZE_BYTES = 1 << 50                   # 1 PiB: beyond any device's memory
+MAX_SWEEP_SIZES = 1000                    # -b 1 -e 1G -f 1.05 has 395
+
+
 def parse_size(text: str) -> int:
     """nccl-tests' sizes: bytes with an optional K, M or G suffix (powers of two): 1M = 1048576."""
     body, unit = (text[:-1], text[-1].upper()) if text[-1:].isalpha() else (text, "")
     try:
-        value = int(float(body) * SIZE_UNITS[unit])
+        number = float(body) * SIZE_UNITS[unit]
+        value = int(number) if math.isfinite(number) else 0
     except (KeyError, ValueError):
         value = 0
     if value <= 0:
         raise ConfigError(f"a size must be a positive number of bytes with an optional K, M or G "
-                          f"suffix, such as 1M; got {text!r}")
+                          f"suffix, such as 1M; got {text[:40]!r}")
+    if value > MAX_SIZE_BYTES:
+        raise ConfigError(f"size {text[:40]!r} is more than {MAX_SIZE_BYTES >> 50} PiB; give a "
+                          "size that fits in memory, such as 1G")
     return value
 
 
 def size_sweep(begin: int, end: int, factor: float) -> list[int]:
-    """Sizes from ``begin`` to ``end`` multiplying by ``factor`` (nccl-tests' -b -e -f)."""
+    """Sizes from ``begin`` to ``end`` multiplying by ``factor`` (nccl-tests' -b -e -f). Each size
+    is larger than the one before (a product that rounds back to the same integer takes the next
+    integer), and a sweep of more than MAX_SWEEP_SIZES sizes is refused."""
     if end < begin:
         raise ConfigError(f"-e {end} is smaller than -b {begin}")
-    if factor <= 1 and begin != end:
-        raise ConfigError(f"-f must be greater than 1 to sweep sizes; got {factor:g}")
+    if not math.isfinite(factor) or (factor <= 1 and begin != end):
+        raise ConfigError(f"-f must be a number greater than 1 to sweep sizes; got {factor:g}")
     sizes = [begin]
     while begin != end and sizes[-1] * factor <= end:
-        sizes.append(int(sizes[-1] * factor))
+        sizes.append(max(int(sizes[-1] * factor), sizes[-1] + 1))
+        if len(sizes) > MAX_SWEEP_SIZES:
+            raise ConfigError(f"-b {begin} -e {end} -f {factor:g} makes more than "
+                              f"{MAX_SWEEP_SIZES} sizes; raise -f or narrow -b/-e")
     return sizes
 
 
@@ -135,7 +161,7 @@ def parse_gpus(text: str) -> tuple[int, ...]:
 def build_parser() -> argparse.ArgumentParser:
     from bandwidth.kvstores import KVSTORES
 
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="measure.py",
         description="Measure the bandwidth of exchanging (reduce + broadcast) a network's parameter "
                     "arrays under one kvstore mode, in MXNet's 'GB/sec per gpu' (= all-reduce busbw). "
@@ -265,12 +291,13 @@ def _check_scalars(args: argparse.Namespace) -> None:
         raise ConfigError("give either --gpus or --cpus, not both")
     if args.cpus is not None and args.cpus < 1:
         raise ConfigError(f"--cpus must be at least 1; got {args.cpus}")
-    if args.chunk_mb is not None and args.chunk_mb <= 0:
-        raise ConfigError(f"--chunk-mb must be positive; got {args.chunk_mb}")
+    if args.chunk_mb is not None and not (math.isfinite(args.chunk_mb) and 0 < args.chunk_mb
+                                          <= MAX_CHUNK_MB):
+        raise ConfigError(f"--chunk-mb must be a positive number of MB up to {MAX_CHUNK_MB:g}; "
+                          f"got {args.chunk_mb:g}")
     if args.cpu_threads is not None and args.cpu_threads < 1:
         raise ConfigError(f"--cpu-threads must be at least 1; got {args.cpu_threads}")
-    if args.timeout <= 0:
-        raise ConfigError(f"--timeout must be positive; got {args.timeout}")
+    check_timeout(args.timeout)
     if args.repeat < 1:
         raise ConfigError(f"--repeat must be at least 1; got {args.repeat}")
 
@@ -299,7 +326,8 @@ def _networks(args: argparse.Namespace, dtype_bytes: int) -> list[str]:
         if name == "flat":
             sizes = size_sweep(parse_size(args.minbytes), parse_size(args.maxbytes),
                                args.stepfactor)
-            out += [f"flat:{max(1, size // dtype_bytes)}" for size in sizes]
+            # sizes below one element round to the same buffer: measure each buffer once
+            out += dict.fromkeys(f"flat:{max(1, size // dtype_bytes)}" for size in sizes)
         else:
             out.append(name)
     return out

@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from bandwidth.cliparse import OneLineParser
 from bandwidth.errors import ConfigError
 from bandwidth.launch.environ import parse_env_flags
 from bandwidth.launch.hostfile import Host, parse_hostfile
@@ -96,7 +97,7 @@ def _check(config: LaunchConfig) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _OneLineErrors(
+    parser = OneLineParser(
         prog="launch.py", description="Start a distributed job: workers, servers (and a "
         "scheduler) on this host, over ssh or with mpirun, supervised until the first failure.",
         epilog="Environment contract: see bandwidth/launch/contract.py. Hosts file format: see "
@@ -133,13 +134,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("command", nargs=argparse.REMAINDER,
                         help="the program and its arguments")
     return parser
-
-
-class _OneLineErrors(argparse.ArgumentParser):
-    """Bad flags: one line on stderr and exit status 2 (argparse's default adds the usage)."""
-
-    def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
 def config_from_args(args: argparse.Namespace, environ: Mapping[str, str],
