@@ -95,9 +95,28 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("measure.py: interrupted", file=sys.stderr)
         return 130
+    except RuntimeError as exc:
+        first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+        if not _peer_failure(exc, first):
+            raise
+        # Another process of the job is gone or stopped answering (a Gloo or store timeout, a
+        # closed connection): one line; the launcher names the process at fault.
+        print(f"measure.py: error: a peer process is gone or stopped answering: {first[:300]}",
+              file=sys.stderr)
+        return 1
     except Stopped as stop:
         print(f"measure.py: stopped by {signal.Signals(stop.signum).name}", file=sys.stderr)
         return 128 + stop.signum
+
+
+def _peer_failure(exc: RuntimeError, first: str) -> bool:
+    """torch.distributed's errors for a peer that is gone or hung (DistError, or Gloo's
+    RuntimeError), as opposed to a bug."""
+    import torch.distributed as dist
+
+    return isinstance(exc, dist.DistError) or any(
+        word in first for word in ("gloo", "Timed out", "Connection closed by peer",
+                                   "Connection reset by peer"))
 
 
 def list_networks() -> int:

@@ -50,6 +50,12 @@ def main(argv: list[str] | None = None) -> int:
     except BandwidthError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except (dist.DistError, RuntimeError) as exc:
+        # A peer that is gone or stopped answering (a store or collective timeout, a closed
+        # connection): one line, the first of torch's message; the parent names the cause.
+        first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+        print(f"error: rank {args.rank}: {type(exc).__name__}: {first[:300]}", file=sys.stderr)
+        return 1
     if args.result_fd is not None:
         with os.fdopen(args.result_fd, "wb") as out:
             out.write(json.dumps(result).encode())
