@@ -240,7 +240,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "the slowest cell between this job's hosts and the run's percentage of "
                          "it")
     tm.add_argument("--timeout", type=float, default=300.0,
-                    help="seconds before a multi-process part is stopped as hung (default: 300)")
+                    help="hang bound, every mode: a process waiting more than S seconds for "
+                         "another, or an iteration not completed within S seconds, stops the "
+                         "run as hung (exit 1) (default: 300)")
     tm.add_argument("--seed", type=int, default=0, help="seed of the test data (default: 0)")
     out = parser.add_argument_group("output")
     out.add_argument("--json", dest="json_path", default=None,
