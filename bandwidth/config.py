@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from bandwidth.cliparse import OneLineParser
 from bandwidth.errors import ConfigError
@@ -348,6 +350,29 @@ def _backends(args: argparse.Namespace) -> list[str]:
     return names
 
 
+PLOT_SUFFIXES = (".png", ".svg", ".pdf")
+
+
+def check_output_path(flag: str, path: str | None) -> None:
+    """Refuse, before anything is measured, an output file that could not be written."""
+    if path is None:
+        return
+    if not path.strip():
+        raise ConfigError(f"{flag} '': give a file name")
+    target = Path(path)
+    if target.is_dir():
+        raise ConfigError(f"{flag} {path}: is a folder; give a file name inside it")
+    folder = target.parent
+    if not folder.is_dir():
+        raise ConfigError(f"{flag} {path}: the folder {str(folder)!r} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK) or (target.exists()
+                                                     and not os.access(target, os.W_OK)):
+        raise ConfigError(f"{flag} {path}: not writable by this user")
+    if flag == "--plot" and target.suffix.lower() not in PLOT_SUFFIXES:
+        raise ConfigError(f"--plot {path}: give a file name ending in "
+                          f"{', '.join(PLOT_SUFFIXES)} (the format follows the name)")
+
+
 def job_from_args(args: argparse.Namespace) -> Job:
     """Validate the parsed flags and freeze them into a Job; bad values raise ConfigError."""
     from bandwidth.baseline import parse_min_gbps, parse_tolerance
@@ -355,6 +380,9 @@ def job_from_args(args: argparse.Namespace) -> Job:
     from bandwidth.layout import DTYPE_BYTES
 
     _check_scalars(args)
+    for flag, path in (("--json", args.json_path), ("--csv", args.csv_path),
+                       ("--plot", args.plot_path), ("--save-baseline", args.save_baseline)):
+        check_output_path(flag, path)
     optimizer = "none" if args.optimizer in (None, "None", "none") else args.optimizer.lower()
     if optimizer not in OPTIMIZERS:
         raise ConfigError(f"unknown --optimizer {args.optimizer!r}; valid: {', '.join(OPTIMIZERS)}")

@@ -20,8 +20,11 @@ from bandwidth.launch.hostfile import Host, parse_hostfile
 from bandwidth.launch.launchers import LAUNCHERS
 
 DEFAULT_TIMEOUT_S = 60
+MAX_TIMEOUT_S = 7 * 24 * 3600
+_ADDRESS = re.compile(r"^(?:[A-Za-z0-9_][A-Za-z0-9._-]{0,252}|[0-9A-Fa-f:.]{2,45})$")
 _SSH_OPTION = re.compile(r"^[A-Za-z][A-Za-z0-9]*(=|\s+)\S")
-_NO_HOST_KEY_CHECK = re.compile(r"^StrictHostKeyChecking(=|\s+)(no|off)$", re.IGNORECASE)
+_NO_HOST_KEY_CHECK = re.compile(
+    r"^\s*StrictHostKeyChecking\s*(=|\s)\s*[\"']?(no|off|false)[\"']?\s*$", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -90,10 +93,14 @@ def _check(config: LaunchConfig) -> None:
             raise ConfigError(f"--ssh-option {option}: the launcher keeps host-key checking on; "
                               "add the hosts to known_hosts (ssh-keyscan) or use "
                               "StrictHostKeyChecking=accept-new")
-    if config.timeout_s < 1:
-        raise ConfigError(f"--timeout {config.timeout_s}: give at least 1 second")
+    if not 1 <= config.timeout_s <= MAX_TIMEOUT_S:
+        raise ConfigError(f"--timeout {str(config.timeout_s)[:20]}: give 1 to {MAX_TIMEOUT_S} "
+                          "seconds (a week)")
+    if config.master_addr is not None and not _ADDRESS.match(config.master_addr):
+        raise ConfigError(f"--master-addr {config.master_addr[:60]!r}: expected a host name or "
+                          "an IPv4 or IPv6 address (at most 253 characters)")
     if not 0 <= config.port < 65536:
-        raise ConfigError(f"--port {config.port}: expected 0 (any free port) to 65535")
+        raise ConfigError(f"--port {str(config.port)[:20]}: expected 0 (any free port) to 65535")
 
 
 def build_parser() -> argparse.ArgumentParser:
