@@ -181,7 +181,7 @@ def load_json(path: Path) -> Shapes:
                            for d in shape)):
             shown = repr(entry)
             raise NetworkError(f"shape file {str(path)!r}: entry {index} must be a name and a list "
-                               f"of 1 to {MAX_DIMS} positive integers, got "
+                               f"of positive integers (1 to {MAX_DIMS} of them), got "
                                f"{shown if len(shown) <= 80 else shown[:80] + '...'}")
         if not array_name.isprintable() or len(array_name) > MAX_NAME_CHARS:
             raise NetworkError(f"shape file {str(path)!r}: entry {index}'s name "

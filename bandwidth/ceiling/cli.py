@@ -22,7 +22,8 @@ MAX_MB = 1e9                              # 1 PB: beyond any memory
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):             # one line and status 2, not the usage block
-        raise ConfigError(message)
+        message = " ".join(message.split())
+        raise ConfigError(message if len(message) <= 300 else message[:300] + "...")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -94,7 +94,7 @@ def _parse_line(line: str, where: str, raw: str) -> Host:
     match = _LINE.match(line)
     if match is None:
         raise HostfileError(f"{where}: malformed line {_shown(raw)}: expected 'host[:port] "
-                            "[slots=N]' (IPv6 as '[addr]:port'; names up to 253 characters)")
+                            "[slots=N]' (IPv6 as '[addr]:port')")
     port = None if match["port"] is None else int(match["port"])
     slots = None if match["slots"] is None else int(match["slots"])
     if port is not None and not 0 < port < 65536:

@@ -146,6 +146,13 @@ class SshChild(Child):
         super().on_line(stream, line)
 
     def failure(self) -> Failure | None:
+        if self.remote_end is not None and self.remote_pid is None:
+            # the guard ran but could not start the command (no such program on the remote
+            # PATH, which the forwarded environment sets)
+            last = next((line for line in reversed(self.tail) if line.strip()), "")
+            code = int(self.remote_end[1]) if self.remote_end[0] == "exit" else 1
+            return Failure(self.subject, f"did not start: {last.strip() or 'no message'}",
+                           code, self.label, tuple(self.tail))
         if self.remote_end is not None:
             kind, value = self.remote_end
             if kind == "signal":
