@@ -1,7 +1,8 @@
 """Start one worker process per rank on this host and supervise them.
 
-The parent hosts the rendezvous (a torch.distributed TCPStore on a free loopback port, so there is
-no port race), starts ``python -m bandwidth.worker`` for every rank with an argument list, forwards
+The parent hosts the rendezvous (a torch.distributed TCPStore listening on a free loopback port
+only, so there is no port race and no other machine can reach it; its keys live under a secret of
+the run that the ranks get with their payload on stdin), starts ``python -m bandwidth.worker`` for every rank with an argument list, forwards
 their stderr, and on the first failure or when a rank stops making progress stops them all and
 raises one WorkerError that names the rank, its exit status and its last stderr line.
 
@@ -23,15 +24,16 @@ from __future__ import annotations
 import collections
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
 import threading
 import time
-from datetime import timedelta
 from pathlib import Path
 
 from bandwidth.errors import WorkerError
+from bandwidth.launch.rendezvous import open_store
 from bandwidth.lifeline import describe_stopped
 
 PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
@@ -47,10 +49,11 @@ def run_ranks(payload: dict, world_size: int, timeout_s: float) -> dict:
     without completing an iteration (each rank enforces it on itself: its store and collective
     timeouts and ``bandwidth.lifeline.Watchdog``); a rank stopped by a signal for that long
     ends the run here, named as the cause."""
-    import torch.distributed as dist
-
-    store = None if "rendezvous" in payload else dist.TCPStore(
-        "127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=timeout_s))
+    store = None
+    if "rendezvous" not in payload:
+        # Loopback only, and a secret of this run (sent on stdin) that every key lives under.
+        store = open_store(0, timeout_s, "127.0.0.1")
+        payload = dict(payload, secret=secrets.token_hex(16))
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
     text = json.dumps(payload) + "\n"

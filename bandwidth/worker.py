@@ -30,6 +30,7 @@ import torch.distributed as dist  # noqa: E402
 from bandwidth.config import Config  # noqa: E402
 from bandwidth.errors import BandwidthError  # noqa: E402
 from bandwidth.group import DistGroup  # noqa: E402
+from bandwidth.launch.contract import job_store  # noqa: E402
 from bandwidth.report import discard_stdout  # noqa: E402
 from bandwidth.run import make_plan, measure_task, reference_task  # noqa: E402
 
@@ -66,8 +67,8 @@ def execute(payload: dict, rank: int, world_size: int, port: int, timeout_s: flo
     if payload["tasks"] == ["collectives"]:
         # The ceiling's collective sweep (bandwidth.ceiling.collectives): no Config, its own spec.
         from bandwidth.ceiling.collectives import rank_task
-        return {"collectives": rank_task(payload["collectives"], rank, world_size, port,
-                                         timeout_s)}
+        return {"collectives": rank_task(dict(payload["collectives"], secret=payload["secret"]),
+                                         rank, world_size, port, timeout_s)}
     plan = make_plan(Config.from_dict(payload["config"]))
     device = plan.devices.torch_device(rank)
     if device.type == "cuda":
@@ -76,7 +77,8 @@ def execute(payload: dict, rank: int, world_size: int, port: int, timeout_s: flo
     # This host's ranks, or (dist_nccl under launch.py) a slice of a job-wide world.
     meet = payload.get("rendezvous") or {"host": "127.0.0.1", "port": port, "prefix": "",
                                          "first_rank": 0, "world_size": world_size}
-    store = dist.TCPStore(meet["host"], meet["port"], is_master=False, timeout=timeout)
+    store = job_store(dist.TCPStore(meet["host"], meet["port"], is_master=False, timeout=timeout),
+                      meet.get("secret") or payload.get("secret", ""))
     if meet["prefix"]:
         store = dist.PrefixStore(meet["prefix"], store)
     first = meet["first_rank"]
