@@ -25,6 +25,8 @@ from bandwidth.spawn import run_ranks
 
 # Scratch for the chunked data generation and error check (int64 and float64 temporaries).
 CHECK_SCRATCH_BYTES = 6 * 8 * (1 << 22)
+# Resident memory of one rank process beyond its arrays (the torch runtime, Gloo's threads).
+RANK_PROCESS_BYTES = 330 * 1000 * 1000
 
 
 @dataclass(frozen=True)
@@ -128,6 +130,10 @@ def check_memory(plan: Plan) -> None:
                     f"only {have / 1e9:.2f} GB is free; use a smaller network or dtype")
     else:
         need = per_device * n + (n + 2) * nbytes    # the local mode's host buffers on top
+        if plan.store_cls.process_per_device:
+            # one process per device: each its own torch runtime and Gloo's working buffer
+            # (vgg-16 on 2 CPU devices used 1.2 GB more than the buffers alone)
+            need += n * (RANK_PROCESS_BYTES + nbytes // 2)
         if need > free[0]:
             raise OutOfMemoryError(
                 f"{plan.network_label} in {c.dtype} on {n} CPU devices needs {need / 1e9:.2f} GB "
