@@ -5,7 +5,8 @@ Used by the per-device ranks (``bandwidth.worker``, started by ``bandwidth.spawn
 
 * ``die_with_parent(pid)``: on Linux, ask the kernel for SIGKILL when the parent dies
   (``PR_SET_PDEATHSIG``), then check that the parent is still ``pid`` (it may have died before
-  the request); elsewhere only the check.
+  the request); elsewhere only the check. The kernel's signal follows the parent *thread* that
+  started the process, so ``bandwidth.spawn`` starts ranks from the thread that waits for them.
 * ``read_line(fd)`` then ``watch_lifeline(fd)``: the payload line from the rank's stdin, then a
   thread that reads on (the parent holds stdin open and never writes again) and kills this
   process's group at end-of-file. Raw ``os.read``: no buffered reader's lock is held by the

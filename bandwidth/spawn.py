@@ -100,10 +100,15 @@ class _Rank:
                                                  daemon=True))
         for reader in self.readers:
             reader.start()
+        # On a thread: a payload beyond the pipe's 64 KiB would otherwise wait for the rank to
+        # import torch before the next rank starts.
+        threading.Thread(target=self._send, args=(payload.encode(),), daemon=True).start()
+
+    def _send(self, payload: bytes) -> None:
         try:
-            self.proc.stdin.write(payload.encode())
+            self.proc.stdin.write(payload)
             self.proc.stdin.flush()             # stdin stays open: it is the rank's lifeline
-        except BrokenPipeError:
+        except (BrokenPipeError, ValueError, OSError):
             pass                                # the rank already died; its status says why
 
     def _forward(self) -> None:
