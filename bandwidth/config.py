@@ -302,6 +302,8 @@ def _check_scalars(args: argparse.Namespace) -> None:
     if args.cpu_threads is not None and args.cpu_threads < 1:
         raise ConfigError(f"--cpu-threads must be at least 1; got {args.cpu_threads}")
     check_timeout(args.timeout)
+    if not -(1 << 63) <= args.seed < (1 << 64):
+        raise ConfigError(f"--seed must fit in 64 bits; got {str(args.seed)[:30]}")
     if args.repeat < 1:
         raise ConfigError(f"--repeat must be at least 1; got {args.repeat}")
 

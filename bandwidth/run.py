@@ -103,6 +103,10 @@ def make_plan(config: Config, with_devices: bool = True) -> Plan:
                                      num_classes=config.num_classes, num_layers=config.num_layers)
     except ValueError as exc:          # NetworkError, or a shape a network cannot take
         raise ConfigError(str(exc)) from None
+    if networks.num_elements(shapes) > networks.MAX_ELEMENTS:
+        raise ConfigError(f"{config.network} at these sizes (image shape "
+                          f"{','.join(map(str, config.image_shape))}, {config.num_classes} classes)"
+                          f" has more than 2^48 elements; no device holds that")
     devices = resolve(config.gpus, config.cpus) if with_devices else DeviceSet("cpu", (0,))
     store_cls = backends.store_class(config)
     if store_cls.needs_optimizer and config.optimizer == "none":

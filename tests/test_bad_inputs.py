@@ -77,6 +77,7 @@ def _cases(f: dict[str, str]) -> list[tuple[str, list[str]]]:
         ["--csv", "/nonexistent/x.csv"], ["--disp-batches", "10", "--num-batches", "5"],
         ["--cpu-threads", "0"], ["--tolerance", "abc"], ["--gpus", "99"],
         ["--kv-store", "local", "--network-ceiling", "/nonexistent.json"],
+        ["--seed", "9" * 30], ["--num-classes", "9" * 30],
     ]]
     c = [(f"ceiling {' '.join(a)[:50]}", CEILING + a) for a in [
         ["--mb", "nan"], ["--mb", "1e300"], ["--p2p-mb", "inf"], ["--cpu-threads", "0"],
