@@ -40,7 +40,8 @@ PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
 POLL_S = 0.05
 
 
-def run_ranks(payload: dict, world_size: int, timeout_s: float) -> dict:
+def run_ranks(payload: dict, world_size: int, timeout_s: float,
+              total_s: float | None = None) -> dict:
     """Run ``payload`` on ``world_size`` local ranks; return what rank 0 wrote. A payload with a
     ``rendezvous`` (host, port, prefix, first_rank, world_size) joins a job-wide store instead of
     the one hosted here (the ``dist_nccl`` mode under launch.py).
@@ -48,7 +49,8 @@ def run_ranks(payload: dict, world_size: int, timeout_s: float) -> dict:
     ``timeout_s`` is ``--timeout``'s one meaning: the longest a rank may wait for another or go
     without completing an iteration (each rank enforces it on itself: its store and collective
     timeouts and ``bandwidth.lifeline.Watchdog``); a rank stopped by a signal for that long
-    ends the run here, named as the cause."""
+    ends the run here, named as the cause. ``total_s``: a cap on the whole run as well (the
+    ceiling's ``--timeout``, "seconds allowed to each child process")."""
     store = None
     if "rendezvous" not in payload:
         # Loopback only, and a secret of this run (sent on stdin) that every key lives under.
@@ -65,7 +67,7 @@ def run_ranks(payload: dict, world_size: int, timeout_s: float) -> dict:
                                    "--store-port", str(store.port if store else 0),
                                    "--parent-pid", str(os.getpid()),
                                    "--timeout", repr(float(timeout_s))], env, text))
-        _supervise(ranks, timeout_s)
+        _supervise(ranks, timeout_s, total_s)
     finally:
         for rank in ranks:
             rank.close_lifeline()
@@ -166,11 +168,12 @@ class _Rank:
         return f"rank {self.rank} {how}" + (f": {last.strip()}" if last else "")
 
 
-def _supervise(ranks: list[_Rank], timeout_s: float) -> None:
+def _supervise(ranks: list[_Rank], timeout_s: float, total_s: float | None = None) -> None:
     """Return when every rank exited 0; WorkerError at the first failure. A rank stopped by a
     signal (SIGSTOP) is named as the cause, whichever rank gave up waiting for it first; one that
     stays stopped for ``timeout_s`` ends the run even if no other rank has given up yet."""
     stopped_since: dict[int, float] = {}
+    deadline = None if total_s is None else time.monotonic() + total_s
     while True:
         codes = [r.proc.poll() for r in ranks]
         now = time.monotonic()
@@ -194,4 +197,8 @@ def _supervise(ranks: list[_Rank], timeout_s: float) -> None:
             raise WorkerError(failed[0].failure())
         if all(code == 0 for code in codes):
             return
+        if deadline is not None and now > deadline:
+            alive = [str(r.rank) for r, code in zip(ranks, codes) if code is None]
+            raise WorkerError(f"ranks {', '.join(alive)} did not finish within {total_s:g} s "
+                              "(raise --timeout if the run is just slow)")
         time.sleep(POLL_S)

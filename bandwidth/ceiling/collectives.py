@@ -127,7 +127,7 @@ def sweep(devices: DeviceSet, sizes: list[int], names: tuple[str, ...] = tuple(C
             "names": list(names), "iters": iters, "warmup": warmup, "repeats": repeats,
             "one_process": one_process(devices) if one is None else one}
     out = run_ranks({"tasks": ["collectives"], "collectives": spec},
-                    1 if spec["one_process"] else devices.n, timeout_s)
+                    1 if spec["one_process"] else devices.n, timeout_s, total_s=timeout_s)
     return out["collectives"]
 
 
