@@ -85,10 +85,10 @@ class Job:
 
 
 SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-
-
 MAX_TIMEOUT_S = 7 * 24 * 3600             # a week: any longer is no bound at all
-MAX_CHUNK_MB = 1e9
+MAX_CHUNK_MB = 1e9                        # MB of 1e6 bytes: 1 PB
+MAX_SIZE_BYTES = 1 << 50                  # 1 PiB: beyond any device's memory
+MAX_SWEEP_SIZES = 1000                    # -b 1 -e 1G -f 1.05 has 395 sizes
 
 
 def check_timeout(seconds: float, flag: str = "--timeout") -> None:
@@ -96,10 +96,6 @@ def check_timeout(seconds: float, flag: str = "--timeout") -> None:
     if not (math.isfinite(seconds) and 0 < seconds <= MAX_TIMEOUT_S):
         raise ConfigError(f"{flag} must be a number of seconds above 0 and at most "
                           f"{MAX_TIMEOUT_S} (a week); got {seconds:g}")
-
-
-MAX_SIZE_BYTES = 1 << 50                   # 1 PiB: beyond any device's memory
-MAX_SWEEP_SIZES = 1000                    # -b 1 -e 1G -f 1.05 has 395
 
 
 def parse_size(text: str) -> int:

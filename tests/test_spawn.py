@@ -70,3 +70,15 @@ def test_a_stopped_rank_is_named_within_the_timeout_and_nothing_is_left(started)
     assert time.monotonic() - start < 30
     assert len(started) == 2
     assert _alive(started) == []
+
+
+def test_a_total_cap_stops_a_long_run_and_nothing_is_left(started):
+    """The ceiling's --timeout caps the whole child run (total_s), progress or not."""
+    config = Config(network="mlp", image_shape=(1, 28, 28), num_classes=10, kv_store="nccl",
+                    cpus=2, num_batches=100000000, seed=987654321).to_dict()
+    start = time.monotonic()
+    with pytest.raises(WorkerError, match="did not finish within 8 s"):
+        run_ranks({"config": config, "tasks": ["measure"]}, 2, timeout_s=300, total_s=8)
+    assert time.monotonic() - start < 30
+    assert len(started) == 2
+    assert _alive(started) == []
