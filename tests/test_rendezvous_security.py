@@ -113,7 +113,7 @@ JOIN_ONE = ("import os, sys, time\n"
             "print('port=' + os.environ['MASTER_PORT'], flush=True)\n"
             "if role.rank == 0:\n"
             "    join_store(role, 30)\n"
-            "time.sleep(12)\n")
+            "time.sleep(45)\n")
 FORGE = ("from datetime import timedelta\n"
          "import torch.distributed as dist\n"
          "s = dist.TCPStore('{addr}', {port}, is_master=False, timeout=timedelta(seconds=10))\n"
@@ -127,7 +127,8 @@ def test_a_client_without_the_secret_cannot_forge_a_join(other_address, tmp_path
     reaches it but, not knowing the job's secret, cannot make the launcher believe rank 1
     joined: the launcher still names rank 1 (on the old code the forged counter switched the
     check off and the job passed)."""
-    proc = _launch(tmp_path, "-n", "2", "-s", "0", "--timeout", "4", "--master-addr", HOST_ADDR,
+    # --timeout 20: time for the forger to start (it imports torch) before the watch looks
+    proc = _launch(tmp_path, "-n", "2", "-s", "0", "--timeout", "20", "--master-addr", HOST_ADDR,
                    sys.executable, "-c", JOIN_ONE)
     try:
         port = _wait_for_port(tmp_path, proc)
