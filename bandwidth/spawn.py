@@ -2,9 +2,10 @@
 
 The parent hosts the rendezvous (a torch.distributed TCPStore listening on a free loopback port
 only, so there is no port race and no other machine can reach it; its keys live under a secret of
-the run that the ranks get with their payload on stdin), starts ``python -m bandwidth.worker`` for every rank with an argument list, forwards
-their stderr, and on the first failure or when a rank stops making progress stops them all and
-raises one WorkerError that names the rank, its exit status and its last stderr line.
+the run that the ranks get with their payload on stdin), starts ``python -m bandwidth.worker``
+for every rank with an argument list, forwards their stderr, and on the first failure or when a
+rank stops answering stops them all and raises one WorkerError that names the rank, its exit
+status and its last stderr line.
 
 Nothing is left running and nothing is left on disk, whatever happens to the parent:
 

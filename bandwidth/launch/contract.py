@@ -39,8 +39,8 @@ Variables (all launchers; values are decimal strings where numeric):
                        the job under it, so a client that does not know it can neither read
                        the job's keys nor forge a join
 
-Ranks that join with ``join_store`` register under ``<secret>/launch/joined/<rank>``; once any rank has
-registered, the launcher fails the job naming the ranks that have not within ``--timeout``.
+Ranks that join with ``join_store`` register under ``<secret>/launch/joined/<rank>``; once any rank
+has registered, the launcher fails the job naming the ranks that have not within ``--timeout``.
 Programs that open the store themselves (``TCPStore(MASTER_ADDR, MASTER_PORT,
 is_master=False)``) are not tracked and are bounded by their own store timeout instead.
 

@@ -45,7 +45,7 @@ def run(config: LaunchConfig, environ: Mapping[str, str]) -> None:
         # No start timeout: copying takes as long as the tree is big; ssh's own
         # ConnectTimeout still bounds reaching each host.
         Supervisor(launcher.sync(plan), start_timeout_s=float("inf")).run()
-    watch = JoinWatch(job_store(store, job.secret), [role.label for role, _ in plan.world], config.timeout_s,
-                      f"{master_addr}:{store.port}")
+    watch = JoinWatch(job_store(store, job.secret), [role.label for role, _ in plan.world],
+                      config.timeout_s, f"{master_addr}:{store.port}")
     Supervisor(launcher.build(plan), start_timeout_s=launcher.start_timeout_s(config.timeout_s),
                check=watch).run()
