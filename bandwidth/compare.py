@@ -27,13 +27,14 @@ import sys
 from pathlib import Path
 
 from bandwidth import baseline as bl
+from bandwidth.cliparse import OneLineParser
 from bandwidth.errors import BandwidthError, ConfigError
 from bandwidth.results import Row, load_document, rows_from_document
 from bandwidth.table import report_lines, write_csv
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="python -m bandwidth.compare",
         description="Join result documents (measure.py --json) from separate runs into one table, "
                     "a performance-ratio table, a speed-up table and a plot; optionally check "

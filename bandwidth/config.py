@@ -7,8 +7,12 @@ Flag names follow MXNet's tools/bandwidth/measure.py (``--kv-store``, ``--gpus``
 from __future__ import annotations
 
 import argparse
+import math
+import os
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
+from bandwidth.cliparse import OneLineParser
 from bandwidth.errors import ConfigError
 from bandwidth.hostceiling import HostMatrix, load_matrix
 
@@ -85,30 +89,50 @@ class Job:
 
 
 SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+MAX_TIMEOUT_S = 7 * 24 * 3600             # a week: any longer is no bound at all
+MAX_CHUNK_MB = 1e9                        # MB of 1e6 bytes: 1 PB
+MAX_SIZE_BYTES = 1 << 50                  # 1 PiB: beyond any device's memory
+MAX_SWEEP_SIZES = 1000                    # -b 1 -e 1G -f 1.05 has 395 sizes
+
+
+def check_timeout(seconds: float, flag: str = "--timeout") -> None:
+    """``--timeout``: a finite number of seconds, more than 0 and at most a week."""
+    if not (math.isfinite(seconds) and 0 < seconds <= MAX_TIMEOUT_S):
+        raise ConfigError(f"{flag} must be a number of seconds above 0 and at most "
+                          f"{MAX_TIMEOUT_S} (a week); got {seconds:g}")
 
 
 def parse_size(text: str) -> int:
     """nccl-tests' sizes: bytes with an optional K, M or G suffix (powers of two): 1M = 1048576."""
     body, unit = (text[:-1], text[-1].upper()) if text[-1:].isalpha() else (text, "")
     try:
-        value = int(float(body) * SIZE_UNITS[unit])
+        number = float(body) * SIZE_UNITS[unit]
+        value = int(number) if math.isfinite(number) else 0
     except (KeyError, ValueError):
         value = 0
     if value <= 0:
         raise ConfigError(f"a size must be a positive number of bytes with an optional K, M or G "
-                          f"suffix, such as 1M; got {text!r}")
+                          f"suffix, such as 1M; got {text[:40]!r}")
+    if value > MAX_SIZE_BYTES:
+        raise ConfigError(f"size {text[:40]!r} is more than {MAX_SIZE_BYTES >> 50} PiB; give a "
+                          "size that fits in memory, such as 1G")
     return value
 
 
 def size_sweep(begin: int, end: int, factor: float) -> list[int]:
-    """Sizes from ``begin`` to ``end`` multiplying by ``factor`` (nccl-tests' -b -e -f)."""
+    """Sizes from ``begin`` to ``end`` multiplying by ``factor`` (nccl-tests' -b -e -f). Each size
+    is larger than the one before (a product that rounds back to the same integer takes the next
+    integer), and a sweep of more than MAX_SWEEP_SIZES sizes is refused."""
     if end < begin:
         raise ConfigError(f"-e {end} is smaller than -b {begin}")
-    if factor <= 1 and begin != end:
-        raise ConfigError(f"-f must be greater than 1 to sweep sizes; got {factor:g}")
+    if not math.isfinite(factor) or (factor <= 1 and begin != end):
+        raise ConfigError(f"-f must be a number greater than 1 to sweep sizes; got {factor:g}")
     sizes = [begin]
     while begin != end and sizes[-1] * factor <= end:
-        sizes.append(int(sizes[-1] * factor))
+        sizes.append(max(int(sizes[-1] * factor), sizes[-1] + 1))
+        if len(sizes) > MAX_SWEEP_SIZES:
+            raise ConfigError(f"-b {begin} -e {end} -f {factor:g} makes more than "
+                              f"{MAX_SWEEP_SIZES} sizes; raise -f or narrow -b/-e")
     return sizes
 
 
@@ -140,7 +164,7 @@ def parse_gpus(text: str) -> tuple[int, ...]:
 def build_parser() -> argparse.ArgumentParser:
     from bandwidth.kvstores import KVSTORES
 
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="measure.py",
         description="Measure the bandwidth of exchanging (reduce + broadcast) a network's parameter "
                     "arrays under one kvstore mode, in MXNet's 'GB/sec per gpu' (= all-reduce busbw). "
@@ -231,7 +255,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "the slowest cell between this job's hosts and the run's percentage of "
                          "it")
     tm.add_argument("--timeout", type=float, default=300.0,
-                    help="seconds before a multi-process part is stopped as hung (default: 300)")
+                    help="hang bound, every mode: a process waiting more than S seconds for "
+                         "another, or an iteration not completed within S seconds, stops the "
+                         "run as hung (exit 1) (default: 300)")
     tm.add_argument("--seed", type=int, default=0, help="seed of the test data (default: 0)")
     out = parser.add_argument_group("output")
     out.add_argument("--json", dest="json_path", default=None,
@@ -282,8 +308,10 @@ def _check_scalars(args: argparse.Namespace) -> None:
         raise ConfigError("give either --gpus or --cpus, not both")
     if args.cpus is not None and args.cpus < 1:
         raise ConfigError(f"--cpus must be at least 1; got {args.cpus}")
-    if args.chunk_mb is not None and args.chunk_mb <= 0:
-        raise ConfigError(f"--chunk-mb must be positive; got {args.chunk_mb}")
+    if args.chunk_mb is not None and not (math.isfinite(args.chunk_mb) and 0 < args.chunk_mb
+                                          <= MAX_CHUNK_MB):
+        raise ConfigError(f"--chunk-mb must be a positive number of MB up to {MAX_CHUNK_MB:g}; "
+                          f"got {args.chunk_mb:g}")
     if args.launch is not None and args.launch not in LAUNCHES:
         raise ConfigError(f"unknown --launch {args.launch!r}; valid: {', '.join(LAUNCHES)}")
     if args.owners not in OWNER_RULES:
@@ -292,8 +320,9 @@ def _check_scalars(args: argparse.Namespace) -> None:
         raise ConfigError(f"--launch {args.launch} needs GPUs (CUDA graphs); CPU devices run eager")
     if args.cpu_threads is not None and args.cpu_threads < 1:
         raise ConfigError(f"--cpu-threads must be at least 1; got {args.cpu_threads}")
-    if args.timeout <= 0:
-        raise ConfigError(f"--timeout must be positive; got {args.timeout}")
+    check_timeout(args.timeout)
+    if not -(1 << 63) <= args.seed < (1 << 64):
+        raise ConfigError(f"--seed must fit in 64 bits; got {str(args.seed)[:30]}")
     if args.repeat < 1:
         raise ConfigError(f"--repeat must be at least 1; got {args.repeat}")
 
@@ -322,7 +351,8 @@ def _networks(args: argparse.Namespace, dtype_bytes: int) -> list[str]:
         if name == "flat":
             sizes = size_sweep(parse_size(args.minbytes), parse_size(args.maxbytes),
                                args.stepfactor)
-            out += [f"flat:{max(1, size // dtype_bytes)}" for size in sizes]
+            # sizes below one element round to the same buffer: measure each buffer once
+            out += dict.fromkeys(f"flat:{max(1, size // dtype_bytes)}" for size in sizes)
         else:
             out.append(name)
     return out
@@ -341,6 +371,29 @@ def _backends(args: argparse.Namespace) -> list[str]:
     return names
 
 
+PLOT_SUFFIXES = (".png", ".svg", ".pdf")
+
+
+def check_output_path(flag: str, path: str | None) -> None:
+    """Refuse, before anything is measured, an output file that could not be written."""
+    if path is None:
+        return
+    if not path.strip():
+        raise ConfigError(f"{flag} '': give a file name")
+    target = Path(path)
+    if target.is_dir():
+        raise ConfigError(f"{flag} {path}: is a folder; give a file name inside it")
+    folder = target.parent
+    if not folder.is_dir():
+        raise ConfigError(f"{flag} {path}: the folder {str(folder)!r} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK) or (target.exists()
+                                                     and not os.access(target, os.W_OK)):
+        raise ConfigError(f"{flag} {path}: not writable by this user")
+    if flag == "--plot" and target.suffix.lower() not in PLOT_SUFFIXES:
+        raise ConfigError(f"--plot {path}: give a file name ending in "
+                          f"{', '.join(PLOT_SUFFIXES)} (the format follows the name)")
+
+
 def job_from_args(args: argparse.Namespace) -> Job:
     """Validate the parsed flags and freeze them into a Job; bad values raise ConfigError."""
     from bandwidth.baseline import parse_min_gbps, parse_tolerance
@@ -348,6 +401,9 @@ def job_from_args(args: argparse.Namespace) -> Job:
     from bandwidth.layout import DTYPE_BYTES
 
     _check_scalars(args)
+    for flag, path in (("--json", args.json_path), ("--csv", args.csv_path),
+                       ("--plot", args.plot_path), ("--save-baseline", args.save_baseline)):
+        check_output_path(flag, path)
     optimizer = "none" if args.optimizer in (None, "None", "none") else args.optimizer.lower()
     if optimizer not in OPTIMIZERS:
         raise ConfigError(f"unknown --optimizer {args.optimizer!r}; valid: {', '.join(OPTIMIZERS)}")

@@ -14,6 +14,7 @@ worker's own time and what the network carried over the workers' group, and prin
 
 from __future__ import annotations
 
+import socket
 import statistics
 import time
 from datetime import timedelta
@@ -161,8 +162,6 @@ def _dist_nccl(plan: Plan, role: Role, on_report) -> Result | None:
     store = join_store(role, c.timeout_s)        # registers this rank with the launcher
     if role.name != WORKER:
         return None
-    per_worker = plan.devices.n
-    replicas = role.job.num_workers * per_worker
     # The workers themselves (one process each, not one per device) form a small Gloo group of
     # their own, through which the first worker gathers the summary.
     dist.init_process_group("gloo", store=dist.PrefixStore(DIST_NCCL_WORKERS_PREFIX, store),
@@ -171,12 +170,16 @@ def _dist_nccl(plan: Plan, role: Role, on_report) -> Result | None:
     try:
         hosts: list = [None] * role.job.num_workers
         dist.all_gather_object(hosts, role.node_host)
+        plan = _own_share(plan, role)
+        c = plan.config
+        per_worker = plan.devices.n
+        replicas = role.job.num_workers * per_worker
         # The reference: one flat all-reduce of the same bytes over the same world, same run.
         tasks = ["measure"] + (["reference"] if c.reference and replicas > 1 else [])
         out = run_ranks({"config": c.to_dict(), "tasks": tasks,
                          "print_reports": on_report is not None,
                          "rendezvous": {"host": role.master_addr, "port": role.master_port,
-                                        "prefix": DIST_NCCL_PREFIX,
+                                        "secret": role.job.secret, "prefix": DIST_NCCL_PREFIX,
                                         "first_rank": role.task_id * per_worker,
                                         "world_size": replicas}},
                         per_worker, c.timeout_s)
@@ -186,6 +189,79 @@ def _dist_nccl(plan: Plan, role: Role, on_report) -> Result | None:
         return result
     finally:
         dist.destroy_process_group()
+
+
+def machine_id() -> str:
+    """This machine, whatever name the hosts file gives it: host name and boot id."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except OSError:
+        boot = ""
+    return f"{socket.gethostname()}/{boot}"
+
+
+def gpu_uuids(ids: tuple[int, ...]) -> tuple[str, ...]:
+    """What identifies each GPU across processes (CUDA_VISIBLE_DEVICES may renumber them)."""
+    out = []
+    for i in ids:
+        uuid = getattr(torch.cuda.get_device_properties(i), "uuid", None)
+        out.append(str(uuid) if uuid is not None else f"index {i}")
+    return tuple(out)
+
+
+def gpu_shares(workers: list[tuple[str, str, tuple[str, ...]]]) -> list[tuple[int, ...]]:
+    """Which of its own GPUs each worker of ``dist_nccl`` uses: ``workers[w]`` is ``(host as
+    launched, machine id, GPU uuids in --gpus order)``; the result holds positions into each
+    worker's list. Workers on one machine whose GPUs overlap split them as torchrun's LOCAL_RANK
+    would: in worker order, equal consecutive shares. ConfigError (one line, naming the workers
+    and the overlap) when the lists differ, do not split evenly, or the shares differ in size
+    over the job (every worker must drive as many devices)."""
+    shares = []
+    for w, (host, machine, uuids) in enumerate(workers):
+        sharing = [v for v, (_, m, u) in enumerate(workers) if m == machine and set(u) & set(uuids)]
+        if len(sharing) == 1:
+            shares.append(tuple(range(len(uuids))))
+            continue
+        names = ", ".join(f"worker {v}" for v in sharing)
+        if any(workers[v][2] != uuids for v in sharing):
+            common = sorted(set.intersection(*(set(workers[v][2]) for v in sharing)))
+            raise ConfigError(f"--kv-store dist_nccl: {names} on {host} use overlapping but "
+                              f"different GPU sets (shared: {', '.join(common)}); give each "
+                              "worker its own GPUs (CUDA_VISIBLE_DEVICES) or the same --gpus "
+                              "list to split")
+        k, g = len(sharing), len(uuids)
+        if g % k:
+            raise ConfigError(f"--kv-store dist_nccl: {names} on {host} share the same {g} "
+                              f"GPU{'s' if g > 1 else ''}, which do not split evenly into {k} "
+                              f"workers; give a --gpus list of a multiple of {k} GPUs, or "
+                              f"place {g} workers at most on that host")
+        i = sharing.index(w)
+        shares.append(tuple(range(i * g // k, (i + 1) * g // k)))
+    sizes = sorted({len(share) for share in shares})
+    if len(sizes) > 1:
+        raise ConfigError(f"--kv-store dist_nccl: the workers would drive {sizes[0]} to "
+                          f"{sizes[-1]} GPUs each; every worker must drive as many (check "
+                          "--gpus and how many workers each host runs)")
+    return shares
+
+
+def _own_share(plan: Plan, role: Role) -> Plan:
+    """``plan`` on this worker's own share of the GPUs (see ``gpu_shares``)."""
+    from dataclasses import replace
+
+    from bandwidth.run import make_plan
+
+    ids = plan.devices.ids if plan.devices.is_cuda else ()
+    mine = (role.node_host, machine_id(), gpu_uuids(ids))
+    everyone: list = [None] * role.job.num_workers
+    dist.all_gather_object(everyone, mine)
+    if not ids:
+        return plan                              # CPU devices: replicas in host memory
+    share = gpu_shares(everyone)[role.task_id]
+    if len(share) == len(ids):
+        return plan
+    return make_plan(replace(plan.config, gpus=tuple(ids[i] for i in share)))
 
 
 def _result(plan: Plan, measured: dict, group, replicas: int,

@@ -44,9 +44,25 @@ from bandwidth.results import devices_label, fingerprint, rows_from_document  # 
 from bandwidth.run import Plan, Result, make_plan, run, size_line  # noqa: E402
 
 
+class Stopped(BaseException):
+    """SIGTERM or SIGHUP (what `timeout`, CI runners, schedulers and launch.py send): unwind, so
+    that the per-device ranks are stopped and nothing is left behind, then exit 128 + N."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _stop_on_signal(signum, frame):
+    signal.signal(signum, signal.SIG_DFL)       # a second one ends the process at once
+    raise Stopped(signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
     args = build_parser().parse_args(argv)
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _stop_on_signal)
     try:
         if args.list_networks:
             status = list_networks()
@@ -79,6 +95,28 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("measure.py: interrupted", file=sys.stderr)
         return 130
+    except RuntimeError as exc:
+        first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+        if not _peer_failure(exc, first):
+            raise
+        # Another process of the job is gone or stopped answering (a Gloo or store timeout, a
+        # closed connection): one line; the launcher names the process at fault.
+        print(f"measure.py: error: a peer process is gone or stopped answering: {first[:300]}",
+              file=sys.stderr)
+        return 1
+    except Stopped as stop:
+        print(f"measure.py: stopped by {signal.Signals(stop.signum).name}", file=sys.stderr)
+        return 128 + stop.signum
+
+
+def _peer_failure(exc: RuntimeError, first: str) -> bool:
+    """torch.distributed's errors for a peer that is gone or hung (DistError, or Gloo's
+    RuntimeError), as opposed to a bug."""
+    import torch.distributed as dist
+
+    return isinstance(exc, dist.DistError) or any(
+        word in first for word in ("gloo", "Timed out", "Connection closed by peer",
+                                   "Connection reset by peer"))
 
 
 def list_networks() -> int:

@@ -18,12 +18,15 @@ from bandwidth.group import LocalGroup
 from bandwidth.hostceiling import HostCeiling
 from bandwidth.kvstores import KVSTORES, KVStore
 from bandwidth.layout import DTYPE_BYTES
+from bandwidth.lifeline import Watchdog
 from bandwidth.protocol import Report, Sample, Summary
 from bandwidth.session import Session, launch_of
 from bandwidth.spawn import run_ranks
 
 # Scratch for the chunked data generation and error check (int64 and float64 temporaries).
 CHECK_SCRATCH_BYTES = 6 * 8 * (1 << 22)
+# Resident memory of one rank process beyond its arrays (the torch runtime, Gloo's threads).
+RANK_PROCESS_BYTES = 330 * 1000 * 1000
 
 
 @dataclass(frozen=True)
@@ -106,6 +109,10 @@ def make_plan(config: Config, with_devices: bool = True) -> Plan:
                                      num_classes=config.num_classes, num_layers=config.num_layers)
     except ValueError as exc:          # NetworkError, or a shape a network cannot take
         raise ConfigError(str(exc)) from None
+    if networks.num_elements(shapes) > networks.MAX_ELEMENTS:
+        raise ConfigError(f"{config.network} at these sizes (image shape "
+                          f"{','.join(map(str, config.image_shape))}, {config.num_classes} classes)"
+                          f" has more than 2^48 elements; no device holds that")
     devices = resolve(config.gpus, config.cpus) if with_devices else DeviceSet("cpu", (0,))
     store_cls = backends.store_class(config)
     if store_cls.needs_optimizer and config.optimizer == "none":
@@ -144,6 +151,10 @@ def check_memory(plan: Plan) -> None:
                     f"only {have / 1e9:.2f} GB is free; use a smaller network or dtype")
     else:
         need = per_device * n + (n + 2) * nbytes    # the local mode's host buffers on top
+        if plan.store_cls.process_per_device:
+            # one process per device: each its own torch runtime and Gloo's working buffer
+            # (vgg-16 on 2 CPU devices used 1.2 GB more than the buffers alone)
+            need += n * (RANK_PROCESS_BYTES + nbytes // 2)
         if need > free[0]:
             raise OutOfMemoryError(
                 f"{plan.network_label} in {c.dtype} on {n} CPU devices needs {need / 1e9:.2f} GB "
@@ -177,13 +188,30 @@ def measure_session(plan: Plan, session, on_report: Callable[[Report], None] | N
     """The protocol on a ready session (this toolkit's, or another backend's), as a plain dict.
     ``server_nbytes``: what this worker pushes to each parameter server per step, if any."""
     c = plan.config
-    samples, reports = protocol.measure(
-        session, iterations=c.num_batches, warmup=c.warmup, disp_batches=c.disp_batches,
-        check=c.test_results, nbytes=plan.nbytes, on_report=on_report,
-        bus_factor=plan.store_cls.bus_factor(
-            plan.store_cls.counted_devices(plan.devices.n, replicas or plan.devices.n)))
+    with Watchdog(c.timeout_s, f"{c.kv_store} on {plan.network_label}") as dog:
+        samples, reports = protocol.measure(
+            Kicking(session, dog), iterations=c.num_batches, warmup=c.warmup,
+            disp_batches=c.disp_batches, check=c.test_results, nbytes=plan.nbytes,
+            on_report=on_report, bus_factor=plan.store_cls.bus_factor(
+                plan.store_cls.counted_devices(plan.devices.n, replicas or plan.devices.n)))
     return {"samples": [asdict(s) for s in samples], "reports": [asdict(r) for r in reports],
             "notes": notes, "server_nbytes": list(server_nbytes or [])}
+
+
+class Kicking:
+    """``session`` whose untimed ``prepare`` (once per iteration) tells ``watchdog`` that the
+    previous iteration completed: ``--timeout`` bounds each iteration, in every mode."""
+
+    def __init__(self, session, watchdog: Watchdog):
+        self._session, self._watchdog, self._iteration = session, watchdog, 0
+
+    def prepare(self) -> None:
+        self._iteration += 1
+        self._watchdog.kick(f"iteration {self._iteration} (warm-up included)")
+        self._session.prepare()
+
+    def __getattr__(self, name: str):
+        return getattr(self._session, name)
 
 
 def reference_task(plan: Plan, indices: list[int], group, replicas: int | None = None) -> dict:
@@ -194,10 +222,11 @@ def reference_task(plan: Plan, indices: list[int], group, replicas: int | None =
                       dtype=c.dtype, optimizer="none", seed=c.seed, chunk_mb=c.chunk_mb, check=False,
                       launch=launch_of(KVSTORES["nccl"], plan.devices, c.launch))
     try:
-        samples, _ = protocol.measure(
-            session, iterations=c.num_batches, warmup=c.warmup, disp_batches=c.num_batches,
-            check=False, nbytes=plan.nbytes,
-            bus_factor=KVSTORES["nccl"].bus_factor(replicas or plan.devices.n))
+        with Watchdog(c.timeout_s, f"the flat all-reduce reference of {plan.network_label}") as dog:
+            samples, _ = protocol.measure(
+                Kicking(session, dog), iterations=c.num_batches, warmup=c.warmup,
+                disp_batches=c.num_batches, check=False, nbytes=plan.nbytes,
+                bus_factor=KVSTORES["nccl"].bus_factor(replicas or plan.devices.n))
     finally:
         session.close()
     return {"samples": [asdict(s) for s in samples]}

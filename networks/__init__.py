@@ -103,7 +103,8 @@ def get_shapes(name: str, image_shape: Shape = (3, 224, 224), num_classes: int =
     """
     if name.startswith("flat:"):
         return flat(name)
-    if name.endswith(".json") or Path(name).is_file():
+    # A built-in name is the network, even if a file of that name sits in the working directory.
+    if name not in NETWORKS and (name.endswith(".json") or Path(name).is_file()):
         return load_json(Path(name))
     if name not in NETWORKS:
         raise NetworkError(f"unknown network {name!r}; valid: {', '.join(names())}, "
@@ -140,6 +141,11 @@ def flat(name: str) -> Shapes:
     return [("flat", (int(count),))]
 
 
+MAX_DIMS = 8                  # torch's tensors go further; no network's parameters do
+MAX_ELEMENTS = 1 << 48        # 1 PiB of float32 and more: beyond any device
+MAX_NAME_CHARS = 200
+
+
 def load_json(path: Path) -> Shapes:
     """Read a user's shape list: ``[["fc1_weight", [128, 784]], ...]`` or
     ``{"arrays": [{"name": "fc1_weight", "shape": [128, 784]}, ...]}``."""
@@ -149,11 +155,19 @@ def load_json(path: Path) -> Shapes:
         raise NetworkError(f"cannot read shape file {str(path)!r}: {exc.strerror}") from None
     except json.JSONDecodeError as exc:
         raise NetworkError(f"shape file {str(path)!r} is not valid JSON: {exc}") from None
+    except UnicodeDecodeError:
+        raise NetworkError(f"shape file {str(path)!r} is not UTF-8 text") from None
+    except RecursionError:
+        raise NetworkError(f"shape file {str(path)!r} is nested too deeply; expected a list of "
+                           "[name, shape] pairs") from None
+    except ValueError as exc:      # e.g. an integer of more digits than Python converts
+        raise NetworkError(f"shape file {str(path)!r}: {str(exc)[:100]}") from None
     entries = data.get("arrays") if isinstance(data, dict) else data
     if not isinstance(entries, list) or not entries:
         raise NetworkError(f"shape file {str(path)!r} must hold a non-empty list of arrays, "
                            'e.g. [["fc_weight", [10, 20]]] or {"arrays": [{"name": ..., "shape": ...}]}')
     shapes: Shapes = []
+    total = 0
     for index, entry in enumerate(entries):
         if isinstance(entry, dict):
             array_name, shape = entry.get("name", f"array{index}"), entry.get("shape")
@@ -162,10 +176,22 @@ def load_json(path: Path) -> Shapes:
         else:
             array_name, shape = None, None
         if (not isinstance(array_name, str) or not isinstance(shape, list) or not shape
-                or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape)):
+                or len(shape) > MAX_DIMS
+                or not all(isinstance(d, int) and not isinstance(d, bool) and 0 < d <= MAX_ELEMENTS
+                           for d in shape)):
+            shown = repr(entry)
             raise NetworkError(f"shape file {str(path)!r}: entry {index} must be a name and a list "
-                               f"of positive integers, got {entry!r}")
+                               f"of positive integers (1 to {MAX_DIMS} of them), got "
+                               f"{shown if len(shown) <= 80 else shown[:80] + '...'}")
+        if not array_name.isprintable() or len(array_name) > MAX_NAME_CHARS:
+            raise NetworkError(f"shape file {str(path)!r}: entry {index}'s name "
+                               f"{array_name[:40]!r} must be printable (no newline or control "
+                               f"character) and at most {MAX_NAME_CHARS} characters")
         shapes.append((array_name, tuple(shape)))
+        total += math.prod(shape)
+        if total > MAX_ELEMENTS:
+            raise NetworkError(f"shape file {str(path)!r}: more than {MAX_ELEMENTS} elements "
+                               f"(2^48) in all at entry {index}; no device holds that")
     return shapes
 
 

@@ -1,6 +1,9 @@
 """Supervision of the per-device worker processes: failures and hangs end with one clear error
 and leave no process behind."""
 
+import os
+import signal
+import threading
 import time
 
 import pytest
@@ -47,12 +50,35 @@ def test_a_failing_rank_is_named_with_its_status_and_message():
         run_ranks({"config": config, "tasks": ["measure"]}, 2, timeout_s=60)
 
 
-def test_a_hung_run_is_stopped_at_the_deadline_and_nothing_is_left(started):
-    config = Config(network="resnet", num_layers=50, kv_store="nccl", cpus=2, num_batches=1000,
-                    seed=987654321).to_dict()
+def test_a_stopped_rank_is_named_within_the_timeout_and_nothing_is_left(started):
+    """--timeout bounds how long a rank waits for another: SIGSTOP rank 1 in a long run, and
+    the run ends about --timeout later, naming rank 1 (not rank 0, which gave up waiting)."""
+    config = Config(network="mlp", image_shape=(1, 28, 28), num_classes=10, kv_store="nccl",
+                    cpus=2, num_batches=100000000, seed=987654321, timeout_s=3).to_dict()
+
+    def stop_rank_1():
+        while len(started) < 2:
+            time.sleep(0.05)
+        time.sleep(6.0)                  # past the imports, inside the measurement
+        os.kill(started[1], signal.SIGSTOP)
+
+    threading.Thread(target=stop_rank_1, daemon=True).start()
     start = time.monotonic()
-    with pytest.raises(WorkerError, match="did not finish within 3 s"):
+    with pytest.raises(WorkerError, match=r"rank 1 \(pid \d+\) stopped answering: stopped by a "
+                                          r"signal.*3 s without progress \(--timeout\)"):
         run_ranks({"config": config, "tasks": ["measure"]}, 2, timeout_s=3)
-    assert time.monotonic() - start < 20
+    assert time.monotonic() - start < 30
+    assert len(started) == 2
+    assert _alive(started) == []
+
+
+def test_a_total_cap_stops_a_long_run_and_nothing_is_left(started):
+    """The ceiling's --timeout caps the whole child run (total_s), progress or not."""
+    config = Config(network="mlp", image_shape=(1, 28, 28), num_classes=10, kv_store="nccl",
+                    cpus=2, num_batches=100000000, seed=987654321).to_dict()
+    start = time.monotonic()
+    with pytest.raises(WorkerError, match="did not finish within 8 s"):
+        run_ranks({"config": config, "tasks": ["measure"]}, 2, timeout_s=300, total_s=8)
+    assert time.monotonic() - start < 30
     assert len(started) == 2
     assert _alive(started) == []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -11,16 +12,18 @@ import torch
 
 from bandwidth.ceiling import render
 from bandwidth.ceiling.suite import PARTS, CeilingOptions, measure_ceilings
-from bandwidth.config import parse_gpus, parse_size, size_sweep
+from bandwidth.config import check_timeout, parse_gpus, parse_size, size_sweep
 from bandwidth.devices import resolve
 from bandwidth.errors import BandwidthError, ConfigError
 
 PROG = "python -m bandwidth.ceiling"
+MAX_MB = 1e9                              # 1 PB: beyond any memory
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):             # one line and status 2, not the usage block
-        raise ConfigError(message)
+        message = " ".join(message.split())
+        raise ConfigError(message if len(message) <= 300 else message[:300] + "...")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -74,10 +77,28 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def check_numbers(args) -> None:
+    """Every numeric flag in its range: one line naming the flag, never a traceback later."""
+    check_timeout(args.timeout)
+    for flag, value, low in (("--mb", args.mb, 0), ("--p2p-mb", args.p2p_mb, 0)):
+        if not (math.isfinite(value) and value > low):
+            raise ConfigError(f"{flag} must be a positive number; got {value:g}")
+    if args.mb > MAX_MB or args.p2p_mb > MAX_MB:
+        raise ConfigError(f"--mb and --p2p-mb must be at most {MAX_MB:g} (MB of 1e6 bytes); got "
+                          f"{args.mb:g} and {args.p2p_mb:g}")
+    for flag, value, low in (("-n/--iters", args.iters, 1), ("-w/--warmup", args.warmup, 0),
+                             ("--p2p-burst", args.p2p_burst, 1), ("--repeats", args.repeats, 1),
+                             ("--burst", args.burst, 1),
+                             ("--latency-repeat", args.latency_repeat, 1),
+                             ("--cpu-threads", args.cpu_threads, 1)):
+        if value is not None and value < low:
+            raise ConfigError(f"{flag} must be at least {low}; got {value}")
+    if not math.isfinite(args.stepfactor):
+        raise ConfigError(f"-f must be a number greater than 1; got {args.stepfactor:g}")
+
+
 def options_from_args(args, is_cuda: bool) -> CeilingOptions:
-    if args.mb <= 0 or args.p2p_mb <= 0:
-        raise ConfigError(f"--mb and --p2p-mb must be positive; got {args.mb:g} and "
-                          f"{args.p2p_mb:g}")
+    check_numbers(args)
     sizes = None
     if args.minbytes is not None or args.maxbytes is not None:
         begin = parse_size(args.minbytes or ("1M" if is_cuda else "64K"))
@@ -114,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.cpus is not None and args.cpus < 1:
             raise ConfigError(f"--cpus must be at least 1; got {args.cpus}")
         if args.network:
+            check_numbers(args)
             return network_main(args)
         devices = resolve(parse_gpus(args.gpus) if args.gpus is not None else None, args.cpus)
         options = options_from_args(args, devices.is_cuda)

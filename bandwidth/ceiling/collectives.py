@@ -41,6 +41,7 @@ import torch.distributed as dist
 
 from bandwidth.devices import DeviceSet
 from bandwidth.formulas import algbw_gbps, allreduce_factor
+from bandwidth.launch.contract import job_store
 from bandwidth.spawn import run_ranks
 
 DTYPE_BYTES = 4              # float32, nccl-tests' default type
@@ -126,7 +127,7 @@ def sweep(devices: DeviceSet, sizes: list[int], names: tuple[str, ...] = tuple(C
             "names": list(names), "iters": iters, "warmup": warmup, "repeats": repeats,
             "one_process": one_process(devices) if one is None else one}
     out = run_ranks({"tasks": ["collectives"], "collectives": spec},
-                    1 if spec["one_process"] else devices.n, timeout_s)
+                    1 if spec["one_process"] else devices.n, timeout_s, total_s=timeout_s)
     return out["collectives"]
 
 
@@ -147,7 +148,8 @@ def rank_task(spec: dict, rank: int, world_size: int, port: int, timeout_s: floa
     if device.type == "cuda":
         torch.cuda.set_device(device)
     timeout = timedelta(seconds=timeout_s)
-    store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timeout)
+    store = job_store(dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timeout),
+                      spec.get("secret", ""))
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo", store=store, rank=rank,
                             world_size=world_size, timeout=timeout,
                             device_id=device if device.type == "cuda" else None)

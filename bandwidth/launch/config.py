@@ -13,14 +13,18 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from bandwidth.cliparse import OneLineParser
 from bandwidth.errors import ConfigError
 from bandwidth.launch.environ import parse_env_flags
 from bandwidth.launch.hostfile import Host, parse_hostfile
 from bandwidth.launch.launchers import LAUNCHERS
 
 DEFAULT_TIMEOUT_S = 60
+MAX_TIMEOUT_S = 7 * 24 * 3600
+_ADDRESS = re.compile(r"^(?:[A-Za-z0-9_][A-Za-z0-9._-]{0,252}|[0-9A-Fa-f:.]{2,45})$")
 _SSH_OPTION = re.compile(r"^[A-Za-z][A-Za-z0-9]*(=|\s+)\S")
-_NO_HOST_KEY_CHECK = re.compile(r"^StrictHostKeyChecking(=|\s+)(no|off)$", re.IGNORECASE)
+_NO_HOST_KEY_CHECK = re.compile(
+    r"^\s*StrictHostKeyChecking\s*(=|\s)\s*[\"']?(no|off|false)[\"']?\s*$", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -89,14 +93,18 @@ def _check(config: LaunchConfig) -> None:
             raise ConfigError(f"--ssh-option {option}: the launcher keeps host-key checking on; "
                               "add the hosts to known_hosts (ssh-keyscan) or use "
                               "StrictHostKeyChecking=accept-new")
-    if config.timeout_s < 1:
-        raise ConfigError(f"--timeout {config.timeout_s}: give at least 1 second")
+    if not 1 <= config.timeout_s <= MAX_TIMEOUT_S:
+        raise ConfigError(f"--timeout {str(config.timeout_s)[:20]}: give 1 to {MAX_TIMEOUT_S} "
+                          "seconds (a week)")
+    if config.master_addr is not None and not _ADDRESS.match(config.master_addr):
+        raise ConfigError(f"--master-addr {config.master_addr[:60]!r}: expected a host name or "
+                          "an IPv4 or IPv6 address (at most 253 characters)")
     if not 0 <= config.port < 65536:
-        raise ConfigError(f"--port {config.port}: expected 0 (any free port) to 65535")
+        raise ConfigError(f"--port {str(config.port)[:20]}: expected 0 (any free port) to 65535")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _OneLineErrors(
+    parser = OneLineParser(
         prog="launch.py", description="Start a distributed job: workers, servers (and a "
         "scheduler) on this host, over ssh or with mpirun, supervised until the first failure.",
         epilog="Environment contract: see bandwidth/launch/contract.py. Hosts file format: see "
@@ -133,13 +141,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("command", nargs=argparse.REMAINDER,
                         help="the program and its arguments")
     return parser
-
-
-class _OneLineErrors(argparse.ArgumentParser):
-    """Bad flags: one line on stderr and exit status 2 (argparse's default adds the usage)."""
-
-    def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
 def config_from_args(args: argparse.Namespace, environ: Mapping[str, str],

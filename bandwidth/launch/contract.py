@@ -33,9 +33,14 @@ Variables (all launchers; values are decimal strings where numeric):
 ``TORCHELASTIC_USE_AGENT_STORE``  ``True``, as torchrun sets it: ``init_process_group(
                        init_method="env://")`` then joins the launcher's store instead of
                        making rank 0 host one on ``MASTER_PORT`` (which is taken)
+``BANDWIDTH_JOB_SECRET``  a random secret of this launch (128 bits, hex), sent through the
+                       environment only (over ssh: on the ssh client's stdin; mpirun: ``-x``
+                       by name), never on a command line. ``join_store`` keeps every key of
+                       the job under it, so a client that does not know it can neither read
+                       the job's keys nor forge a join
 
-Ranks that join with ``join_store`` register under ``launch/joined/<rank>``; once any rank has
-registered, the launcher fails the job naming the ranks that have not within ``--timeout``.
+Ranks that join with ``join_store`` register under ``<secret>/launch/joined/<rank>``; once any rank
+has registered, the launcher fails the job naming the ranks that have not within ``--timeout``.
 Programs that open the store themselves (``TCPStore(MASTER_ADDR, MASTER_PORT,
 is_master=False)``) are not tracked and are bounded by their own store timeout instead.
 
@@ -55,12 +60,13 @@ WORKER, SERVER, SCHEDULER = "worker", "server", "scheduler"
 ROLES = (WORKER, SERVER, SCHEDULER)
 JOINED_COUNT_KEY = "launch/joined"
 JOINED_KEY_PREFIX = "launch/joined/"
+SECRET_VARIABLE = "BANDWIDTH_JOB_SECRET"
 
 # Every variable the launcher sets; ``--env`` may not override them.
 VARIABLES = ("DMLC_ROLE", "DMLC_TASK_ID", "DMLC_NUM_WORKER", "DMLC_NUM_SERVER",
              "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT", "DMLC_NODE_HOST", "DMLC_JOB_CLUSTER",
              "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK",
-             "LOCAL_WORLD_SIZE", "TORCHELASTIC_USE_AGENT_STORE")
+             "LOCAL_WORLD_SIZE", "TORCHELASTIC_USE_AGENT_STORE", SECRET_VARIABLE)
 
 
 class ContractError(ConfigError):
@@ -95,6 +101,7 @@ class Job:
     master_port: int
     ps_root_port: int               # = master_port unless a ps-lite scheduler runs
     cluster: str                    # local | ssh | mpi
+    secret: str = ""                # BANDWIDTH_JOB_SECRET ("" from a launcher without one)
 
     @property
     def world_size(self) -> int:
@@ -109,7 +116,8 @@ class Job:
     def from_environ(cls, environ: Mapping[str, str]) -> Job:
         text, number = _reader(environ)
         job = cls(number("DMLC_NUM_WORKER"), number("DMLC_NUM_SERVER"), text("MASTER_ADDR"),
-                  number("MASTER_PORT"), number("DMLC_PS_ROOT_PORT"), text("DMLC_JOB_CLUSTER"))
+                  number("MASTER_PORT"), number("DMLC_PS_ROOT_PORT"), text("DMLC_JOB_CLUSTER"),
+                  environ.get(SECRET_VARIABLE, ""))
         if number("WORLD_SIZE") != job.world_size:
             raise ContractError(f"WORLD_SIZE={environ['WORLD_SIZE']} but DMLC_NUM_WORKER + "
                                 f"DMLC_NUM_SERVER = {job.world_size}")
@@ -125,6 +133,8 @@ class Job:
                "DMLC_JOB_CLUSTER": self.cluster, "MASTER_ADDR": self.master_addr,
                "MASTER_PORT": self.master_port, "WORLD_SIZE": self.world_size,
                "TORCHELASTIC_USE_AGENT_STORE": "True"}
+        if self.secret:
+            env[SECRET_VARIABLE] = self.secret
         return {key: str(value) for key, value in env.items()}
 
     def role_at(self, index: int) -> tuple[str, int]:
@@ -219,13 +229,20 @@ class Role:
         return env
 
 
+def job_store(store, secret: str):
+    """``store`` seen through the job's secret: every key under ``<secret>/``."""
+    from torch.distributed import PrefixStore
+
+    return PrefixStore(secret, store) if secret else store
+
+
 def join_store(role: Role, timeout_s: float = 300.0):
     """Connect to the launcher's TCPStore and register this rank, so the launcher can name the
-    ranks that never arrive. Returns the ``torch.distributed.TCPStore`` client."""
+    ranks that never arrive. Returns the store client, every key under the job's secret."""
     from torch.distributed import TCPStore
 
-    store = TCPStore(role.master_addr, role.master_port, is_master=False,
-                     timeout=timedelta(seconds=timeout_s))
+    store = job_store(TCPStore(role.master_addr, role.master_port, is_master=False,
+                               timeout=timedelta(seconds=timeout_s)), role.job.secret)
     if role.rank is not None:
         store.set(f"{JOINED_KEY_PREFIX}{role.rank}", role.node_host)
         store.add(JOINED_COUNT_KEY, 1)

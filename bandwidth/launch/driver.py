@@ -10,14 +10,16 @@ when all exited with status 0; raises ``LaunchFailed`` (one report, the exit sta
 from __future__ import annotations
 
 import logging
+import secrets
 from collections.abc import Mapping
 
 from bandwidth.launch.config import LaunchConfig
-from bandwidth.launch.contract import Job
+from bandwidth.launch.contract import Job, job_store
 from bandwidth.launch.hostfile import LOCALHOST
 from bandwidth.launch.launchers import LAUNCHERS, check_programs
 from bandwidth.launch.plan import make_plan
-from bandwidth.launch.rendezvous import JoinWatch, address_towards, free_port, open_store
+from bandwidth.launch.rendezvous import (JoinWatch, address_towards, bind_address, free_port,
+                                         open_store)
 from bandwidth.launch.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
@@ -27,11 +29,12 @@ def run(config: LaunchConfig, environ: Mapping[str, str]) -> None:
     launcher = LAUNCHERS[config.launcher]
     check_programs(launcher, sync=config.sync_dst_dir is not None)
     hosts = config.hosts or (LOCALHOST,)
-    store = open_store(config.port, config.timeout_s)   # lives as long as this call
     master_addr = config.master_addr or address_towards(hosts)
+    # Lives as long as this call, on the address the job uses (see rendezvous.bind_address).
+    store = open_store(config.port, config.timeout_s, bind_address(hosts, config.master_addr))
     ps_root_port = free_port() if config.scheduler else store.port
     job = Job(config.num_workers, config.num_servers, master_addr, store.port, ps_root_port,
-              launcher.name)
+              launcher.name, secrets.token_hex(16))
     plan = make_plan(config, job, hosts, place_scheduler=launcher.place_scheduler,
                      environ=environ)
     log.info("%s launcher: %d workers, %d servers%s on %d hosts; rendezvous at %s:%d",
@@ -42,7 +45,7 @@ def run(config: LaunchConfig, environ: Mapping[str, str]) -> None:
         # No start timeout: copying takes as long as the tree is big; ssh's own
         # ConnectTimeout still bounds reaching each host.
         Supervisor(launcher.sync(plan), start_timeout_s=float("inf")).run()
-    watch = JoinWatch(store, [role.label for role, _ in plan.world], config.timeout_s,
-                      f"{master_addr}:{store.port}")
+    watch = JoinWatch(job_store(store, job.secret), [role.label for role, _ in plan.world],
+                      config.timeout_s, f"{master_addr}:{store.port}")
     Supervisor(launcher.build(plan), start_timeout_s=launcher.start_timeout_s(config.timeout_s),
                check=watch).run()

@@ -5,7 +5,8 @@ mpi launchers would copy them onto other machines. Forwarded are only
 
 * the names in ``FORWARDED`` and those starting with a prefix in ``FORWARDED_PREFIXES`` (paths,
   thread counts, CUDA, NCCL/Gloo/torch/MXNet/ps-lite/UCX/libfabric tuning), except names that
-  look like credentials (``SECRET``, ``TOKEN``, ``PASSW``, ``CREDENTIAL``, ``_KEY``);
+  look like credentials (``SECRET``, ``TOKEN``, ``PASSW``, ``CREDENTIAL``, ``AUTH``,
+  ``APIKEY``, ``ACCESSKEY``, ``PRIVATE``, ``COOKIE``, ``SIGNATURE``, a word ``KEY``);
 * for processes on the launching host (local launcher, the scheduler, mpirun itself) also the
   session variables in ``SESSION`` (``HOME``, ``USER``, locale, ``TMPDIR``...): remote processes
   get those from their own login instead;
@@ -32,7 +33,8 @@ FORWARDED_PREFIXES = ("NCCL_", "GLOO_", "TORCH_", "MXNET_", "PS_", "UCX_", "FI_"
 SESSION = frozenset({"HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR",
                      "TERM"})
 SESSION_PREFIXES = ("LC_",)
-_CREDENTIAL = re.compile(r"SECRET|TOKEN|PASSW|CREDENTIAL|_KEY", re.IGNORECASE)
+_CREDENTIAL = re.compile(r"SECRET|TOKEN|PASSW|CREDENTIAL|AUTH|APIKEY|ACCESSKEY|PRIVATE|COOKIE"
+                         r"|SIGNATURE|(^|_)KEY($|_)|_KEY", re.IGNORECASE)
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 

@@ -3,7 +3,10 @@
 Usage (the ssh launcher sends this file's source and runs it on every remote host as
 ``python3 -c SOURCE``; it needs only the standard library)::
 
-    python3 -m bandwidth.launch.guard [--grace SECONDS] -- command [args...]
+    python3 -m bandwidth.launch.guard [--grace SECONDS] [--env-stdin] -- command [args...]
+
+With ``--env-stdin`` the first line of stdin is a JSON object of environment variables added to
+the command's (the ssh launcher sends them this way, never on a command line).
 
 Why: without a terminal, sshd does not signal a remote command when the connection goes away, so
 a remote program outlives a launcher that crashed or an ssh client that was killed. The launcher
@@ -18,6 +21,7 @@ Protocol lines on stderr, read by the launcher and not shown to the user:
 ``bandwidth-guard: signal NAME``. The guard exits with the command's status (128+N for signal N).
 """
 
+import json
 import os
 import select
 import signal
@@ -51,13 +55,25 @@ def main(argv=None):
     grace_s = 5.0
     if args[:1] == ["--grace"]:
         grace_s, args = float(args[1]), args[2:]
+    env = None
+    if args[:1] == ["--env-stdin"]:
+        args = args[1:]
+        line = b""
+        while not line.endswith(b"\n"):
+            byte = os.read(0, 1)
+            if not byte:
+                _say("exit 1")
+                return 1                     # the launcher went away before sending it
+            line += byte
+        env = dict(os.environ)
+        env.update(json.loads(line))
     if args[:1] == ["--"]:
         args = args[1:]
     if not args:
         sys.stderr.write("usage: python3 -m bandwidth.launch.guard [--grace S] -- command...\n")
         return 2
     try:
-        proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, start_new_session=True, env=env)
     except OSError as err:
         sys.stderr.write(f"cannot run {args[0]!r}: {err.strerror}\n")
         _say("exit 127")

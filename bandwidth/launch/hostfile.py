@@ -22,9 +22,10 @@ from pathlib import Path
 
 from bandwidth.errors import ConfigError
 
-_NAME = r"[A-Za-z0-9_][A-Za-z0-9._-]*"
-_LINE = re.compile(rf"^(?:(?P<name>{_NAME})|\[(?P<v6>[0-9A-Fa-f:.]+)\])(?::(?P<port>\d+))?"
-                   r"(?:\s+slots=(?P<slots>\d+))?$")
+_NAME = r"[A-Za-z0-9_][A-Za-z0-9._-]{0,252}"          # DNS names are at most 253 characters
+_LINE = re.compile(rf"^(?:(?P<name>{_NAME})|\[(?P<v6>[0-9A-Fa-f:.]{{2,45}})\])"
+                   r"(?::(?P<port>\d{1,5}))?(?:\s+slots=(?P<slots>\d{1,6}))?$")
+MAX_FILE_BYTES = 1 << 20
 
 
 class HostfileError(ConfigError):
@@ -50,9 +51,20 @@ LOCALHOST = Host("127.0.0.1")
 def parse_hostfile(path: str | Path) -> list[Host]:
     """The hosts of ``path`` in file order; raises HostfileError on the first bad line."""
     try:
-        text = Path(path).read_text()
+        with open(path, "rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)
     except OSError as err:
         raise HostfileError(f"cannot read hosts file {path}: {err.strerror}") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise HostfileError(f"hosts file {path} is larger than {MAX_FILE_BYTES >> 20} MiB; "
+                            "expected one short line per host")
+    try:
+        text = data.decode()
+    except UnicodeDecodeError as err:
+        raise HostfileError(f"hosts file {path} is not UTF-8 text (byte {err.start}); expected "
+                            "lines like 'node1', 'node2:2222 slots=4'") from None
+    if "\0" in text:
+        raise HostfileError(f"hosts file {path} holds NUL bytes: not a text file")
     hosts: list[Host] = []
     seen: dict[tuple[str, int | None], int] = {}
     for number, raw in enumerate(text.splitlines(), start=1):
@@ -62,7 +74,7 @@ def parse_hostfile(path: str | Path) -> list[Host]:
         host = _parse_line(line, f"{path}:{number}", raw)
         key = (host.name, host.port)
         if key in seen:
-            raise HostfileError(f"{path}:{number}: {raw.strip()!r}: host already listed on line "
+            raise HostfileError(f"{path}:{number}: {_shown(raw)}: host already listed on line "
                                 f"{seen[key]}; list each host once and give it slots=N")
         seen[key] = number
         hosts.append(host)
@@ -71,15 +83,22 @@ def parse_hostfile(path: str | Path) -> list[Host]:
     return hosts
 
 
+def _shown(raw: str) -> str:
+    """A line as an error message quotes it: repr'd (no control character reaches the
+    terminal) and cut to 60 characters."""
+    text = raw.strip()
+    return repr(text if len(text) <= 60 else text[:60] + "...")
+
+
 def _parse_line(line: str, where: str, raw: str) -> Host:
     match = _LINE.match(line)
     if match is None:
-        raise HostfileError(f"{where}: malformed line {raw.strip()!r}: expected 'host[:port] "
+        raise HostfileError(f"{where}: malformed line {_shown(raw)}: expected 'host[:port] "
                             "[slots=N]' (IPv6 as '[addr]:port')")
     port = None if match["port"] is None else int(match["port"])
     slots = None if match["slots"] is None else int(match["slots"])
     if port is not None and not 0 < port < 65536:
-        raise HostfileError(f"{where}: {raw.strip()!r}: port {port} is not in 1..65535")
+        raise HostfileError(f"{where}: {_shown(raw)}: port {port} is not in 1..65535")
     if slots == 0:
-        raise HostfileError(f"{where}: {raw.strip()!r}: slots=0 places nothing; remove the line")
+        raise HostfileError(f"{where}: {_shown(raw)}: slots=0 places nothing; remove the line")
     return Host(match["name"] or match["v6"], port, slots)

@@ -1,13 +1,18 @@
 """The rendezvous the launcher hosts: a TCPStore on the launching host, and a watch on who joined.
 
-The store is ``torch.distributed.TCPStore(is_master=True, wait_for_workers=False)`` listening on
-every address of the launching host at ``--port`` (default: a free port the kernel picks, so two
-launches never race for one). It lives exactly as long as the launch. Programs reach it at
-``MASTER_ADDR:MASTER_PORT``; see ``bandwidth.launch.contract``.
+The store is ``torch.distributed.TCPStore(is_master=True, wait_for_workers=False)`` serving a
+socket the launcher binds itself (``master_listen_fd``) at ``--port`` (default: a free port the
+kernel picks, so two launches never race for one), on the address the job uses (``bind_address``):
+loopback when every process runs on this host, the ``--master-addr`` when one is given, and every
+address only for a job that spans hosts without one. It lives exactly as long as the launch.
+Programs reach it at ``MASTER_ADDR:MASTER_PORT`` and keep their keys under the job's secret;
+see ``bandwidth.launch.contract`` and docs/launcher.md's security section.
 """
 
 from __future__ import annotations
 
+import errno
+import ipaddress
 import logging
 import socket
 from collections.abc import Sequence
@@ -21,18 +26,59 @@ from bandwidth.launch.supervisor import Failure
 log = logging.getLogger(__name__)
 
 
-def open_store(port: int, timeout_s: float):
-    """Host the job's TCPStore on ``port`` (0: any free port); ConfigError if it is taken."""
-    from torch.distributed import DistNetworkError, TCPStore
+def is_loopback(name: str) -> bool:
+    """Whether ``name`` (a host name or address) means this host through loopback."""
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return name == "localhost"
+
+
+def bind_address(hosts: Sequence[Host], master_addr: str | None) -> str:
+    """Where the store listens: the address the job is told to use. ``--master-addr`` when given;
+    else loopback when every host is this one through loopback; else every address ("" here),
+    the one case where the job spans hosts that might reach this one by different routes."""
+    if master_addr:
+        return master_addr
+    return "127.0.0.1" if all(is_loopback(host.name) for host in hosts) else ""
+
+
+def open_store(port: int, timeout_s: float, address: str = "127.0.0.1"):
+    """Host the job's TCPStore on ``address``:``port`` (0: any free port; address "": every
+    address); ConfigError if it is taken or not this host's."""
+    from torch.distributed import TCPStore
 
     try:
-        return TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False,
-                        timeout=timedelta(seconds=timeout_s))
-    except DistNetworkError as err:
-        if "EADDRINUSE" in str(err):
+        family, _, _, _, where = socket.getaddrinfo(address or None, port, type=socket.SOCK_STREAM,
+                                                    flags=socket.AI_PASSIVE)[0]
+    except (OSError, UnicodeError) as err:
+        raise ConfigError(f"--master-addr {address[:60]}: cannot resolve it here ({err}); give "
+                          "an address of this host") from None
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(where)
+        listener.listen(1024)
+    except OSError as err:
+        listener.close()
+        if err.errno == errno.EADDRINUSE:
             raise ConfigError(f"--port {port}: the port is already in use on this host; choose "
                               "another --port, or leave it out to take a free one") from None
+        if err.errno == errno.EADDRNOTAVAIL:
+            raise ConfigError(f"--master-addr {address}: not an address of this host; the "
+                              "launcher hosts the rendezvous there, so give one of this "
+                              "host's addresses") from None
+        raise ConfigError(f"--port {port}: cannot host the rendezvous: {err.strerror}") from None
+    bound_port = listener.getsockname()[1]
+    try:
+        store = TCPStore(address or "127.0.0.1", bound_port, is_master=True,
+                         wait_for_workers=False, timeout=timedelta(seconds=timeout_s),
+                         master_listen_fd=listener.fileno(), use_libuv=True)
+    except Exception as err:       # noqa: BLE001 - torch's errors have no common base here
+        listener.close()
         raise ConfigError(f"--port {port}: cannot host the rendezvous: {err}") from None
+    listener.detach()              # the store owns the listening socket now
+    return store
 
 
 def free_port() -> int:

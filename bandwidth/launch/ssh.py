@@ -4,7 +4,7 @@ Each process is started as (every word of the remote command passed through ``sh
 
     ssh [-F CONFIG] -T -o BatchMode=yes -o ConnectTimeout=T -o ServerAliveInterval=15
         -o ServerAliveCountMax=4 [-p PORT] [-o OPTION]... -- HOST \\
-        "cd DIR && exec env NAME=VALUE... python3 -c <guard source> --grace G -- command..."
+        "cd DIR && exec python3 -c <guard source> --grace G --env-stdin -- command..."
 
 * ``BatchMode=yes``: never prompt (a prompt would hang the launch); keys or an agent only.
   Host keys are checked as ssh always does: add hosts to ``known_hosts`` first, or point
@@ -16,10 +16,12 @@ Each process is started as (every word of the remote command passed through ``sh
   the ssh connection closes: stopping a process is closing its ssh client's stdin, and a killed
   launcher or ssh client leaves nothing running remotely.
 * The remote login shell must be POSIX (sh, bash, dash, zsh) to read the quoting.
-* ``env`` values travel on the remote command line; only the forwarded variables
-  (``bandwidth.launch.environ``) are sent, never the launcher's whole environment. The remote
-  program otherwise has its login's environment (``HOME``, ``USER``...). The local ssh client
-  itself runs with the launcher's environment, so that ``SSH_AUTH_SOCK`` reaches the agent.
+* The environment travels on the ssh client's stdin (one JSON line the guard reads before it
+  starts the command), never on a command line, where every user of either machine could read
+  it (``ps``); only the forwarded variables (``bandwidth.launch.environ``), ``--env``'s and
+  the contract's are sent, never the launcher's whole environment. The remote program otherwise
+  has its login's environment (``HOME``, ``USER``...). The local ssh client itself runs with the
+  launcher's environment, so that ``SSH_AUTH_SOCK`` reaches the agent.
 * The launcher's ``-o`` options come first, and ssh keeps the first value it sees: ``--ssh-option``
   cannot turn ``BatchMode`` off or change ``ConnectTimeout`` (use ``--timeout``).
 * At most 8 connections are being set up at once (sshd's ``MaxStartups`` starts dropping
@@ -28,6 +30,7 @@ Each process is started as (every word of the remote command passed through ``sh
 
 from __future__ import annotations
 
+import json
 import math
 import shlex
 import signal
@@ -77,12 +80,17 @@ class SshOptions:
         return argv
 
 
-def remote_command(workdir: str, env: Mapping[str, str], command: Sequence[str],
-                   python: str = "python3") -> str:
-    """The one string ssh hands to the remote login shell."""
-    words = ["exec", "env", *(f"{name}={value}" for name, value in env.items()), python, "-c",
-             GUARD_SOURCE, "--grace", f"{GUARD_GRACE_S:g}", "--", *command]
+def remote_command(workdir: str, command: Sequence[str], python: str = "python3") -> str:
+    """The one string ssh hands to the remote login shell (the environment follows on stdin:
+    ``env_line``)."""
+    words = ["exec", python, "-c", GUARD_SOURCE, "--grace", f"{GUARD_GRACE_S:g}", "--env-stdin",
+             "--", *command]
     return f"cd {shlex.quote(workdir)} && {shlex.join(words)}"
+
+
+def env_line(env: Mapping[str, str]) -> bytes:
+    """What the launcher writes first on the ssh client's stdin: the remote environment."""
+    return json.dumps(dict(env)).encode() + b"\n"
 
 
 def ssh_error_lines(lines: Sequence[str]) -> list[str]:
@@ -106,16 +114,26 @@ class SshChild(Child):
     grace_s = GUARD_GRACE_S + 3.0
 
     def __init__(self, label: str, subject: str, host: Host, ssh: SshOptions, remote: str,
-                 ssh_env: dict[str, str]):
-        super().__init__(label, subject, ssh.argv(host) + ["--", str(host), remote], ssh_env,
+                 ssh_env: dict[str, str], remote_env: Mapping[str, str]):
+        # ssh takes an IPv6 address bare (the hosts file's brackets are for the port's sake)
+        super().__init__(label, subject, ssh.argv(host) + ["--", host.name, remote], ssh_env,
                          stdin_pipe=True)
         self.host, self.ssh = host, ssh
+        self.remote_env = env_line(remote_env)
         self.remote_pid: int | None = None
         self.remote_end: tuple[str, str] | None = None   # ("exit", "3") or ("signal", "SIGKILL")
 
     @property
     def running(self) -> bool:
         return self.remote_pid is not None
+
+    def start(self) -> None:
+        super().start()
+        try:       # a pipe holds 64 KiB; the guard reads this line before anything else
+            self.proc.stdin.write(self.remote_env)
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            pass   # ssh already exited; its status and stderr say why
 
     def on_line(self, stream: str, line: str) -> None:
         if stream == "stderr" and line.startswith(guard.PREFIX):
@@ -128,6 +146,13 @@ class SshChild(Child):
         super().on_line(stream, line)
 
     def failure(self) -> Failure | None:
+        if self.remote_end is not None and self.remote_pid is None:
+            # the guard ran but could not start the command (no such program on the remote
+            # PATH, which the forwarded environment sets)
+            last = next((line for line in reversed(self.tail) if line.strip()), "")
+            code = int(self.remote_end[1]) if self.remote_end[0] == "exit" else 1
+            return Failure(self.subject, f"did not start: {last.strip() or 'no message'}",
+                           code, self.label, tuple(self.tail))
         if self.remote_end is not None:
             kind, value = self.remote_end
             if kind == "signal":
@@ -202,8 +227,9 @@ def build(plan: Plan) -> list[Child]:
     for role, host in plan.world:
         env = child_environ(plan.environ, config.env, same_host=False)
         env.update(role.to_environ())
-        remote = remote_command(workdir, env, config.command)
-        children.append(SshChild(role.label, role.title, host, ssh, remote, dict(plan.environ)))
+        remote = remote_command(workdir, config.command)
+        children.append(SshChild(role.label, role.title, host, ssh, remote, dict(plan.environ),
+                                 env))
     if plan.scheduler is not None:
         children.append(local_child(plan, plan.scheduler))
     return children

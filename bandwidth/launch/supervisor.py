@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from bandwidth.errors import WorkerError
+from bandwidth.lifeline import describe_stopped
 
 TAIL_LINES = 20          # stderr lines kept per child for the report
 REPORT_LINES = 12        # of which the report shows the last
@@ -135,8 +136,14 @@ class Child:
         _signal_group(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
 
+    def stopped(self) -> str:
+        """Why this running child does not answer, if a signal stopped it (or a process of its
+        group) on this host; "" otherwise (an ssh child's remote side is not looked at)."""
+        return describe_stopped(self.proc.pid, group=True)
+
     def terminate(self) -> None:
         _signal_group(self.proc.pid, signal.SIGTERM)
+        _signal_group(self.proc.pid, signal.SIGCONT)     # a stopped process handles it now
 
     def kill(self) -> None:
         _signal_group(self.proc.pid, signal.SIGKILL)
@@ -215,7 +222,7 @@ class Supervisor:
                 child.finished = True
                 failure = child.failure()
                 if failure is not None:
-                    return failure
+                    return self._stopped_instead(failure, child)
             for child in started:
                 if not child.finished and not child.running \
                         and now - child.started_at > self.start_timeout_s:
@@ -227,6 +234,19 @@ class Supervisor:
                     return failure
             if not pending and all(c.finished for c in self.children):
                 return None
+
+    def _stopped_instead(self, failure: Failure, failed: Child) -> Failure:
+        """A process that failed because another stopped answering (its timeout ran out while
+        waiting): name the stopped one, with the failed one's words as the context."""
+        for child in self.children:
+            if child is failed or child.proc is None or child.finished:
+                continue
+            state = child.stopped()
+            if state:
+                return Failure(child.subject, f"stopped answering: {state}", failure.exit_code,
+                               failure.tail_label, failure.tail,
+                               context=f"found when {failure.subject} {failure.what}")
+        return failure
 
     def _start(self, child: Child) -> Failure | None:
         try:
