@@ -58,7 +58,7 @@ def main() -> int:
                              f"{MIN_MB}-{MAX_MB} MB")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--num-batches", type=int, default=10)
+    parser.add_argument("--num-batches", type=int, default=20)
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     on_gpu = args.cpus is None
