@@ -66,7 +66,7 @@ def server_ranges(args, num_servers: int) -> list[tuple[int, int]]:
     return ranges
 
 
-def exchange(role: Role, plan, numel: int, buffers: dict) -> float:
+def exchange(role: Role, plan, buffers: dict) -> float:
     """One step: the worker's sends and receives, or the server's echo; returns seconds."""
     workers = role.job.num_workers
     start = time.perf_counter()
@@ -119,7 +119,7 @@ def main(argv=None) -> int:
         times = []
         for i in range(args.warmup + args.iters):
             dist.barrier()
-            seconds = exchange(role, plan, numel, buffers)
+            seconds = exchange(role, plan, buffers)
             if i >= args.warmup:
                 times.append(seconds)
         median = statistics.median(times) if role.name == WORKER else None
