@@ -36,12 +36,20 @@ class Bound:
     gbps: float
     probe_nbytes: int | None = None   # the probe's buffer; None: a reference of the same run
     not_a_bound: str | None = None    # why no % is shown (the run beat it; see ``judged``)
+    # Which figure of a run it bounds: "busbw" (MXNet's GB/sec per gpu), or "algbw" where one
+    # device makes busbw 0 by definition but the step still crosses a link (local on one GPU).
+    of: str = "busbw"
 
-    def pct(self, busbw_gbps: float) -> float | None:
-        """``busbw_gbps`` as a percentage of the ceiling; None where it is not a bound."""
+    def pct(self, gbps: float) -> float | None:
+        """``gbps`` (the figure named by ``of``) as a percentage of the ceiling; None where it is
+        not a bound."""
         if self.not_a_bound or not self.gbps:
             return None
-        return 100.0 * busbw_gbps / self.gbps
+        return 100.0 * gbps / self.gbps
+
+    def figure(self, summary) -> float:
+        """The figure of ``summary`` (a protocol.Summary) this ceiling bounds."""
+        return summary.algbw_median if self.of == "algbw" else summary.busbw_median
 
 
 def probe_nbytes(plan, nbytes: int | None = None) -> int:
@@ -57,6 +65,11 @@ def bound(plan, reference, nbytes: int | None = None) -> Bound | None:
     the plan's, see probe_nbytes)."""
     devices, n = plan.devices, plan.devices.n
     kind = plan.store_cls.bound_kind
+    if kind == "host path" and devices.is_cuda and n == 1:
+        # One GPU: nothing to sum, but every byte goes down and back up its PCIe link.
+        from bandwidth.ceiling.host import duplex_host_gbps
+        return Bound("duplex host path: device->host and host->device at once, algbw",
+                     duplex_host_gbps(devices.ids[0], PROBE_BYTES), PROBE_BYTES, of="algbw")
     if kind == "flat all-reduce":
         # Measured wherever the all-reduce spans two devices or more; under launch.py
         # (dist_nccl) that may be one device on each of several workers.
@@ -87,8 +100,10 @@ def bound(plan, reference, nbytes: int | None = None) -> Bound | None:
             path = host_path(list(devices.ids), probe)
             return Bound("host path: PCIe and CPU summation overlapped",
                          path.busbw_gbps(path.bound_seconds), probe)
-        return Bound(f"host memory: copies and summation, {size} probe",
-                     cpu_local_gbps(probe, n), probe)
+        # At the network's own size: the probe's buffers take as much of the caches as the run's.
+        probe = nbytes or plan.nbytes
+        return Bound(f"host memory: least traffic at the fastest host memory rate, "
+                     f"{format_bytes(probe)} probe", cpu_local_gbps(probe, n), probe)
     return None
 
 
@@ -134,8 +149,9 @@ def _graph_seconds(op, gpu: int, burst: int = 10, repeats: int = 5) -> float:
 
 
 def judged(ceiling: Bound | None, busbw_gbps: float, on_cpu: bool) -> Bound | None:
-    """``ceiling``, marked ``not_a_bound`` (with the reason) when the run's busbw exceeds it by
-    more than OVER_CEILING_MARGIN: a ceiling must be an upper bound, so no % above 100 is shown."""
+    """``ceiling``, marked ``not_a_bound`` (with the reason) when the run's figure (busbw, or
+    algbw for a ceiling ``of`` algbw: see Bound.figure) exceeds it by more than
+    OVER_CEILING_MARGIN: a ceiling must be an upper bound, so no % above 100 is shown."""
     if ceiling is None or not ceiling.gbps or \
             busbw_gbps <= ceiling.gbps * (1 + OVER_CEILING_MARGIN):
         return ceiling
@@ -197,19 +213,40 @@ def host_copy_gbps(nbytes: int) -> float:
 
 
 def cpu_local_gbps(nbytes: int, n: int) -> float:
-    """The local mode on CPU devices, done in one process: n copies in, the sum, n copies out,
-    one after another; in MXNet's GB/sec per gpu."""
-    sources = [torch.full((nbytes // 4,), float(i + 1)) for i in range(n)]
-    staged = [torch.empty_like(sources[0]) for _ in range(n)]
-    total = torch.empty_like(sources[0])
+    """The local mode's bound on ``n`` CPU devices, in MXNet's GB/sec per gpu. Whatever the
+    implementation (MXNet's included), a step must read every replica's gradients and write every
+    replica's outputs: 2 n S bytes of host memory traffic. The bound is that traffic at the fastest
+    rate host memory moved bytes in the probe, on buffers of the run's footprint (n sources and n
+    destinations of S bytes): the best of n copies (read and write counted), n adds (two reads and
+    a write) and a read-only sum of every buffer. Any real step also sums and may re-read, so it
+    can only be slower."""
+    numel = max(1, nbytes // 4)
+    sources = [torch.full((numel,), float(i + 1)) for i in range(n)]
+    targets = [torch.zeros(numel) for _ in range(n)]
+    moved = 4 * numel
 
-    def local_step():
-        for src, dst in zip(sources, staged):
+    def copies():
+        for src, dst in zip(sources, targets):
             dst.copy_(src)
-        torch.add(staged[0], staged[1], out=total)
-        for more in staged[2:]:
-            total.add_(more)
-        for dst in sources:
-            dst.copy_(total)
 
-    return nbytes * allreduce_factor(n) / _best_seconds(local_step) / 1e9
+    def adds():
+        for i, dst in enumerate(targets):
+            torch.add(sources[i], sources[(i + 1) % n], out=dst)
+
+    def reads():
+        for buf in sources + targets:
+            buf.sum()
+
+    rate = max(2 * n * moved / _burst_seconds(copies), 3 * n * moved / _burst_seconds(adds),
+               2 * n * moved / _burst_seconds(reads))
+    return nbytes * allreduce_factor(n) / (2 * n * nbytes / rate) / 1e9
+
+
+def _burst_seconds(fn, repeats: int = 5, min_seconds: float = 2e-3) -> float:
+    """Seconds per call: the fastest of ``repeats`` bursts of back-to-back calls, each burst long
+    enough (``min_seconds``) that the clock and call overheads do not count."""
+    start = time.perf_counter()
+    fn()
+    once = max(time.perf_counter() - start, 1e-7)
+    burst = max(1, min(1000, int(min_seconds / once)))
+    return _best_seconds(lambda: [fn() for _ in range(burst)], repeats) / burst

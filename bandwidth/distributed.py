@@ -107,16 +107,24 @@ def _parameter_server(plan: Plan, role: Role, on_report) -> Result | None:
             result = _result(plan, measured, group, role.job.num_workers * per_worker)
             result.worker_hosts = hosts[:role.job.num_workers]
             result.server_hosts = hosts[role.job.num_workers:]
-            if raw is not None and result.summary.bus_factor:
-                raw_bound = Bound("raw Gloo send+recv between workers and servers, same bytes "
-                                  "and messages, same run",
-                                  plan.nbytes * result.summary.bus_factor / group.max(raw) / 1e9)
-                result.ceiling = judged(raw_bound, result.summary.busbw_median,
-                                        on_cpu=not plan.devices.is_cuda)
+            if raw is not None:
+                result.ceiling = _raw_bound(plan, result.summary, group.max(raw))
         dist.barrier()                   # every worker and server is done
         return result
     finally:
         dist.destroy_process_group()
+
+
+def _raw_bound(plan: Plan, summary: Summary, raw_seconds: float) -> Bound:
+    """The raw exchange of the same run as the ceiling: in busbw where the worker has several
+    devices (MXNet's formula), else in algbw (a worker pushes S and pulls S per step, so algbw
+    is its bytes each way per second), which one device's busbw of 0 cannot show."""
+    name = "raw Gloo send+recv between workers and servers, same bytes and messages, same run"
+    if summary.bus_factor:
+        found = Bound(name, plan.nbytes * summary.bus_factor / raw_seconds / 1e9)
+    else:
+        found = Bound(name + ", algbw", plan.nbytes / raw_seconds / 1e9, of="algbw")
+    return judged(found, found.figure(summary), on_cpu=not plan.devices.is_cuda)
 
 
 def _raw_exchange(plan: Plan, cluster: Cluster, role: Role, repeats: int = 3) -> float | None:
@@ -133,10 +141,10 @@ def _raw_exchange(plan: Plan, cluster: Cluster, role: Role, repeats: int = 3) ->
     for i in range(repeats + 1):                  # the first one is a warm-up
         dist.barrier()
         start = time.perf_counter()
-        if role.name == WORKER:
-            works = [dist.isend(out[s:e], dst=cluster.server_rank(server), tag=tag)
+        if role.name == WORKER:                   # receives first, as a step posts them
+            works = [dist.irecv(back[s:e], src=cluster.server_rank(server), tag=tag)
                      for tag, (server, s, e) in enumerate(plan_messages)]
-            works += [dist.irecv(back[s:e], src=cluster.server_rank(server), tag=tag)
+            works += [dist.isend(out[s:e], dst=cluster.server_rank(server), tag=tag)
                       for tag, (server, s, e) in enumerate(plan_messages)]
         else:                                     # as a server: all receives posted at once
             mine = [(tag, s, e) for tag, (server, s, e) in enumerate(plan_messages)

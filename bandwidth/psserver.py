@@ -20,10 +20,16 @@ import torch.distributed as dist
 from bandwidth.kvstores.dist import messages, ps_layout
 from bandwidth.layout import DTYPE_BYTES, TORCH_DTYPES
 
+SERVER_THREADS = 1
+
 
 def serve(shapes, cluster, server: int, *, devices: int, by_owner: bool, sync: bool,
           optimizer, dtype: str, iterations: int) -> None:
     """Serve ``iterations`` steps of every worker, then return."""
+    # One summation thread: a server's adds are a small part of its time next to the transfers,
+    # and several servers and workers share the host's cores, where a parallel region waits for
+    # all of its threads to be scheduled (a several-ms stall per add on a busy host).
+    torch.set_num_threads(SERVER_THREADS)
     _, ranges = ps_layout(shapes, cluster.num_servers, devices, by_owner=by_owner)
     base = ranges[server][0]
     mine = [(tag, s - base, e - base) for tag, (owner, s, e)

@@ -22,7 +22,8 @@ Document, schema version 1::
         "reference": {... same fields as summary ...} | null,
         "ceiling": {"name": "p2p unidirectional copy", "gbps": 384.8,
                     "probe_nbytes": 256000000,        # null: the same run's flat reference
-                    "not_a_bound": null | "fits in cache: ..."} | null,
+                    "not_a_bound": null | "fits in cache: ...",
+                    "of": "busbw" | "algbw"} | null,  # the figure it bounds (algbw: one GPU)
         "workers": [{"worker", "seconds_median", "busbw_median", "network_nbytes",
                      "server_nbytes"}]}]}   # distributed modes: one per worker, else []
 
@@ -63,6 +64,7 @@ class Row:
     ceiling_gbps: float | None
     backend: str = "toolkit"    # what exchanged the arrays: "toolkit" or "mxnet" (--backend)
     ceiling_note: str | None = None     # why the ceiling is not a bound for this row (no %)
+    ceiling_of: str = "busbw"   # the figure the ceiling bounds: "busbw", or "algbw" (one GPU)
 
     @property
     def key(self) -> tuple:
@@ -81,7 +83,11 @@ class Row:
 
     @property
     def pct_of_ceiling(self) -> float | None:
-        if not self.ceiling_gbps or self.ceiling_note or self.n < 2:
+        if not self.ceiling_gbps or self.ceiling_note:
+            return None
+        if self.ceiling_of == "algbw":
+            return 100.0 * self.algbw_gbps / self.ceiling_gbps
+        if self.n < 2:
             return None
         return 100.0 * self.busbw_gbps / self.ceiling_gbps
 
@@ -110,7 +116,8 @@ def rows_from_document(doc: dict, source: str) -> list[Row]:
             ceiling_name=ceiling["name"] if ceiling else None,
             ceiling_gbps=ceiling["gbps"] if ceiling else None,
             backend=config.get("backend", "toolkit"),       # documents before --backend: toolkit
-            ceiling_note=ceiling.get("not_a_bound") if ceiling else None))
+            ceiling_note=ceiling.get("not_a_bound") if ceiling else None,
+            ceiling_of=(ceiling.get("of") or "busbw") if ceiling else "busbw"))
     return rows
 
 

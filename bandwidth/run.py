@@ -98,7 +98,8 @@ class Result:
     @property
     def pct_of_ceiling(self) -> float | None:
         """None where there is no ceiling, or it is not a bound (Bound.not_a_bound)."""
-        return None if self.ceiling is None else self.ceiling.pct(self.summary.busbw_median)
+        return None if self.ceiling is None else self.ceiling.pct(
+            self.ceiling.figure(self.summary))
 
 
 def make_plan(config: Config, with_devices: bool = True) -> Plan:
@@ -264,8 +265,9 @@ def run(config: Config, on_report: Callable[[Report], None] | None = None,
     summary = Summary.of(samples, plan.nbytes, factor)
     ceiling = None
     if config.reference:
-        ceiling = judged((bounds or BoundCache()).bound(plan, ref_summary),
-                         summary.busbw_median, on_cpu=not plan.devices.is_cuda)
+        found = (bounds or BoundCache()).bound(plan, ref_summary)
+        ceiling = None if found is None else judged(found, found.figure(summary),
+                                                    on_cpu=not plan.devices.is_cuda)
     return Result(plan=plan, environment=describe_environment(plan.devices), samples=samples,
                   reports=[Report(**r) for r in measured["reports"]], summary=summary,
                   reference=ref_summary, ceiling=ceiling, notes=measured["notes"],

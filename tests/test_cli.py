@@ -229,7 +229,8 @@ def test_sweep_prints_a_progress_bar_and_one_table(cli, tmp_path):
         ("4", "device", "cpu x2")]
     for r in body[0], body[2]:         # GB/s per GPU n/a (1 device), min, max -, % of ceiling n/a
         assert r[7:12] == ["n/a", "(1", "device)", "-", "-"] and r[-2] == "n/a"
-    assert "# ceiling of local on cpu x2: host memory: copies and summation" in table
+    assert ("# ceiling of local on cpu x2: host memory: least traffic at the fastest host memory "
+            "rate") in table
     assert len(json.loads(out.read_text())["results"]) == 4
 
 
@@ -242,7 +243,8 @@ def test_one_device_keeps_mxnets_zero_in_iter_lines_but_not_in_the_summary(cli):
     assert "#   GB/sec per gpu: n/a (1 device): nothing crosses a link" in summary
     assert "0.000" not in summary.split("algbw")[0]           # no busbw figure before algbw
     assert re.search(r"#   algbw [\d.]+ GB/s", summary)
-    assert "#   ceiling: n/a (1 device); bound by host memory copies and CPU summation" in summary
+    assert ("#   ceiling: n/a (1 device); bound by host memory: every gradient read and every "
+            "output written once") in summary
     assert "PCIe" not in proc.stdout
 
 

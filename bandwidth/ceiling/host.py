@@ -1,7 +1,8 @@
-"""Host-side ceilings: host<->device copies per GPU, a GPU's elementwise add, the host's memory
+"""Host-side ceilings: host<->device copies per GPU (one direction, and both at once), a GPU's elementwise add, the host's memory
 copy and summation rates, and the three stages of the ``local`` mode (``host_path``).
 
     host_link_gbps(0, 256 * 10**6, pinned=True, to_device=True)   # GB/s over GPU 0's PCIe link
+    duplex_host_gbps(0, 256 * 10**6)        # both directions at once, GB/s of one direction
     host_memory(256 * 10**6)                                      # copy and add rates, threads
 
 All rates are decimal GB/s of the bytes a copy moves, or of the bytes an add reads and writes
@@ -11,6 +12,7 @@ All rates are decimal GB/s of the bytes a copy moves, or of the bytes an add rea
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import torch
@@ -34,6 +36,37 @@ def host_link_gbps(gpu: int, nbytes: int, pinned: bool, to_device: bool, repeats
 
     seconds = median_seconds(copy, lambda: torch.cuda.synchronize(gpu), repeats, burst=burst)
     return nbytes / seconds / 1e9
+
+
+def duplex_host_gbps(gpu: int, nbytes: int, repeats: int = 5, burst: int = 5) -> float:
+    """One GPU's duplex host path: ``nbytes`` device->host and another ``nbytes`` host->device at
+    the same time, each direction on its own stream with pinned memory (PCIe is full duplex, and
+    the GPU has a copy engine per direction); bytes of one direction per second, which is the
+    ``local`` mode's algbw bound on one GPU (every byte goes down and comes back up)."""
+    host_in = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+    host_out = torch.ones(nbytes, dtype=torch.uint8, pin_memory=True)
+    dev_in = torch.ones(nbytes, dtype=torch.uint8, device=f"cuda:{gpu}")
+    dev_out = torch.empty(nbytes, dtype=torch.uint8, device=f"cuda:{gpu}")
+    down, up = torch.cuda.Stream(device=gpu), torch.cuda.Stream(device=gpu)
+
+    def both():
+        with torch.cuda.stream(down):
+            host_in.copy_(dev_in, non_blocking=True)
+        with torch.cuda.stream(up):
+            dev_out.copy_(host_out, non_blocking=True)
+
+    # The fastest burst, not the median: this figure is the local mode's ceiling, and a ceiling
+    # must be an upper bound (the rate varies by a few % from one burst to the next).
+    seconds = []
+    for i in range(repeats + 1):                 # the first burst is a warm-up
+        torch.cuda.synchronize(gpu)
+        start = time.perf_counter()
+        for _ in range(burst):
+            both()
+        torch.cuda.synchronize(gpu)
+        if i:
+            seconds.append((time.perf_counter() - start) / burst)
+    return nbytes / min(seconds) / 1e9
 
 
 def device_add_gbps(gpu: int, nbytes: int, repeats: int = 5, burst: int = 10) -> float:

@@ -152,9 +152,11 @@ class ParameterServerStore(KVStore):
     def step(self):
         self._reduce_local()
         rank = self.cluster.server_rank
-        sends = [dist.isend(self.push_buf[s:e], dst=rank(server), tag=tag)
-                 for tag, (server, s, e) in enumerate(self.messages)]
+        # Receives first: an answer that finds its receive posted lands at once, so pulls
+        # overlap pushes; posted after the sends, Gloo holds the answers back until then.
         recvs = [dist.irecv(self.pull_buf[s:e], src=rank(server), tag=tag)
+                 for tag, (server, s, e) in enumerate(self.messages)]
+        sends = [dist.isend(self.push_buf[s:e], dst=rank(server), tag=tag)
                  for tag, (server, s, e) in enumerate(self.messages)]
         for work in sends + recvs:
             work.wait()
