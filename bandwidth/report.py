@@ -8,6 +8,7 @@ import os
 import sys
 from dataclasses import asdict
 
+from bandwidth.formulas import busbw_gbps
 from bandwidth.hostceiling import ceiling_line
 from bandwidth.results import SCHEMA_VERSION, fingerprint
 from bandwidth.run import Plan, Result
@@ -151,7 +152,10 @@ def result_json(result: Result) -> dict:
                      "bound": plan.store_cls.bound_text(plan.devices),
                      "notes": result.notes},
         "devices": plan.devices.labels(),
-        "iterations": [asdict(s) for s in result.samples],
+        # Every iteration's figure, kept for the statistical gate (bandwidth.stats).
+        "iterations": [dict(asdict(s), busbw_gbps=busbw_gbps(result.summary.nbytes, s.seconds,
+                                                             result.summary.bus_factor))
+                       for s in result.samples],
         "reports": [asdict(r) for r in result.reports],
         "summary": asdict(result.summary),
         "reference": None if result.reference is None else asdict(result.reference),
