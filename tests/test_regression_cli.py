@@ -59,7 +59,7 @@ def test_a_doctored_baseline_fails(cli, saved, tmp_path):
     proc = cli(*SMALL, "--baseline", str(doctored(saved, tmp_path, 10.0)), "--repeat", "2")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "repeat 2/2" in proc.stderr          # it tried again before failing
-    assert "# FAILED: 1 of 1 rows (1 regression)" in proc.stdout
+    assert "# FAILED: 1 of 1 gates (1 regression)" in proc.stdout
 
 
 def test_other_hardware_is_refused_unless_forced(cli, saved, tmp_path):
