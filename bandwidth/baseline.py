@@ -97,7 +97,8 @@ def parse_repeat(text: str | int) -> int:
     except ValueError:
         value = 0
     if value < 1:
-        raise ConfigError(f"--repeat must be a whole number of runs, 1 or more; got {str(text)!r}")
+        raise ConfigError(f"--repeat must be a whole number of runs, 1 or more, or auto; got "
+                          f"{str(text)[:40]!r}")
     return value
 
 
