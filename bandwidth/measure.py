@@ -9,8 +9,10 @@ Usage (from the repository root, from inside bandwidth/ as with MXNet's tool, or
 
 Prints MXNet's lines (``num of arrays = ...``, ``iter 1, ... GB/sec per gpu, error ...``), then a
 summary with the median, min and max, algbw, and a flat all-reduce of the same bytes measured in the
-same run as a reference. Exit status: 0 done, 1 a worker process failed, 2 bad input or a request
-this machine cannot carry out, 141 (128 + SIGPIPE) the reader of stdout went away (``| head``).
+same run as a reference. Exit status: 0 done, 1 a worker process failed or a gate failed
+(--baseline, --min-gbps, --min-percent-of-ceiling), 2 bad input or a request this machine cannot
+carry out (a busy GPU under a gate without --force), 141 (128 + SIGPIPE) the reader of stdout went
+away (``| head``).
 """
 
 if __package__ in (None, ""):
