@@ -1,21 +1,28 @@
-"""Regression checks: this run against a saved baseline, and against an absolute floor.
+"""Regression checks: this run against a saved baseline, an absolute floor, and the ceiling
+measured in the same run (the CI gate; docs/reporting.md describes every rule).
 
 A baseline is an ordinary result document (``--save-baseline FILE`` writes the same document as
-``--json``). Checking works in three steps:
+``--json``), read through bandwidth.validate (a malformed file, or a figure that could never fail
+or never pass, is bad input). Checking works in these steps:
 
 1. ``check_fingerprint``: the baseline must come from the same hardware (device model and count,
-   driver, links, peer access; bandwidth.results.fingerprint). Otherwise the check is refused with
-   exit status 2 and a message naming what differs, unless forced.
+   driver, peer access; bandwidth.results.fingerprint). Otherwise the check is refused with exit
+   status 2 and a message naming what differs, unless forced. A link that lost NVLinks, PCIe
+   lanes or generation is not other hardware but a failing gate naming it (``link_gates``).
 2. ``compare``: rows are matched by Row.key (mode, network, devices, dtype, optimizer and
-   backend). Each baseline row's figure is the median of its repeats; the current rows with the
-   same key are the repeats of this run, and the row passes if ANY of them is within the
-   tolerance (a repeat at or above ``baseline x (1 - tolerance)``): fleet health checks re-run a
-   flapping check and pass on the first good run. With ``min_gbps`` every row whose best repeat
-   is below it fails (nccl-tests' NCCL_TESTS_MIN_BW, but on each row and without its 0.9 factor).
-3. ``exit_code``: 0 pass, 1 a regression or a row below the floor, 2 bad input (no row in common).
+   backend). A repeat regresses when its median is more than the tolerance below the baseline's
+   (the median of the baseline's repeats) AND the one-sided Mann-Whitney U test of its
+   iterations against the baseline's finds the drop significant (p < stats.SIGNIFICANCE); where
+   the samples cannot reach that level, the tolerance alone decides. A row passes if ANY repeat
+   passes (fleet health checks re-run a flapping check); with ``pool`` (``--repeat auto``) the
+   repeats are judged as one sample. A baseline row missing from the run fails (MISSING) unless
+   ``allow_missing``. With ``min_gbps`` every row whose best repeat is below it fails
+   (nccl-tests' NCCL_TESTS_MIN_BW, on each row and without its 0.9 factor).
+3. ``check_ceiling``: with ``--min-percent-of-ceiling P`` each row against P % of its ceiling.
+4. ``exit_code``: 0 pass, 1 a failed gate, 2 bad input (no row in common with the baseline).
 
-The figure compared is GB/s per GPU (busbw, median over iterations). Rows that exist on one side
-only are listed (``missing`` / ``new``) and do not fail the check.
+The figure compared is GB/s per GPU (busbw, median over iterations). ``check`` runs all of it;
+``write_gate_reports`` writes the verdicts as JUnit, markdown and JSON (bandwidth.gatereport).
 """
 
 from __future__ import annotations
