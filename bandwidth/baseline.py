@@ -267,8 +267,11 @@ def usable_samples(row: Row) -> tuple[float, ...]:
     edited by hand, or written before iterations kept busbw_gbps and without a bus factor)."""
     if not row.samples or not row.busbw_gbps:
         return ()
-    median = statistics.median(row.samples)
-    return row.samples if abs(median - row.busbw_gbps) <= 0.01 * row.busbw_gbps else ()
+    # The summary's median is busbw of the median time: with an even count, of the mean of the
+    # two middle times, which lies between the two middle figures.
+    ordered = sorted(row.samples)
+    low, high = ordered[(len(ordered) - 1) // 2], ordered[len(ordered) // 2]
+    return row.samples if 0.99 * low <= row.busbw_gbps <= 1.01 * high else ()
 
 
 def pooled(rows: list[Row]) -> Row:

@@ -199,3 +199,19 @@ def test_reports_without_a_gate_are_refused(reports):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1
     assert "--junit, --summary-md and --json report the gates" in proc.stderr
+
+
+def test_an_even_count_of_scattered_iterations_keeps_its_samples():
+    """The summary's median of an even count is busbw of the mean of the two middle times, which
+    can lie far from either middle figure when they scatter: the samples still describe it."""
+    from dataclasses import replace
+
+    from bandwidth.formulas import busbw_gbps
+    from bandwidth.results import Row
+
+    times = [1.0, 1.0, 2.0, 10.0]
+    samples = tuple(busbw_gbps(1e9, t, 1.0) for t in times)
+    row = Row("x", "local", "mlp", "cpu x2", 2, "float32", "none", 10**9,
+              busbw_gbps(1e9, 1.5, 1.0), 0, 0, 0, 1.5, 0, None, None, samples=samples)
+    assert bl.usable_samples(row) == samples
+    assert bl.usable_samples(replace(row, busbw_gbps=0.3)) == ()      # edited by hand
