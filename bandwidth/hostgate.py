@@ -17,9 +17,9 @@ The rules, on the matrix's data (every cell one direction of one pair, measured 
 3. **Re-pairing** (as GCP's cluster scanner does with suspect nodes): each host of a failing pair
    is held against the hosts that have shown the rate in some pair (cleared). A host slow with
    every cleared host is **at fault**; a failing pair neither of whose hosts is at fault is a
-   fault of that path alone; with no cleared host to pair with (two hosts) nothing is blamed. The full matrix already holds every re-paired measurement, so
-   the pass reads them from it; with a partial matrix a re-pairing the matrix lacks is reported
-   as not measured.
+   fault of that path alone; with no cleared host to pair with (two hosts) nothing is blamed.
+   The full matrix already holds every re-paired measurement, so the pass reads them from it; a
+   suspect the matrix holds no pair with a cleared host for is reported as not re-paired.
 
 Exit status: 0 every pair passes, 1 a pair or host fails (named), 2 bad input.
 """
@@ -133,7 +133,8 @@ def lines(v: HostVerdicts, min_pct: float) -> list[str]:
     for pair in v.failing_pairs:
         out.append(f"# SLOW PAIR {pair[0]}<->{pair[1]}: {v.pairs[pair]:.2f} GB/s")
     for host in v.faulty_hosts:
-        out.append(f"# HOST AT FAULT {host}: slow with every host that reaches the rate with others")
+        out.append(f"# HOST AT FAULT {host}: slow with every host that reaches the rate with "
+                   "others")
     for pair in v.path_faults:
         out.append(f"# path {pair[0]}<->{pair[1]} at fault: both hosts are fast with others")
     for host in v.unresolved:

@@ -74,7 +74,7 @@ def main() -> int:
                 hits += code == good
                 print(f"{kind} try {i + 1}: exit {code} in {seconds:.1f} s: {row}", flush=True)
             counts[kind] = hits
-    print(f"| run | tries | expected exit | got it | ratio |\n| --- | ---: | ---: | ---: | ---: |")
+    print("| run | tries | expected exit | got it | ratio |\n| --- | ---: | ---: | ---: | ---: |")
     for kind, good in (("unchanged", 0), ("slowed", 1)):
         print(f"| {kind} | {tries[kind]} | {good} | {counts[kind]} | "
               f"{counts[kind] / tries[kind]:.2f} |")

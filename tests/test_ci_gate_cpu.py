@@ -9,7 +9,6 @@ import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from contextlib import contextmanager
-from pathlib import Path
 
 import pytest
 
