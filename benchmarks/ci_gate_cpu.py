@@ -4,7 +4,7 @@ caught within --repeat auto's budget. Prints one line per try and a ratio table;
 
     flock /tmp/bandwidth-bench.lock python3 benchmarks/ci_gate_cpu.py --tries 20
 
-Each try is a fresh measure.py process (2 CPU devices, the local mode, the tiny mlp) gating
+Each try is a fresh measure.py process (with --paired, right after saving a fresh baseline) (2 CPU devices, the local mode, the tiny mlp) gating
 against a baseline saved by the same command at the start, with the default tolerance of 10 %
 unless --tolerance says otherwise.
 """
@@ -52,6 +52,9 @@ def main() -> int:
                         help="tries of the slowed run (default: --tries)")
     parser.add_argument("--tolerance", default="10%")
     parser.add_argument("--budget", default="10", help="--time-budget of each run, seconds")
+    parser.add_argument("--paired", action="store_true",
+                        help="save a fresh baseline right before every try (the machine's other "
+                             "load changes over minutes; a pair measures both under the same)")
     parser.add_argument("--burners", type=int, default=6,
                         help="competing busy-loop processes in the slowed runs")
     args = parser.parse_args()
@@ -70,6 +73,9 @@ def main() -> int:
         for kind, burners, good in (("unchanged", 0, 0), ("slowed", args.burners, 1)):
             hits = 0
             for i in range(tries[kind]):
+                if args.paired and measure(*auto, "--save-baseline", str(base)).returncode:
+                    print(f"{kind} try {i + 1}: the baseline failed", flush=True)
+                    continue
                 code, row, seconds = gate(base, auto, args.tolerance, burners)
                 hits += code == good
                 print(f"{kind} try {i + 1}: exit {code} in {seconds:.1f} s: {row}", flush=True)
