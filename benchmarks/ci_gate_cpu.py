@@ -4,9 +4,9 @@ caught within --repeat auto's budget. Prints one line per try and a ratio table;
 
     flock /tmp/bandwidth-bench.lock python3 benchmarks/ci_gate_cpu.py --tries 20
 
-Each try is a fresh measure.py process (with --paired, right after saving a fresh baseline) (2 CPU devices, the local mode, the tiny mlp) gating
-against a baseline saved by the same command at the start, with the default tolerance of 10 %
-unless --tolerance says otherwise.
+Each try is a fresh measure.py process (2 CPU devices, the local mode, the tiny mlp) gating
+against a baseline saved by the same command at the start (with --paired: right before the
+try), with the default tolerance of 10 % unless --tolerance says otherwise.
 """
 
 from __future__ import annotations
