@@ -5,10 +5,12 @@ JUnit and markdown reports are written. The 20-of-20 version of the same check i
 benchmarks/ci_gate.py (too slow for CI)."""
 
 import json
+import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -23,7 +25,7 @@ def competing(processes: int):
     burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
                for _ in range(processes)]
     try:
-        yield
+        yield burners
     finally:
         for p in burners:
             p.kill()
@@ -51,30 +53,62 @@ def test_every_iteration_is_kept_in_the_document(base):
     assert result["summary"]["iterations"] == len(iterations)
 
 
-def test_an_unchanged_rerun_passes_and_reports(base, cli, tmp_path):
-    """15 %, not the default 10 %: CI's two cores are shared with other jobs."""
+def _agree(proc, junit: Path, doc: dict | None = None, summary: Path | None = None):
+    """The exit status, the text verdict, the JUnit file, the JSON and the markdown say the
+    same (which one it is depends on this shared machine's load, and is not asserted)."""
+    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    passed = proc.returncode == 0
+    assert ("# PASSED (1 " in proc.stdout) == passed
+    assert ("# FAILED: 1 of 1 gates" in proc.stdout) == (not passed)
+    case = ET.parse(junit).getroot().find(".//testcase")
+    assert case.get("name") == "local mlp cpu x2" and (case.find("failure") is None) == passed
+    if doc is not None:
+        assert doc["gates"][0]["name"] == "local mlp cpu x2"
+        assert doc["gates"][0]["failed"] == (not passed)
+        assert doc["verdict"].startswith("# PASSED" if passed else "# FAILED")
+    if summary is not None:
+        assert ("**PASSED (1 " in summary.read_text()) == passed
+
+
+def test_a_rerun_reports_the_same_verdict_everywhere(base, cli, tmp_path):
+    """Whether this rerun passes depends on the load of CI's shared cores (benchmarks/
+    ci_gate_cpu.py counts passes); here the outputs must agree with each other."""
     summary = tmp_path / "summary.md"
     proc = cli(*TINY, *AUTO, "--baseline", str(base), "--tolerance", "15%", "--junit",
                str(tmp_path / "j.xml"), "--summary-md", str(summary), "--json",
                str(tmp_path / "now.json"), timeout=120)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "# PASSED (1 " in proc.stdout
-    case = ET.parse(tmp_path / "j.xml").getroot().find(".//testcase")
-    assert case.get("name") == "local mlp cpu x2" and case.find("failure") is None
-    assert "**PASSED (1 " in summary.read_text()
-    doc = json.loads((tmp_path / "now.json").read_text())
-    assert doc["gates"][0]["name"] == "local mlp cpu x2" and not doc["gates"][0]["failed"]
-    assert doc["verdict"].startswith("# PASSED")
+    _agree(proc, tmp_path / "j.xml", json.loads((tmp_path / "now.json").read_text()), summary)
 
 
-def test_a_run_slowed_by_competing_processes_is_caught(base, cli, tmp_path):
-    with competing(6):
-        proc = cli(*TINY, *AUTO, "--baseline", str(base), "--tolerance", "15%", "--junit",
-                   str(tmp_path / "j.xml"), timeout=120)
+def test_a_baseline_far_above_the_run_fails_by_tolerance_and_rank_test(base, cli, tmp_path):
+    """Every iteration of the baseline a million times this run's: beyond any tolerance and
+    significant at the smallest p the samples allow. (A run slowed for real by competing
+    processes: benchmarks/ci_gate_cpu.py; its outcome depends on the machine's load.)"""
+    doc = json.loads(base.read_text())
+    for result in doc["results"]:
+        for it in result["iterations"]:
+            it["busbw_gbps"] = 1e6
+        result["summary"]["busbw_median"] = 1e6
+    fast = tmp_path / "fast.json"
+    fast.write_text(json.dumps(doc))
+    proc = cli(*TINY, *AUTO, "--baseline", str(fast), "--junit", str(tmp_path / "j.xml"),
+               timeout=120)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "REGRESSION" in proc.stdout and "# FAILED: 1 of 1 gates (1 regression)" in proc.stdout
+    assert re.search(r"-100\.0 +\d\.\d+e-\d+ ", proc.stdout), proc.stdout   # the test's p
     failure = ET.parse(tmp_path / "j.xml").getroot().find(".//testcase/failure")
     assert failure.get("type") == "REGRESSION"
+    _agree(proc, tmp_path / "j.xml")
+
+
+def test_competing_processes_end_on_every_way_out():
+    """The busy loops of the slowed runs (benchmarks/ci_gate_cpu.py does the same) are gone
+    after their block, also when it raises."""
+    with pytest.raises(RuntimeError):
+        with competing(2) as burners:
+            assert all(p.poll() is None for p in burners)
+            raise RuntimeError("the run failed")
+    assert all(p.poll() is not None for p in burners)
 
 
 def test_a_baseline_row_the_run_lacks_fails_unless_allowed(base, cli, tmp_path):
