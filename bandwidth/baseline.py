@@ -1,21 +1,28 @@
-"""Regression checks: this run against a saved baseline, and against an absolute floor.
+"""Regression checks: this run against a saved baseline, an absolute floor, and the ceiling
+measured in the same run (the CI gate; docs/reporting.md describes every rule).
 
 A baseline is an ordinary result document (``--save-baseline FILE`` writes the same document as
-``--json``). Checking works in three steps:
+``--json``), read through bandwidth.validate (a malformed file, or a figure that could never fail
+or never pass, is bad input). Checking works in these steps:
 
 1. ``check_fingerprint``: the baseline must come from the same hardware (device model and count,
-   driver, links, peer access; bandwidth.results.fingerprint). Otherwise the check is refused with
-   exit status 2 and a message naming what differs, unless forced.
+   driver, peer access; bandwidth.results.fingerprint). Otherwise the check is refused with exit
+   status 2 and a message naming what differs, unless forced. A link that lost NVLinks, PCIe
+   lanes or generation is not other hardware but a failing gate naming it (``link_gates``).
 2. ``compare``: rows are matched by Row.key (mode, network, devices, dtype, optimizer and
-   backend). Each baseline row's figure is the median of its repeats; the current rows with the
-   same key are the repeats of this run, and the row passes if ANY of them is within the
-   tolerance (a repeat at or above ``baseline x (1 - tolerance)``): fleet health checks re-run a
-   flapping check and pass on the first good run. With ``min_gbps`` every row whose best repeat
-   is below it fails (nccl-tests' NCCL_TESTS_MIN_BW, but on each row and without its 0.9 factor).
-3. ``exit_code``: 0 pass, 1 a regression or a row below the floor, 2 bad input (no row in common).
+   backend). A repeat regresses when its median is more than the tolerance below the baseline's
+   (the median of the baseline's repeats) AND the one-sided Mann-Whitney U test of its
+   iterations against the baseline's finds the drop significant (p < stats.SIGNIFICANCE); where
+   the samples cannot reach that level, the tolerance alone decides. A row passes if ANY repeat
+   passes (fleet health checks re-run a flapping check); with ``pool`` (``--repeat auto``) the
+   repeats are judged as one sample. A baseline row missing from the run fails (MISSING) unless
+   ``allow_missing``. With ``min_gbps`` every row whose best repeat is below it fails
+   (nccl-tests' NCCL_TESTS_MIN_BW, on each row and without its 0.9 factor).
+3. ``check_ceiling``: with ``--min-percent-of-ceiling P`` each row against P % of its ceiling.
+4. ``exit_code``: 0 pass, 1 a failed gate, 2 bad input (no row in common with the baseline).
 
-The figure compared is GB/s per GPU (busbw, median over iterations). Rows that exist on one side
-only are listed (``missing`` / ``new``) and do not fail the check.
+The figure compared is GB/s per GPU (busbw, median over iterations). ``check`` runs all of it;
+``write_gate_reports`` writes the verdicts as JUnit, markdown and JSON (bandwidth.gatereport).
 """
 
 from __future__ import annotations
@@ -23,17 +30,22 @@ from __future__ import annotations
 import json
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from bandwidth import stats
 from bandwidth.errors import ConfigError
+from bandwidth.stats import Spread
 from bandwidth.results import Row, fingerprint, load_document, rows_from_document
 from bandwidth.table import render
 from bandwidth.topology import pcie_text
 
-PASS, FASTER, REGRESSION, BELOW_FLOOR, MISSING, NEW, ONE_DEVICE, SIZE_DIFFERS = (
-    "ok", "faster", "REGRESSION", "BELOW FLOOR", "missing", "new", "one device", "bytes differ")
-FAILING = (REGRESSION, BELOW_FLOOR)
+PASS, FASTER, REGRESSION, BELOW_FLOOR, NEW, ONE_DEVICE, SIZE_DIFFERS = (
+    "ok", "faster", "REGRESSION", "BELOW FLOOR", "new", "one device", "bytes differ")
+MISSING, MISSING_ALLOWED = "MISSING", "missing"      # fails closed; "missing" with --allow-missing
+NOT_SIGNIFICANT = "ok (drop not significant)"        # beyond the tolerance, but within the noise
+LINK_LOST, BELOW_CEILING, NO_CEILING = "LINK LOST", "BELOW CEILING", "NO CEILING"
+FAILING = (REGRESSION, BELOW_FLOOR, MISSING, LINK_LOST, BELOW_CEILING, NO_CEILING)
 
 
 class BaselineMismatchError(ConfigError):
@@ -71,6 +83,20 @@ def parse_min_gbps(text: str | float) -> float:
     return value
 
 
+def parse_min_percent(text: str | float) -> float:
+    """``--min-percent-of-ceiling``: a percentage above 0 and at most 100 (``60`` or ``60%``)."""
+    raw = str(text).strip()
+    body = raw[:-1].strip() if raw.endswith("%") else raw
+    try:
+        value = float(body)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= 100:
+        raise ConfigError(f"--min-percent-of-ceiling must be a percentage above 0 and at most "
+                          f"100, such as 60; got {raw!r}")
+    return value
+
+
 def parse_repeat(text: str | int) -> int:
     """``--repeat``: how many times a measurement may run before the check fails; 1 or more."""
     try:
@@ -78,7 +104,8 @@ def parse_repeat(text: str | int) -> int:
     except ValueError:
         value = 0
     if value < 1:
-        raise ConfigError(f"--repeat must be a whole number of runs, 1 or more; got {str(text)!r}")
+        raise ConfigError(f"--repeat must be a whole number of runs, 1 or more, or auto; got "
+                          f"{str(text)[:40]!r}")
     return value
 
 
@@ -105,11 +132,13 @@ def _peer_text(matrix) -> str:
     return f"{both} of {len(pairs)} GPU pairs"
 
 
-def link_differences(baseline_links: dict | None, current_links: dict | None) -> list[str]:
-    """What differs between two link descriptions (topology.compact_links), in words:
-    ``GPU 0<->1: 18 NVLinks in the baseline, 12 now``, ``GPU 1: PCIe gen5 x16 in the baseline,
-    gen5 x8 now``. A value unknown on either side (None: NVML could not tell; or a side without
-    NVML at all) is not compared: it proves no difference."""
+def link_changes(baseline_links: dict | None, current_links: dict | None
+                 ) -> list[tuple[str, str, bool]]:
+    """What differs between two link descriptions (topology.compact_links), per link:
+    ``("GPU 0<->1", "18 NVLinks in the baseline, 12 now", True)``, the last item True where the
+    link lost NVLinks, PCIe lanes or generation (a fault: the check fails, naming it) and False
+    where it gained. A value unknown on either side (None: NVML could not tell; or a side
+    without NVML at all) is not compared: it proves no difference."""
     if not baseline_links or not current_links:
         return []
     out = []
@@ -118,27 +147,42 @@ def link_differences(baseline_links: dict | None, current_links: dict | None) ->
         after = now_nv.get(pair)
         if before is not None and after is not None and before != after:
             a, b = pair.split("-")
-            out.append(f"GPU {a}<->{b}: {before} NVLink{'' if before == 1 else 's'} in the "
-                       f"baseline, {after} now")
+            out.append((f"GPU {a}<->{b}", f"{before} NVLink{'' if before == 1 else 's'} in the "
+                        f"baseline, {after} now", after < before))
     base_pcie, now_pcie = baseline_links.get("pcie") or {}, current_links.get("pcie") or {}
     for gpu, before in base_pcie.items():
         after = now_pcie.get(gpu) or {}
-        if any(before.get(k) is not None and after.get(k) is not None and before[k] != after[k]
-               for k in ("gen", "width")):
-            out.append(f"GPU {gpu}: PCIe {pcie_text(before)} in the baseline, "
-                       f"{pcie_text(after)} now")
+        known = [k for k in ("gen", "width")
+                 if before.get(k) is not None and after.get(k) is not None]
+        if any(before[k] != after[k] for k in known):
+            out.append((f"GPU {gpu}", f"PCIe {pcie_text(before)} in the baseline, "
+                        f"{pcie_text(after)} now", any(after[k] < before[k] for k in known)))
     return out
 
 
+def link_differences(baseline_links: dict | None, current_links: dict | None) -> list[str]:
+    """link_changes in words: ``GPU 0<->1: 18 NVLinks in the baseline, 12 now``."""
+    return [f"{name}: {text}" for name, text, _ in link_changes(baseline_links, current_links)]
+
+
+def link_gates(baseline_fp: dict, current_fp: dict, source: str = "this machine") -> list[Diff]:
+    """One failing Diff (LINK LOST) per link that lost NVLinks, lanes or PCIe generation since
+    the baseline: the fault a health check exists to catch is a failure naming the link (exit
+    1), not other hardware."""
+    return [Diff(f"link {name}", ("link", name, source), None, None, 1, None, LINK_LOST,
+                 note=text + ("" if source == "this machine" else f" ({source})"), gate="link")
+            for name, text, lost in link_changes(baseline_fp.get("links"),
+                                                 current_fp.get("links")) if lost]
+
+
 def fingerprint_differences(baseline_fp: dict, current_fp: dict) -> list[str]:
-    """The fields that differ, in words: ``['device model', 'driver']``. Links differ only where
-    both sides know them (link_differences)."""
+    """The fields that differ, in words: ``['device model', 'driver']``. Links are not among
+    them: a link that lost NVLinks or lanes is a failure of the check (link_gates), and one that
+    gained is a note."""
     names = {"device_model": "device model", "device_count": "device count", "driver": "driver",
-             "links": "links", "peer_access": "peer access"}
-    keys = list(names) + sorted((set(baseline_fp) | set(current_fp)) - set(names))
-    return [names.get(k, k) for k in keys
-            if (link_differences(baseline_fp.get(k), current_fp.get(k)) if k == "links"
-                else baseline_fp.get(k) != current_fp.get(k))]
+             "peer_access": "peer access"}
+    keys = list(names) + sorted((set(baseline_fp) | set(current_fp)) - set(names) - {"links"})
+    return [names.get(k, k) for k in keys if baseline_fp.get(k) != current_fp.get(k)]
 
 
 def check_fingerprint(baseline_fp: dict, current_fp: dict, force: bool = False,
@@ -153,13 +197,10 @@ def check_fingerprint(baseline_fp: dict, current_fp: dict, force: bool = False,
     base, now = describe_hardware(baseline_fp), describe_hardware(current_fp)
     # What the two descriptions do not already show: links and peer access (of equal counts).
     detail = []
-    if "links" in differs:
-        detail.append("links: " + "; ".join(link_differences(baseline_fp.get("links"),
-                                                             current_fp.get("links"))))
     if "peer access" in differs and "device count" not in differs:
         detail.append(f"peer access: {_peer_text(baseline_fp.get('peer_access'))} then, "
                       f"{_peer_text(current_fp.get('peer_access'))} now")
-    known = ("device model", "device count", "driver", "links", "peer access")
+    known = ("device model", "device count", "driver", "peer access")
     detail += [f"{name}: {baseline_fp.get(name)!r} then, {current_fp.get(name)!r} now"
                for name in differs if name not in known]
     if base != now:
@@ -189,15 +230,19 @@ def _unknown_links_note(baseline_fp: dict, current_fp: dict, current_name: str) 
 
 @dataclass(frozen=True)
 class Diff:
-    """One line of the diff table."""
+    """One line of the diff table: one gated row."""
 
     label: str                      # MODE NETWORK GPUS (+ dtype, optimizer when not the default)
     key: tuple
     baseline_gbps: float | None     # None: the row is not in the baseline
-    now_gbps: float | None          # the best repeat; None: not measured in this run
+    now_gbps: float | None          # the judged repeat's median (pooled with --repeat auto)
     repeats: int                    # rows of this run with this key
-    change_pct: float | None        # (now - baseline) / baseline, of the best repeat
+    change_pct: float | None        # (now - baseline) / baseline, of the judged repeat
     verdict: str
+    p_value: float | None = None    # the rank test's one-sided p (None: not tested; see note)
+    spread: Spread | None = None    # p50, p95, cv of the judged repeat's iterations
+    note: str | None = None         # why the rank test was not applied, or a row's verdict detail
+    gate: str = "baseline"          # "baseline" (and the floor), "floor", "ceiling" or "link"
 
     @property
     def failed(self) -> bool:
@@ -217,8 +262,61 @@ def _group(rows: list[Row]) -> dict[tuple, list[Row]]:
     return groups
 
 
+def usable_samples(row: Row) -> tuple[float, ...]:
+    """The row's per-iteration figures, or () where they do not describe its median (a document
+    edited by hand, or written before iterations kept busbw_gbps and without a bus factor)."""
+    if not row.samples or not row.busbw_gbps:
+        return ()
+    # The summary's median is busbw of the median time: with an even count, of the mean of the
+    # two middle times, which lies between the two middle figures.
+    ordered = sorted(row.samples)
+    low, high = ordered[(len(ordered) - 1) // 2], ordered[len(ordered) // 2]
+    return row.samples if 0.99 * low <= row.busbw_gbps <= 1.01 * high else ()
+
+
+def pooled(rows: list[Row]) -> Row:
+    """The repeats of one row as one measurement (--repeat auto): every iteration together,
+    the median of all of them."""
+    samples = tuple(x for r in rows for x in usable_samples(r))
+    if not samples:
+        return max(rows, key=lambda r: r.busbw_gbps)
+    return replace(rows[0], busbw_gbps=statistics.median(samples), busbw_min=min(samples),
+                   busbw_max=max(samples), samples=samples, source="pooled")
+
+
+@dataclass(frozen=True)
+class _Judged:
+    row: Row
+    change_pct: float | None
+    p_value: float | None
+    note: str | None
+    regressed: bool
+
+
+def _judge(row: Row, b_gbps: float | None, b_samples: tuple, tolerance_pct: float,
+           significance: float) -> _Judged:
+    """One repeat against the baseline: a drop beyond the tolerance that the rank test finds
+    significant (or, where the samples cannot show significance, the drop alone)."""
+    if not b_gbps:
+        return _Judged(row, None, None, None, False)
+    change = 100.0 * (row.busbw_gbps - b_gbps) / b_gbps
+    now_samples = usable_samples(row)
+    p_value, note = None, None
+    if not b_samples or not now_samples:
+        note = "no per-iteration figures on both sides: tolerance alone"
+    elif stats.smallest_p(len(now_samples), len(b_samples)) >= significance:
+        note = (f"{len(now_samples)} and {len(b_samples)} iterations cannot reach p < "
+                f"{significance:g}: tolerance alone")
+    else:
+        p_value = stats.mann_whitney_less(now_samples, b_samples)
+    beyond = change < -tolerance_pct
+    return _Judged(row, change, p_value, note,
+                   beyond and (p_value is None or p_value < significance))
+
+
 def compare(baseline_rows: list[Row], current_rows: list[Row], tolerance_pct: float,
-            min_gbps: float | None = None) -> list[Diff]:
+            min_gbps: float | None = None, *, allow_missing: bool = False, pool: bool = False,
+            significance: float = stats.SIGNIFICANCE) -> list[Diff]:
     """One Diff per key found on either side: the baseline's rows first, in their order, then the
     rows new in this run. See the module docstring for the rules."""
     base, now = _group(baseline_rows), _group(current_rows)
@@ -227,86 +325,159 @@ def compare(baseline_rows: list[Row], current_rows: list[Row], tolerance_pct: fl
         b_rows, n_rows = base.get(key, []), now.get(key, [])
         sample = (b_rows or n_rows)[0]
         b_gbps = statistics.median(r.busbw_gbps for r in b_rows) if b_rows else None
-        best = max(n_rows, key=lambda r: r.busbw_gbps) if n_rows else None
-        n_gbps = best.busbw_gbps if best else None
-        change = None
-        if b_gbps and n_gbps is not None:
-            change = 100.0 * (n_gbps - b_gbps) / b_gbps
-        verdict = _verdict(b_rows, n_rows, b_gbps, n_gbps, change, tolerance_pct, min_gbps)
-        diffs.append(Diff(_label(sample), key, b_gbps, n_gbps, len(n_rows), change, verdict))
+        b_samples = tuple(x for r in b_rows for x in usable_samples(r))
+        repeats = [pooled(n_rows)] if pool and n_rows else n_rows
+        judged = [_judge(r, b_gbps, b_samples, tolerance_pct, significance) for r in repeats]
+        # As fleet health checks: a row passes if any repeat passes; the best such repeat is shown
+        # (the best of all where none passes).
+        passing = [j for j in judged if not j.regressed]
+        chosen = max(passing or judged, key=lambda j: j.row.busbw_gbps, default=None)
+        verdict = _verdict(b_rows, n_rows, chosen, tolerance_pct, min_gbps, allow_missing)
+        row = chosen.row if chosen else None
+        diffs.append(Diff(
+            _label(sample), key, b_gbps, row.busbw_gbps if row else None, len(n_rows),
+            chosen.change_pct if chosen else None, verdict,
+            chosen.p_value if chosen else None,
+            stats.spread(usable_samples(row)) if row else None,
+            chosen.note if chosen and b_rows and verdict not in (SIZE_DIFFERS, ONE_DEVICE)
+            else None))
     return diffs
 
 
-def _verdict(b_rows, n_rows, b_gbps, n_gbps, change, tolerance_pct, min_gbps) -> str:
+def _verdict(b_rows, n_rows, chosen: _Judged | None, tolerance_pct, min_gbps,
+             allow_missing) -> str:
     if not n_rows:
-        return MISSING
+        return MISSING_ALLOWED if allow_missing else MISSING
     if n_rows[0].n < 2:
         return ONE_DEVICE           # busbw 0 by definition: nothing to compare or floor
-    if min_gbps is not None and n_gbps < min_gbps:
+    if min_gbps is not None and max(r.busbw_gbps for r in n_rows) < min_gbps:
         return BELOW_FLOOR
     if not b_rows:
         return NEW
     if {r.nbytes for r in b_rows} != {r.nbytes for r in n_rows}:
         return SIZE_DIFFERS         # same names, other arrays (e.g. another --image-shape)
-    if change is None:
+    if chosen.change_pct is None:
         return PASS
-    if change < -tolerance_pct:
+    if chosen.regressed:
         return REGRESSION
-    return FASTER if change > tolerance_pct else PASS
+    if chosen.change_pct < -tolerance_pct:
+        return NOT_SIGNIFICANT
+    return FASTER if chosen.change_pct > tolerance_pct else PASS
 
 
-def check_floor(rows: list[Row], min_gbps: float) -> list[Diff]:
-    """The floor alone, without a baseline: each key's best repeat against ``min_gbps``."""
+def check_floor(rows: list[Row], min_gbps: float, pool: bool = False) -> list[Diff]:
+    """The floor alone, without a baseline: each key's best repeat (the pooled repeats with
+    ``pool``) against ``min_gbps``."""
     diffs = []
     for key, n_rows in _group(rows).items():
-        best = max(n_rows, key=lambda r: r.busbw_gbps)
+        best = pooled(n_rows) if pool else max(n_rows, key=lambda r: r.busbw_gbps)
         verdict = ONE_DEVICE if best.n < 2 else \
             BELOW_FLOOR if best.busbw_gbps < min_gbps else PASS
-        diffs.append(Diff(_label(best), key, None, best.busbw_gbps, len(n_rows), None, verdict))
+        diffs.append(Diff(_label(best), key, None, best.busbw_gbps, len(n_rows), None, verdict,
+                          spread=stats.spread(usable_samples(best)), gate="floor"))
     return diffs
 
 
+def check_ceiling(rows: list[Row], min_pct: float, allow_missing: bool = False,
+                  pool: bool = False) -> list[Diff]:
+    """``--min-percent-of-ceiling P``: each key's best repeat against P % of the ceiling measured
+    in the same run. A row of two or more devices without a usable ceiling (none measured, or
+    the probe was not a bound at its size) fails closed (NO CEILING) unless ``allow_missing``."""
+    diffs = []
+    for key, n_rows in _group(rows).items():
+        best = pooled(n_rows) if pool else max(n_rows, key=lambda r: r.busbw_gbps)
+        pct = best.pct_of_ceiling
+        threshold = None if pct is None else best.ceiling_gbps * min_pct / 100.0
+        if best.n < 2:
+            verdict, note = ONE_DEVICE, None
+        elif pct is None:
+            why = best.ceiling_note or "no ceiling measured in this run"
+            verdict, note = (MISSING_ALLOWED if allow_missing else NO_CEILING), why
+        else:
+            verdict = BELOW_CEILING if pct < min_pct else PASS
+            note = f"{pct:.1f} % of {best.ceiling_gbps:.3f} GB/s ({best.ceiling_name})"
+        diffs.append(Diff(_label(best), ("ceiling",) + key, threshold, best.busbw_gbps,
+                          len(n_rows), None if pct is None else pct - 100.0, verdict,
+                          spread=stats.spread(usable_samples(best)), note=note, gate="ceiling"))
+    return diffs
+
+
+ROW_VERDICTS = (PASS, FASTER, NOT_SIGNIFICANT, REGRESSION)
+
+
 def exit_code(diffs: list[Diff], baseline_given: bool = True) -> int:
-    """0 pass, 1 a regression or a row below the floor, 2 nothing compared (no row of this run
+    """0 pass, 1 a failed gate (a regression, a row below the floor or the ceiling's share, a
+    row missing from the run, a link that lost lanes), 2 nothing compared (no row of this run
     matches the baseline)."""
-    if any(d.failed for d in diffs):
-        return 1
-    compared = [d for d in diffs if d.verdict in (PASS, FASTER)]
-    if baseline_given and not compared:
+    failed = [d for d in diffs if d.failed]
+    compared = [d for d in diffs if d.gate == "baseline" and d.verdict in ROW_VERDICTS]
+    if baseline_given and not compared and all(d.verdict == MISSING for d in failed):
         return 2
-    return 0
+    return 1 if failed else 0
 
 
 def _num(value: float | None, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
 
+def _p_text(d: Diff) -> str:
+    return "-" if d.p_value is None else f"{d.p_value:.2g}"
+
+
 def diff_table(diffs: list[Diff], tolerance_pct: float | None,
-               min_gbps: float | None = None, baseline_name: str = "the baseline") -> list[str]:
+               min_gbps: float | None = None, baseline_name: str = "the baseline",
+               min_pct: float | None = None, significance: float = stats.SIGNIFICANCE
+               ) -> list[str]:
     """The diff table with a ``#`` header and a verdict line: row, baseline, now, change %,
-    verdict (and repeats, when there were several)."""
+    the rank test's p, p50 / p95 / cv of the iterations, verdict (and repeats, when there were
+    several); then the ceiling gate's table and the links, where there are such gates."""
     rules = []
     if tolerance_pct is not None:
-        rules.append(f"a row fails below {baseline_name} by more than {tolerance_pct:g} %")
+        rules.append(f"a row fails below {baseline_name} by more than {tolerance_pct:g} % "
+                     f"where the drop is significant (Mann-Whitney U, one-sided p < "
+                     f"{significance:g})")
     if min_gbps is not None:
         rules.append(f"a row fails below {min_gbps:g} GB/s")
-    with_baseline = tolerance_pct is not None
+    if min_pct is not None:
+        rules.append(f"a row fails below {min_pct:g} % of its ceiling")
+    rows = [d for d in diffs if d.gate in ("baseline", "floor")]
+    lines = ["# regression check of GB/s per GPU (busbw, median over iterations; the best of this "
+             "run's repeats): " + "; ".join(rules)]
+    if rows:
+        lines += _row_table(rows, tolerance_pct is not None)
+    ceiling = [d for d in diffs if d.gate == "ceiling"]
+    if ceiling:
+        lines.append(f"# share of the ceiling measured in the same run (at least {min_pct:g} %)")
+        cells = [[d.label, _num(d.baseline_gbps, ".3f"), _num(d.now_gbps, ".3f"), d.verdict,
+                  d.note or ""] for d in ceiling]
+        lines += render(["row", f"{min_pct:g} % of ceiling GB/s", "now GB/s", "verdict",
+                         "detail"], cells, right={1, 2})
+    lines += [f"# {d.label}: {d.note}: {d.verdict}" for d in diffs if d.gate == "link"]
+    notes = sorted({d.note for d in rows if d.note})
+    lines += [f"# note: {n}" for n in notes]
+    lines.append(verdict_line(diffs, tolerance_pct is not None))
+    return lines
+
+
+def _row_table(diffs: list[Diff], with_baseline: bool) -> list[str]:
     show_repeats = any(d.repeats > 1 for d in diffs)
+    show_p = any(d.p_value is not None for d in diffs)
+    show_spread = any(d.spread is not None for d in diffs)
     headers = ["row"] + (["baseline GB/s"] if with_baseline else []) + ["now GB/s"] \
-        + (["change %"] if with_baseline else []) + ["verdict"] \
+        + (["change %"] if with_baseline else []) + (["p"] if show_p else []) \
+        + (["p50", "p95", "cv %"] if show_spread else []) + ["verdict"] \
         + (["repeats"] if show_repeats else [])
     cells = []
     for d in diffs:
         change = "-" if d.change_pct is None else f"{d.change_pct:+.1f}"
+        spread = [] if not show_spread else ["-", "-", "-"] if d.spread is None else [
+            f"{d.spread.p50_gbps:.3f}", f"{d.spread.p95_gbps:.3f}", f"{100 * d.spread.cv:.1f}"]
         cells.append([d.label] + ([_num(d.baseline_gbps, ".3f")] if with_baseline else [])
                      + [_num(d.now_gbps, ".3f")] + ([change] if with_baseline else [])
+                     + ([_p_text(d)] if show_p else []) + spread
                      + [d.verdict] + ([str(d.repeats)] if show_repeats else []))
     numeric = {i for i, h in enumerate(headers) if h not in ("row", "verdict")}
-    lines = ["# regression check of GB/s per GPU (busbw, median over iterations; the best of this "
-             "run's repeats): " + "; ".join(rules)]
-    lines += render(headers, cells, right=numeric)
-    lines.append(verdict_line(diffs, with_baseline))
-    return lines
+    return render(headers, cells, right=numeric)
 
 
 def verdict_line(diffs: list[Diff], baseline_given: bool = True) -> str:
@@ -317,14 +488,14 @@ def verdict_line(diffs: list[Diff], baseline_given: bool = True) -> str:
     tally = ", ".join(f"{n} {v.lower()}" for v, n in counts.items())
     code = exit_code(diffs, baseline_given)
     if code == 1:
-        return f"# FAILED: {len(failed)} of {len(diffs)} rows ({tally})"
+        return f"# FAILED: {len(failed)} of {len(diffs)} gates ({tally})"
     if code == 2:
         return f"# NOTHING COMPARED: no row of this run matches the baseline ({tally})"
     return f"# PASSED ({tally})"
 
 
 # ---------------------------------------------------------------------------------------------
-# one call for measure.py
+# one call for measure.py and compare
 
 
 @dataclass(frozen=True)
@@ -335,17 +506,37 @@ class Check:
     exit_code: int
 
 
+@dataclass(frozen=True)
+class Gates:
+    """What to check, from the command line (measure.py and python -m bandwidth.compare)."""
+
+    tolerance_pct: float = 10.0
+    min_gbps: float | None = None
+    min_pct_of_ceiling: float | None = None
+    allow_missing: bool = False
+    pool: bool = False                   # --repeat auto: the repeats are one measurement
+    significance: float = stats.SIGNIFICANCE
+
+    @property
+    def any(self) -> bool:
+        return self.min_gbps is not None or self.min_pct_of_ceiling is not None
+
+
 def check(current_rows: list[Row], baseline_doc: dict | None = None, tolerance_pct: float = 10.0,
           min_gbps: float | None = None, *, fingerprints: dict[str, dict] | None = None,
-          force: bool = False, baseline_name: str = "the baseline") -> Check:
+          force: bool = False, baseline_name: str = "the baseline",
+          gates: Gates | None = None) -> Check:
     """The whole check of this run's rows (all repeats so far): the hardware of every entry of
     ``fingerprints`` (``{"this machine": fingerprint(environment)}``, or one per file) against the
-    baseline's, then ``compare`` with the floor, or the floor alone without a baseline. Raises
-    BaselineMismatchError (exit 2) on other hardware unless ``force``.
+    baseline's, then ``compare`` with the floor, or the floor alone without a baseline; the
+    ceiling's share with ``gates.min_pct_of_ceiling``. Raises BaselineMismatchError (exit 2) on
+    other hardware unless ``force``; a link that lost NVLinks or lanes is a failing gate.
 
     ``--repeat N`` in measure.py: run, add the rows to ``current_rows``, call this, and stop at
     the first ``exit_code == 0`` or after N runs (health checks pass on the first good repeat)."""
+    g = gates or Gates(tolerance_pct, min_gbps)
     notes: list[str] = []
+    diffs: list[Diff] = []
     if baseline_doc is not None:
         if not fingerprints:
             raise ValueError("check() with a baseline needs the fingerprints of this run")
@@ -353,16 +544,57 @@ def check(current_rows: list[Row], baseline_doc: dict | None = None, tolerance_p
         for name, fp in fingerprints.items():
             note = check_fingerprint(base_fp, fp, force, name)
             notes += [note] if note else []
+            gained = [f"{link}: {text}" for link, text, lost in
+                      link_changes(base_fp.get("links"), fp.get("links")) if not lost]
+            notes += [f"note: links better than the baseline's ({name}): " + "; ".join(gained)] \
+                if gained else []
+            diffs += link_gates(base_fp, fp, name)
         baseline_rows = rows_from_document(baseline_doc, baseline_name)
-        diffs = compare(baseline_rows, current_rows, tolerance_pct, min_gbps)
-    elif min_gbps is not None:
-        diffs = check_floor(current_rows, min_gbps)
-    else:
-        raise ConfigError("a regression check needs --baseline FILE or --min-gbps X")
+        diffs = compare(baseline_rows, current_rows, g.tolerance_pct, g.min_gbps,
+                        allow_missing=g.allow_missing, pool=g.pool,
+                        significance=g.significance) + diffs
+    elif g.min_gbps is not None:
+        diffs = check_floor(current_rows, g.min_gbps, g.pool)
+    elif g.min_pct_of_ceiling is None:
+        raise ConfigError("a regression check needs --baseline FILE, --min-gbps X or "
+                          "--min-percent-of-ceiling P")
+    if g.min_pct_of_ceiling is not None:
+        diffs += check_ceiling(current_rows, g.min_pct_of_ceiling, g.allow_missing, g.pool)
     given = baseline_doc is not None
     lines = [f"# {n}" for n in notes] + diff_table(
-        diffs, tolerance_pct if given else None, min_gbps, baseline_name)
+        diffs, g.tolerance_pct if given else None, g.min_gbps, baseline_name,
+        g.min_pct_of_ceiling, g.significance)
     return Check(diffs, notes, lines, exit_code(diffs, given))
+
+
+def gate_records(result: Check, gates: Gates, baseline_given: bool):
+    """The check's verdicts as bandwidth.gatereport records."""
+    from bandwidth.gatereport import records_from_diffs
+
+    return records_from_diffs(result.diffs, gates.tolerance_pct if baseline_given else None,
+                              gates.min_gbps, gates.min_pct_of_ceiling, gates.significance)
+
+
+def write_gate_reports(result: Check, gates: Gates, *, tool: str, junit_path: str | None,
+                       summary_md: str | None, json_path: str | None = None,
+                       baseline_given: bool = True, seconds: float = 0.0) -> list[str]:
+    """--junit, --summary-md and --json of the regression check; returns ``# wrote`` lines."""
+    from bandwidth import gatereport
+
+    records = gate_records(result, gates, baseline_given)
+    verdict = result.lines[-1]
+    wrote = gatereport.write_reports(records, tool=tool, title=f"bandwidth: {tool}",
+                                     verdict_line=verdict, junit_path=junit_path,
+                                     summary_md=summary_md, seconds=seconds)
+    if json_path:
+        try:
+            Path(json_path).write_text(json.dumps(
+                {"gates": [r.to_dict() for r in records], "verdict": verdict,
+                 "exit_status": result.exit_code}, indent=1) + "\n")
+        except OSError as exc:
+            raise ConfigError(f"cannot write {json_path!r}: {exc.strerror}") from None
+        wrote.append(f"# wrote {json_path} (gates)")
+    return wrote
 
 
 def load_baseline(path: str | Path) -> dict:

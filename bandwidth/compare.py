@@ -15,7 +15,12 @@ with ``--speedup`` the speed-up table of scaling runs, and with ``--baseline`` o
 the regression check. With a baseline, rows of the same key in several FILEs are repeats: a row
 passes if any repeat is within the tolerance.
 
-Exit status: 0 reported / passed; 1 a regression or a row below --min-gbps; 2 bad input (an
+With ``--junit FILE``, ``--summary-md FILE`` (appended; by default ``$GITHUB_STEP_SUMMARY`` where
+set) and ``--json FILE`` the gates' verdicts are also written for CI systems (docs/reporting.md).
+
+Exit status: 0 reported / passed; 1 a failed gate (a regression, a row below --min-gbps or below
+--min-percent-of-ceiling, a baseline row missing from every FILE, a link that lost NVLinks or
+PCIe lanes since the baseline); 2 bad input (an
 unreadable file, a bad flag value, a baseline from other hardware without --force, no row in
 common with the baseline).
 """
@@ -23,10 +28,12 @@ common with the baseline).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 from bandwidth import baseline as bl
+from bandwidth import gatereport as gr
 from bandwidth.cliparse import OneLineParser
 from bandwidth.errors import BandwidthError, ConfigError
 from bandwidth.results import Row, load_document, rows_from_document
@@ -62,6 +69,18 @@ def build_parser() -> argparse.ArgumentParser:
                        help="fail any row whose GB/s per GPU (busbw) is below X")
     check.add_argument("--force", action="store_true",
                        help="compare with a baseline measured on other hardware")
+    check.add_argument("--allow-missing", action="store_true",
+                       help="let rows of the baseline that no FILE holds pass (by default they "
+                            "fail: a missing measurement is not a pass)")
+    check.add_argument("--min-percent-of-ceiling", default=None, metavar="P",
+                       help="fail any row below P %% of the ceiling measured in its own run")
+    reports = parser.add_argument_group("reports for CI")
+    reports.add_argument("--junit", default=None, metavar="FILE.xml",
+                         help="write the gates' verdicts as JUnit XML (one test case per gate)")
+    reports.add_argument("--summary-md", default=None, metavar="FILE.md",
+                         help="append a markdown summary (default: $GITHUB_STEP_SUMMARY when set)")
+    reports.add_argument("--json", dest="json_path", default=None, metavar="FILE.json",
+                         help='write the gates\' verdicts as {"gates": [...], "exit_status": N}')
     return parser
 
 
@@ -83,6 +102,13 @@ def main(argv: list[str] | None = None) -> int:
 def _compare(args: argparse.Namespace) -> int:
     tolerance = bl.parse_tolerance(args.tolerance)
     min_gbps = None if args.min_gbps is None else bl.parse_min_gbps(args.min_gbps)
+    min_pct = None if args.min_percent_of_ceiling is None else \
+        bl.parse_min_percent(args.min_percent_of_ceiling)
+    gates = bl.Gates(tolerance, min_gbps, min_pct, args.allow_missing)
+    summary_md = gr.summary_path(args.summary_md, os.environ)
+    for path, flag in ((args.junit, "--junit"), (summary_md, "--summary-md"),
+                       (args.json_path, "--json")):
+        gr.check_output_path(path, flag)
     docs = [load_document(p) for p in args.files]
     rows: list[Row] = []
     for name, doc in zip(source_names(args.files), docs):
@@ -92,13 +118,13 @@ def _compare(args: argparse.Namespace) -> int:
         rows += found
     base_doc = None if args.baseline is None else bl.load_baseline(args.baseline)
     result = None
-    if base_doc is not None or min_gbps is not None:
+    if base_doc is not None or gates.any:
         # Before anything is printed: a baseline from other hardware is refused with one line.
         fingerprints = {name: bl.document_fingerprint(doc)
                         for name, doc in zip(source_names(args.files), docs)}
         base_name = Path(args.baseline).name if args.baseline else "the baseline"
-        result = bl.check(rows, base_doc, tolerance, min_gbps, fingerprints=fingerprints,
-                          force=args.force, baseline_name=base_name)
+        result = bl.check(rows, base_doc, fingerprints=fingerprints, force=args.force,
+                          baseline_name=base_name, gates=gates)
     for line in report_lines(rows, args.baseline_row, args.speedup):
         print(line)
     if args.csv:
@@ -110,9 +136,17 @@ def _compare(args: argparse.Namespace) -> int:
         kind = plot_rows(rows, args.plot)
         print(f"# wrote {args.plot} ({kind} plot)")
     if result is None:
+        if args.junit or args.summary_md or args.json_path:
+            raise ConfigError("--junit, --summary-md and --json report the gates: give "
+                              "--baseline, --min-gbps or --min-percent-of-ceiling")
         return 0
     print()
     print("\n".join(result.lines))
+    for line in bl.write_gate_reports(result, gates, tool="python -m bandwidth.compare",
+                                      junit_path=args.junit, summary_md=summary_md,
+                                      json_path=args.json_path,
+                                      baseline_given=base_doc is not None):
+        print(line)
     return result.exit_code
 
 

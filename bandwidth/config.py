@@ -21,6 +21,7 @@ OPTIMIZERS = ("none", "sgd")
 LAUNCHES = ("auto", "graph", "eager")             # how a step's GPU work is issued (see Config.launch)
 OWNER_RULES = ("balanced", "greedy")      # the device mode's key placement
 GC_TYPES = ("none", "2bit")               # MXNet 1.9.1's gradient compression (--backend mxnet)
+AUTO_REPEATS = 1000                       # --repeat auto: the cap; --time-budget ends it first
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,13 @@ class Job:
     baseline_row: str | None = None        # the row the ratio table divides by
     speedup: bool = False
     network_ceiling: HostMatrix | None = None   # distributed modes: the host-to-host matrix
+    repeat_auto: bool = False              # --repeat auto: until the median is known well enough
+    ci_width_pct: float = 5.0              # ... its 95 % interval narrower than this, in %
+    time_budget_s: float = 300.0           # ... or this much time has passed
+    allow_missing: bool = False            # baseline rows missing from the run pass
+    min_pct_of_ceiling: float | None = None
+    junit_path: str | None = None
+    summary_md: str | None = None          # --summary-md, else $GITHUB_STEP_SUMMARY (read in main)
 
     @property
     def is_sweep(self) -> bool:
@@ -279,12 +287,30 @@ def build_parser() -> argparse.ArgumentParser:
                     help="compare with this baseline: exit 1 when a row dropped by more than "
                          "--tolerance")
     ci.add_argument("--tolerance", default="10%", help="allowed drop (default: 10%%)")
-    ci.add_argument("--repeat", type=int, default=1,
-                    help="measure N times; a row passes if any repeat is within tolerance")
+    ci.add_argument("--repeat", default="1",
+                    help="measure N times; a row passes if any repeat passes. 'auto': repeat "
+                         "until every row's median is known to --ci-width or --time-budget "
+                         "ends, then judge all iterations together")
+    ci.add_argument("--ci-width", default=5.0, type=float, metavar="PCT",
+                    help="--repeat auto: stop when each median's 95 %% confidence interval is "
+                         "narrower than PCT %% of it (default 5)")
+    ci.add_argument("--time-budget", default=300.0, type=float, metavar="S",
+                    help="--repeat auto: start no repeat that would end after S seconds "
+                         "(default 300)")
+    ci.add_argument("--allow-missing", action="store_true",
+                    help="let baseline rows this run did not measure pass (default: they fail)")
+    ci.add_argument("--min-percent-of-ceiling", default=None, metavar="P",
+                    help="fail (exit 1) a row below P %% of the ceiling measured in the same run")
+    ci.add_argument("--junit", dest="junit_path", default=None, metavar="FILE.xml",
+                    help="write the gates' verdicts as JUnit XML")
+    ci.add_argument("--summary-md", default=None, metavar="FILE.md",
+                    help="append a markdown summary of the gates (default: $GITHUB_STEP_SUMMARY "
+                         "when set)")
     ci.add_argument("--min-gbps", default=None,
                     help="fail (exit 1) when any row's GB/sec per gpu is below this floor")
     ci.add_argument("--force", action="store_true",
-                    help="compare with a baseline from different hardware anyway")
+                    help="compare with a baseline from different hardware anyway, and measure "
+                         "on a busy GPU (another process on it, clocks held down)")
     return parser
 
 
@@ -323,8 +349,12 @@ def _check_scalars(args: argparse.Namespace) -> None:
     check_timeout(args.timeout)
     if not -(1 << 63) <= args.seed < (1 << 64):
         raise ConfigError(f"--seed must fit in 64 bits; got {str(args.seed)[:30]}")
-    if args.repeat < 1:
-        raise ConfigError(f"--repeat must be at least 1; got {args.repeat}")
+    if not (math.isfinite(args.ci_width) and 0 < args.ci_width < 100):
+        raise ConfigError(f"--ci-width must be a percentage above 0 and below 100; got "
+                          f"{args.ci_width:g}")
+    if not (math.isfinite(args.time_budget) and 0 < args.time_budget < 1e7):
+        raise ConfigError(f"--time-budget must be a positive number of seconds; got "
+                          f"{args.time_budget:g}")
 
 
 def _device_sets(args: argparse.Namespace) -> list[tuple[tuple[int, ...] | None, int | None]]:
@@ -396,7 +426,8 @@ def check_output_path(flag: str, path: str | None) -> None:
 
 def job_from_args(args: argparse.Namespace) -> Job:
     """Validate the parsed flags and freeze them into a Job; bad values raise ConfigError."""
-    from bandwidth.baseline import parse_min_gbps, parse_tolerance
+    from bandwidth.baseline import (parse_min_gbps, parse_min_percent, parse_repeat,
+                                    parse_tolerance)
     from bandwidth.kvstores import canonical_name
     from bandwidth.layout import DTYPE_BYTES
 
@@ -420,6 +451,8 @@ def job_from_args(args: argparse.Namespace) -> Job:
                               f" not of --kv-store {','.join(local)}; drop it, or measure a "
                               "dist_* mode under launch.py")
         matrix = load_matrix(args.network_ceiling)
+    auto = str(args.repeat).strip().lower() == "auto"
+    repeat = AUTO_REPEATS if auto else parse_repeat(args.repeat)
     image_shape = parse_image_shape(args.image_shape)
     common = dict(num_layers=args.num_layers, image_shape=image_shape,
                   num_classes=args.num_classes, num_batches=args.num_batches, warmup=args.warmup,
@@ -438,6 +471,11 @@ def job_from_args(args: argparse.Namespace) -> Job:
     return Job(configs=configs, json_path=args.json_path, csv_path=args.csv_path,
                plot_path=args.plot_path, dry_run=args.dry_run, ceiling=args.ceiling,
                save_baseline=args.save_baseline, baseline=args.baseline,
-               tolerance_pct=parse_tolerance(args.tolerance), repeat=args.repeat,
-               min_gbps=None if args.min_gbps is None else parse_min_gbps(args.min_gbps), force=args.force, baseline_row=args.baseline_row,
-               speedup=args.speedup, network_ceiling=matrix)
+               tolerance_pct=parse_tolerance(args.tolerance), repeat=repeat,
+               min_gbps=None if args.min_gbps is None else parse_min_gbps(args.min_gbps),
+               force=args.force, baseline_row=args.baseline_row, speedup=args.speedup,
+               network_ceiling=matrix, repeat_auto=auto, ci_width_pct=args.ci_width,
+               time_budget_s=args.time_budget, allow_missing=args.allow_missing,
+               min_pct_of_ceiling=None if args.min_percent_of_ceiling is None
+               else parse_min_percent(args.min_percent_of_ceiling),
+               junit_path=args.junit_path, summary_md=args.summary_md)

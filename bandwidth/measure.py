@@ -9,8 +9,10 @@ Usage (from the repository root, from inside bandwidth/ as with MXNet's tool, or
 
 Prints MXNet's lines (``num of arrays = ...``, ``iter 1, ... GB/sec per gpu, error ...``), then a
 summary with the median, min and max, algbw, and a flat all-reduce of the same bytes measured in the
-same run as a reference. Exit status: 0 done, 1 a worker process failed, 2 bad input or a request
-this machine cannot carry out, 141 (128 + SIGPIPE) the reader of stdout went away (``| head``).
+same run as a reference. Exit status: 0 done, 1 a worker process failed or a gate failed
+(--baseline, --min-gbps, --min-percent-of-ceiling), 2 bad input or a request this machine cannot
+carry out (a busy GPU under a gate without --force), 141 (128 + SIGPIPE) the reader of stdout went
+away (``| head``).
 """
 
 if __package__ in (None, ""):
@@ -27,6 +29,8 @@ import logging  # noqa: E402
 import os  # noqa: E402
 import signal  # noqa: E402
 import sys  # noqa: E402
+import time  # noqa: E402
+from dataclasses import replace  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -37,9 +41,11 @@ from bandwidth.errors import BandwidthError, ConfigError  # noqa: E402
 from bandwidth.kvstores import KVSTORES  # noqa: E402
 from bandwidth.report import (array_table, discard_stdout, document,  # noqa: E402
                               preamble, summary_lines, worker_lines, write_document)
-from bandwidth import baseline, table  # noqa: E402
+from bandwidth import baseline, gatereport, table  # noqa: E402
 from bandwidth.bounds import BoundCache  # noqa: E402
 from bandwidth.progress import Progress  # noqa: E402
+from bandwidth.protocol import Summary  # noqa: E402
+from bandwidth.stats import ci_width_pct  # noqa: E402
 from bandwidth.results import devices_label, fingerprint, rows_from_document  # noqa: E402
 from bandwidth.run import Plan, Result, make_plan, run, size_line  # noqa: E402
 
@@ -147,39 +153,110 @@ def execute(job: Job, role=None) -> int:
         base = baseline.load_baseline(job.baseline)
         baseline.check_fingerprint(baseline.document_fingerprint(base), fingerprint(environment),
                                    job.force)
-    for line in preamble(plans[0], environment, sweep=len(plans)):
+    gates = baseline.Gates(job.tolerance_pct, job.min_gbps, job.min_pct_of_ceiling,
+                           job.allow_missing, pool=job.repeat_auto)
+    gating = base is not None or gates.any
+    summary_md = gatereport.summary_path(job.summary_md, os.environ) if gating else None
+    if (job.junit_path or job.summary_md) and not gating:
+        raise ConfigError("--junit and --summary-md report the gates: give --baseline, "
+                          "--min-gbps or --min-percent-of-ceiling")
+    for path, flag in ((job.junit_path, "--junit"), (summary_md, "--summary-md")):
+        gatereport.check_output_path(path, flag)
+    busy_lines = check_busy(widest.devices, job.force, gating)
+    for line in preamble(plans[0], environment, sweep=len(plans)) + busy_lines:
         print(line)
     ceiling_doc, ceiling_status = host_ceilings(widest) if job.ceiling else (None, 0)
     bounds = BoundCache(plans)             # each mode's ceiling measured once per device set
-    bar = Progress(len(plans)) if job.is_sweep or job.repeat > 1 else None
-    every_row, verdict, doc = [], None, None
+    repeating = job.repeat > 1
+    bar = Progress(len(plans)) if job.is_sweep or repeating else None
+    every_row, verdict, doc, runs = [], None, None, []
+    started = time.perf_counter()
     for repeat in range(job.repeat):
+        round_start = time.perf_counter()
         try:
             results = [measure_one(job, plan, bounds, bar, index, len(plans), repeat)
                        for index, plan in enumerate(plans)]
         finally:
             if bar is not None:
                 bar.close()
-        doc = document(results, environment,
+        runs.append(results)
+        doc = document(merged(runs) if job.repeat_auto else results, environment,
                        None if ceiling_doc is None else {"ceiling": ceiling_doc})
-        every_row += rows_from_document(doc, f"repeat {repeat + 1}")
-        if base is not None or job.min_gbps is not None:
-            verdict = baseline.check(every_row, base, job.tolerance_pct, job.min_gbps,
+        every_row += rows_from_document(document(results, environment), f"repeat {repeat + 1}")
+        if job.repeat_auto:
+            width = max(ci_width_pct(row.samples) for row in rows_from_document(doc, "pooled"))
+            now = time.perf_counter()
+            out_of_time = now + (now - round_start) > started + job.time_budget_s
+            if width > job.ci_width_pct and not out_of_time:
+                continue
+            print(f"# --repeat auto: {repeat + 1} repeat{'s' if repeat else ''} in "
+                  f"{now - started:.1f} s; widest 95 % interval of a median: {width:.1f} % "
+                  + (f"(within {job.ci_width_pct:g} %)" if width <= job.ci_width_pct else
+                     f"(--time-budget {job.time_budget_s:g} s ended first)"))
+        if gating:
+            verdict = baseline.check(every_row, base,
                                      fingerprints={"this machine": fingerprint(environment)},
-                                     force=job.force, baseline_name=job.baseline or "")
+                                     force=job.force, baseline_name=job.baseline or "",
+                                     gates=gates)
             if verdict.exit_code == 0:
                 break                      # as fleet health checks: the first good repeat passes
+        if job.repeat_auto:
+            break                          # precise enough, or out of time: judged once
     rows = rows_from_document(doc, "this run")
     print_tables(job, rows)
-    outputs(job, doc, rows)
     status = 0
     if verdict is not None:
+        doc["gates"] = [r.to_dict() for r in baseline.gate_records(verdict, gates,
+                                                                    base is not None)]
+        doc["verdict"] = verdict.lines[-1]
+    outputs(job, doc, rows)
+    if verdict is not None:
         print("\n".join(verdict.lines))
+        for line in baseline.write_gate_reports(verdict, gates, tool="measure.py",
+                                                junit_path=job.junit_path, summary_md=summary_md,
+                                                baseline_given=base is not None,
+                                                seconds=time.perf_counter() - started):
+            print(line)
         status = verdict.exit_code
     if ceiling_status:
         print("measure.py: the ceiling measurement (--ceiling) failed in part: see FAILED above",
               file=sys.stderr)
     return max(status, ceiling_status)
+
+
+def merged(runs: list[list[Result]]) -> list[Result]:
+    """--repeat auto: each configuration's repeats as one result, every iteration together
+    (renumbered) and the summary over all of them."""
+    out = []
+    for repeats in zip(*runs):
+        last = repeats[-1]
+        samples = [replace(s, iteration=k + 1)
+                   for k, s in enumerate(s for r in repeats for s in r.samples)]
+        summary = Summary.of(samples, last.summary.nbytes, last.summary.bus_factor)
+        out.append(replace(last, samples=samples, summary=summary,
+                           reports=[rep for r in repeats for rep in r.reports]))
+    return out
+
+
+def check_busy(devices, force: bool, gating: bool) -> list[str]:
+    """Before measuring: a GPU used by another process, or with its clocks held down, is named;
+    a gate (--baseline, --min-gbps, ...) refuses it unless --force. Returns ``#`` lines."""
+    if not devices.is_cuda:
+        return []
+    from bandwidth.busy import busy_reasons, read_states
+    from bandwidth.rawcopy import pci_bus_id
+
+    states, why_not = read_states(list(devices.ids), [pci_bus_id(g) for g in devices.ids])
+    if states is None:
+        return [f"# note: busy GPUs not checked: {why_not}"]
+    reasons = busy_reasons(states, {os.getpid()})
+    if not reasons:
+        return []
+    text = "; ".join(reasons)
+    if gating and not force:
+        raise ConfigError(f"busy GPU before measuring: {text}; a gate measured there would judge "
+                          "the other work, not the links: free the GPU, or use --force")
+    return [f"# warning: busy GPU: {text}" + ("; measured anyway (--force)" if gating else "")]
 
 
 def print_tables(job: Job, rows) -> None:
@@ -199,7 +276,8 @@ def measure_one(job: Job, plan: Plan, bounds: BoundCache, bar: Progress | None, 
     """One configuration: MXNet's lines for a single one, the progress bar in a sweep (or with
     --repeat)."""
     if bar is not None:
-        label = (f"(repeat {repeat + 1}/{job.repeat}) " if job.repeat > 1 else "") \
+        of = "auto" if job.repeat_auto else job.repeat
+        label = (f"(repeat {repeat + 1}/{of}) " if job.repeat > 1 else "") \
             + plan_label(plan)
         bar.start(index, label)
         result = run(plan.config, plan=plan, bounds=bounds)

@@ -8,6 +8,7 @@ import os
 import sys
 from dataclasses import asdict
 
+from bandwidth.formulas import busbw_gbps
 from bandwidth.hostceiling import ceiling_line
 from bandwidth.results import SCHEMA_VERSION, fingerprint
 from bandwidth.run import Plan, Result
@@ -170,7 +171,10 @@ def result_json(result: Result) -> dict:
                      "notes": result.notes},
         "devices": plan.devices.labels(),
         "launch": result.launch or plan.launch,
-        "iterations": [asdict(s) for s in result.samples],
+        # Every iteration's figure, kept for the statistical gate (bandwidth.stats).
+        "iterations": [dict(asdict(s), busbw_gbps=busbw_gbps(result.summary.nbytes, s.seconds,
+                                                             result.summary.bus_factor))
+                       for s in result.samples],
         "reports": [asdict(r) for r in result.reports],
         "summary": asdict(result.summary),
         "reference": None if result.reference is None else asdict(result.reference),

@@ -33,11 +33,9 @@ the figure is kept, but no % of ceiling is shown for that row.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from bandwidth.errors import ConfigError
 
 SCHEMA_VERSION = 1
 
@@ -65,6 +63,7 @@ class Row:
     backend: str = "toolkit"    # what exchanged the arrays: "toolkit" or "mxnet" (--backend)
     ceiling_note: str | None = None     # why the ceiling is not a bound for this row (no %)
     ceiling_of: str = "busbw"   # the figure the ceiling bounds: "busbw", or "algbw" (one GPU)
+    samples: tuple[float, ...] = ()     # every measured iteration's GB/s per GPU (busbw), in order
 
     @property
     def key(self) -> tuple:
@@ -102,6 +101,20 @@ def devices_label(labels: list[str]) -> str:
     return f"{kind}:" + ",".join(label.split(":")[1] for label in labels)
 
 
+def iteration_gbps(result: dict) -> tuple[float, ...]:
+    """Every measured iteration's GB/s per GPU of one ``results`` entry: its ``busbw_gbps``, or,
+    in documents written before that field, busbw from the iteration's seconds."""
+    from bandwidth.formulas import busbw_gbps
+
+    summary, out = result["summary"], []
+    for it in result.get("iterations") or []:
+        if it.get("busbw_gbps") is not None:
+            out.append(float(it["busbw_gbps"]))
+        elif summary.get("bus_factor") is not None:
+            out.append(busbw_gbps(summary["nbytes"], it["seconds"], summary["bus_factor"]))
+    return tuple(out)
+
+
 def rows_from_document(doc: dict, source: str) -> list[Row]:
     rows = []
     for result in doc.get("results", []):
@@ -117,24 +130,17 @@ def rows_from_document(doc: dict, source: str) -> list[Row]:
             ceiling_gbps=ceiling["gbps"] if ceiling else None,
             backend=config.get("backend", "toolkit"),       # documents before --backend: toolkit
             ceiling_note=ceiling.get("not_a_bound") if ceiling else None,
-            ceiling_of=(ceiling.get("of") or "busbw") if ceiling else "busbw"))
+            ceiling_of=(ceiling.get("of") or "busbw") if ceiling else "busbw",
+            samples=iteration_gbps(result)))
     return rows
 
 
 def load_document(path: str | Path) -> dict:
-    """Read a result document; a missing, unreadable or foreign file is a ConfigError."""
-    path = Path(path)
-    try:
-        doc = json.loads(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"cannot read {str(path)!r}: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{str(path)!r} is not JSON: {exc}") from None
-    if not isinstance(doc, dict) or doc.get("schema_version") != SCHEMA_VERSION \
-            or not isinstance(doc.get("results"), list):
-        raise ConfigError(f"{str(path)!r} is not a result file of this tool (schema version "
-                          f"{SCHEMA_VERSION}); write one with --json or --save-baseline")
-    return doc
+    """Read a result document; a missing, unreadable, foreign or malformed file (a field of the
+    wrong type, a rate that is NaN, 0 or negative: bandwidth.validate) is a ConfigError."""
+    from bandwidth.validate import check_document, read_json
+
+    return check_document(read_json(path), repr(str(path)))
 
 
 def load_rows(path: str | Path) -> list[Row]:

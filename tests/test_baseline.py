@@ -87,14 +87,18 @@ def test_baseline_repeats_count_by_their_median():
     assert diffs[0].baseline_gbps == pytest.approx(346.6) and verdicts(diffs) == ["ok"] * 3
 
 
-def test_missing_and_new_rows_are_reported_without_failing():
+def test_missing_rows_fail_closed_unless_allowed_and_new_rows_pass():
     now = make_document([make_result("device", busbw=346.6), make_result("nccl", n=4, busbw=300)])
     diffs = bl.compare(rows_of(BASE, "base"), rows_of(now), 10.0)
     assert [(d.label, d.verdict) for d in diffs] == [
-        ("device resnet-200 cuda:0,1", "ok"), ("nccl resnet-200 cuda:0,1", "missing"),
-        ("local resnet-200 cuda:0,1", "missing"), ("nccl resnet-200 cuda:0,1,2,3", "new")]
+        ("device resnet-200 cuda:0,1", "ok"), ("nccl resnet-200 cuda:0,1", "MISSING"),
+        ("local resnet-200 cuda:0,1", "MISSING"), ("nccl resnet-200 cuda:0,1,2,3", "new")]
     assert diffs[1].now_gbps is None and diffs[3].baseline_gbps is None
-    assert bl.exit_code(diffs) == 0
+    assert bl.exit_code(diffs) == 1
+    assert bl.verdict_line(diffs).startswith("# FAILED: 2 of 4 gates (1 ok, 2 missing, 1 new)")
+    allowed = bl.compare(rows_of(BASE, "base"), rows_of(now), 10.0, allow_missing=True)
+    assert [d.verdict for d in allowed] == ["ok", "missing", "missing", "new"]
+    assert bl.exit_code(allowed) == 0
 
 
 def test_no_row_in_common_is_bad_input():
@@ -131,13 +135,14 @@ def test_the_diff_table_shows_row_baseline_now_change_and_verdict():
     lines = bl.diff_table(diffs, 10.0, baseline_name="base.json")
     assert lines[0].startswith("# regression check of GB/s per GPU")
     assert "a row fails below base.json by more than 10 %" in lines[0]
-    assert lines[1].split() == ["row", "baseline", "GB/s", "now", "GB/s", "change", "%", "verdict"]
+    assert lines[1].split() == ["row", "baseline", "GB/s", "now", "GB/s", "change", "%", "p50",
+                                "p95", "cv", "%", "verdict"]
     assert lines[2].split() == ["device", "resnet-200", "cuda:0,1", "519.900", "346.600", "-33.3",
-                                "REGRESSION"]
-    assert lines[-1] == "# FAILED: 3 of 3 rows (3 regression)"
+                                "346.600", "346.600", "0.0", "REGRESSION"]
+    assert lines[-1] == "# FAILED: 3 of 3 gates (3 regression)"
     floor_lines = bl.diff_table(bl.check_floor(rows_of(BASE), 50.0), None, 50.0)
-    assert floor_lines[1].split() == ["row", "now", "GB/s", "verdict"]
-    assert floor_lines[-1] == "# FAILED: 1 of 3 rows (2 ok, 1 below floor)"
+    assert floor_lines[1].split() == ["row", "now", "GB/s", "p50", "p95", "cv", "%", "verdict"]
+    assert floor_lines[-1] == "# FAILED: 1 of 3 gates (2 ok, 1 below floor)"
 
 
 H100 = {"device_model": "NVIDIA H100 80GB HBM3", "device_count": 8, "driver": "550.54",
@@ -165,9 +170,9 @@ def test_peer_access_or_links_alone_are_named():
                        r"H200 \(driver 580.159\) as this machine has, but with other peer access: "
                        r"1 of 1 GPU pairs then, 0 of 1 GPU pairs now; use --force"):
         bl.check_fingerprint(H200, no_p2p)
-    with pytest.raises(bl.BaselineMismatchError, match=r"but with other links: GPU 1: PCIe gen5 "
-                       r"x16 in the baseline, gen5 x8 now; use --force"):
-        bl.check_fingerprint(dict(H200, links=h200_links()), dict(H200, links=h200_links(width=8)))
+    # Links are not other hardware: a lost lane is a failing gate (test below), not a refusal.
+    assert bl.check_fingerprint(dict(H200, links=h200_links()),
+                                dict(H200, links=h200_links(width=8))) is None
 
 
 def test_links_are_compared_entry_by_entry_in_words():
@@ -190,26 +195,28 @@ def test_links_recorded_on_one_side_only_are_a_note_not_a_refusal():
                                                                 H200)
 
 
-def test_a_baseline_with_other_links_is_refused_unless_forced(tmp_path, capsys):
+def test_a_link_that_lost_nvlinks_or_lanes_fails_naming_it(tmp_path, capsys):
     """Fabricated environments through the whole check (compare's command line): the same links
-    pass, a lost NVLink is refused with exit 2 naming the pair, --force compares anyway."""
+    pass; a lost NVLink or PCIe lane is a failure (exit 1) naming the link, not a refusal of
+    other hardware; a link better than the baseline's is a note."""
     from bandwidth import compare
 
     base = write_document(tmp_path / "base.json", make_document(three_modes(), links=h200_links()))
     same = write_document(tmp_path / "same.json", make_document(three_modes(), links=h200_links()))
     lost = write_document(tmp_path / "lost.json",
-                          make_document(three_modes(), links=h200_links(nvlinks=12)))
+                          make_document(three_modes(), links=h200_links(nvlinks=12, width=8)))
     assert compare.main([str(same), "--baseline", str(base)]) == 0
     assert "# PASSED (3 ok)" in capsys.readouterr().out
-    assert compare.main([str(lost), "--baseline", str(base)]) == 2
-    err = capsys.readouterr().err
-    assert "GPU 0<->1: 18 NVLinks in the baseline, 12 now" in err and "use --force" in err
-    assert compare.main([str(lost), "--baseline", str(base), "--force"]) == 0
+    assert compare.main([str(lost), "--baseline", str(base)]) == 1
+    out, err = capsys.readouterr()
+    assert err == ""
+    assert "# link GPU 0<->1: 18 NVLinks in the baseline, 12 now (lost.json): LINK LOST" in out
+    assert "# link GPU 1: PCIe gen5 x16 in the baseline, gen5 x8 now (lost.json): LINK LOST" in out
+    assert out.splitlines()[-1] == "# FAILED: 2 of 5 gates (3 ok, 2 link lost)"
+    assert compare.main([str(base), "--baseline", str(lost)]) == 0
     out = capsys.readouterr().out
-    assert "# warning: baseline was measured on 2 x NVIDIA H200 (driver 580.159.04) as lost.json " \
-           "has, but with other links: GPU 0<->1: 18 NVLinks in the baseline, 12 now; compared " \
-           "anyway (--force)" in out
-    assert out.splitlines()[-1] == "# PASSED (3 ok)"
+    assert "# note: links better than the baseline's (base.json): GPU 0<->1: 12 NVLinks in the " \
+           "baseline, 18 now; GPU 1: PCIe gen5 x8 in the baseline, gen5 x16 now" in out
 
 
 def test_the_fingerprint_holds_the_links():
@@ -239,7 +246,7 @@ def test_check_runs_fingerprint_compare_and_floor_in_one_call():
     assert forced.exit_code == 0 and forced.lines[0].startswith("# warning: baseline was")
     with pytest.raises(ValueError):
         bl.check(now, BASE, 10.0)
-    with pytest.raises(ConfigError, match="needs --baseline FILE or --min-gbps X"):
+    with pytest.raises(ConfigError, match="needs --baseline FILE, --min-gbps X or"):
         bl.check(now)
 
 

@@ -46,7 +46,7 @@ def test_kvstore_spellings_and_optimizer_none_string():
     (["--disp-batches", "6"], "exceeds --num-batches 5"),
     (["--gc-type", "2bit"], "gradient compression is not implemented"),
     (["--tolerance", "ten"], "--tolerance"),
-    (["--repeat", "0"], "--repeat must be at least 1"),
+    (["--repeat", "0"], "--repeat must be a whole number of runs, 1 or more, or auto"),
     (["--network", "flat", "-b", "1X"], "a size must be a positive number of bytes"),
     (["--network", "flat", "-b", "1G", "-e", "1M"], "is smaller than -b"),
     (["--scaling", "--gpus", "0,1", "2,3"], "--scaling takes one --gpus list"),

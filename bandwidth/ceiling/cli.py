@@ -74,6 +74,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "processes (the ceiling of the distributed modes)")
     p.add_argument("--json", dest="json_path", default=None,
                    help='also write {"ceilings": ...} to this file')
+    p.add_argument("--expect-links", nargs="?", const="60", default=None, metavar="P",
+                   help="fail (exit 1) any link below P %% (default 60) of what NVML says it "
+                        "carries: NVLinks x the rate of their generation, PCIe generation x "
+                        "lanes; and any link NVML shows degraded")
+    p.add_argument("--junit", default=None, metavar="FILE.xml",
+                   help="write the --expect-links verdicts as JUnit XML (one test case per link)")
+    p.add_argument("--summary-md", default=None, metavar="FILE.md",
+                   help="append the --expect-links verdicts as markdown (default: "
+                        "$GITHUB_STEP_SUMMARY when set)")
     return p
 
 
@@ -126,6 +135,68 @@ def network_main(args) -> int:
     return 0
 
 
+def _expect_args(args, devices, options) -> tuple[float | None, str | None]:
+    """--expect-links, --junit and --summary-md checked before anything is measured."""
+    import os
+
+    from bandwidth import gatereport
+    from bandwidth.baseline import parse_min_percent
+
+    if args.expect_links is None:
+        if args.junit or args.summary_md:
+            raise ConfigError("--junit and --summary-md report the --expect-links gate: add "
+                              "--expect-links")
+        return None, None
+    pct = parse_min_percent(args.expect_links)
+    if not devices.is_cuda:
+        raise ConfigError("--expect-links judges GPU links from NVML's facts: there are none on "
+                          "CPU devices")
+    missing = {"topology", "host"} & options.skip
+    if missing or "p2p" in options.skip and len(devices.ids) > 1:
+        raise ConfigError(f"--expect-links needs the parts it judges: do not --skip "
+                          f"{','.join(sorted(missing | ({'p2p'} & options.skip)))}")
+    summary_md = gatereport.summary_path(args.summary_md, os.environ)
+    for path, flag in ((args.junit, "--junit"), (summary_md, "--summary-md")):
+        gatereport.check_output_path(path, flag)
+    return pct, summary_md
+
+
+def _expect(ceilings, pct: float, junit: str | None, summary_md: str | None,
+            json_path: str | None) -> int:
+    """The --expect-links gate on the measured ceilings: table, verdict, reports; 0 or 1."""
+    from bandwidth import gatereport
+    from bandwidth.expect import link_gates
+    from bandwidth.table import render as render_table
+
+    doc = ceilings.to_dict()
+    if ceilings.topology is None:
+        raise ConfigError(f"--expect-links: NVML's link facts are not available here "
+                          f"({ceilings.not_applicable.get('topology', 'no topology')})")
+    records = link_gates(doc, pct)
+    failed = [r for r in records if r.failed]
+    verdict = (f"# FAILED: {len(failed)} of {len(records)} links ("
+               + ", ".join(f"{r.name}: {r.verdict}" for r in failed) + ")") if failed else \
+        f"# PASSED ({len(records)} links at or above {pct:g} % of what NVML says they carry)"
+    cells = [[r.name, "-" if r.value is None else f"{r.value:.1f}",
+              "-" if r.reference is None else f"{r.reference:.1f}", r.verdict, r.detail]
+             for r in records]
+    print()
+    print(f"# expected links: each at least {pct:g} % of what NVML says it carries")
+    print("\n".join(render_table(["link", "measured GB/s", f"{pct:g} % of expected GB/s",
+                                  "verdict", "detail"], cells, right={1, 2})))
+    print(verdict)
+    for line in gatereport.write_reports(records, tool=PROG, title=f"bandwidth: {PROG}",
+                                         verdict_line=verdict, junit_path=junit,
+                                         summary_md=summary_md):
+        print(line)
+    if json_path:
+        data = json.loads(Path(json_path).read_text())
+        data["gates"] = [r.to_dict() for r in records]
+        data["verdict"] = verdict
+        Path(json_path).write_text(json.dumps(data, indent=1))
+    return 1 if failed else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Exit status: 0 done, 1 a part failed (printed as FAILED), 2 bad input."""
     try:
@@ -139,12 +210,16 @@ def main(argv: list[str] | None = None) -> int:
             return network_main(args)
         devices = resolve(parse_gpus(args.gpus) if args.gpus is not None else None, args.cpus)
         options = options_from_args(args, devices.is_cuda)
+        expect_pct, summary_md = _expect_args(args, devices, options)
         ceilings = measure_ceilings(devices, options,
                                     progress=lambda m: print(f"# {m}", file=sys.stderr, flush=True))
         print("\n".join(render.lines(ceilings)), flush=True)
         if args.json_path:
             Path(args.json_path).write_text(json.dumps({"ceilings": ceilings.to_dict()}, indent=1))
             print(f"# wrote {args.json_path}")
+        if expect_pct is not None:
+            status = _expect(ceilings, expect_pct, args.junit, summary_md, args.json_path)
+            return max(status, 1 if ceilings.failures else 0)
     except BandwidthError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -1,0 +1,217 @@
+"""The gates' reports for CI (issue 20, items 1 and 2): the rank test and the median's interval
+against known values, JUnit XML valid against the JUnit schema, a markdown summary appended to
+$GITHUB_STEP_SUMMARY, and every gate's verdict the same in the text, JSON, JUnit and markdown
+outputs of python -m bandwidth.compare."""
+
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import ROOT
+from resultdocs import h200_links, make_document, make_result, write_document
+
+from bandwidth import baseline as bl
+from bandwidth import stats
+from bandwidth.results import rows_from_document
+
+XSD = Path(__file__).with_name("junit-10.xsd")
+
+
+# ---------------------------------------------------------------------------------------------
+# statistics
+
+
+def test_exact_u_distribution_matches_the_table():
+    # Mann-Whitney's table for samples of 3 and 4: counts of U = 0..12 over C(7, 3) = 35 orders.
+    assert list(stats._u_counts(3, 4)) == [1, 1, 2, 3, 4, 4, 5, 4, 4, 3, 2, 1, 1]
+    # Completely separated samples: the smallest attainable p, 1 / C(n + m, n).
+    assert stats.mann_whitney_less([1, 2, 3], [4, 5, 6, 7]) == pytest.approx(1 / 35)
+    assert stats.mann_whitney_less([4, 5, 6, 7], [1, 2, 3]) == pytest.approx(1.0)
+    assert stats.smallest_p(5, 5) == pytest.approx(1 / 252)
+
+
+def test_normal_approximation_agrees_with_the_exact_count():
+    rng = np.random.default_rng(1)
+    now, before = rng.normal(9.7, 1, 30), rng.normal(10, 1, 30)
+    exact = stats.mann_whitney_less(now, before)
+    tied = stats.mann_whitney_less(np.round(now, 6), np.append(np.round(before, 6)[1:],
+                                                                np.round(now, 6)[0]))
+    assert 0 < exact < 1 and 0 < tied < 1
+    # a large sample goes through the approximation: a clear drop is found, none is not
+    big = rng.normal(10, 1, 200)
+    assert stats.mann_whitney_less(big * 0.9, big) < 1e-6
+    assert stats.mann_whitney_less(big, big) > 0.3
+
+
+def test_median_interval_from_order_statistics():
+    assert stats.median_ci(range(20)) == (5.0, 14.0)       # B(20, 1/2): P(X <= 5) = 0.0207
+    assert stats.median_ci(range(5)) is None                 # no 95 % interval below 6 values
+    assert stats.median_ci(range(6)) == (0.0, 5.0)
+    assert math.isinf(stats.ci_width_pct([1.0, 2.0]))
+    s = stats.spread([10.0, 10.0, 10.0, 5.0] + [10.0] * 16)
+    assert s.p50_gbps == 10.0 and s.p95_gbps < 10.0 and s.cv > 0 and s.samples == 20
+
+
+def _with_samples(result: dict, samples) -> dict:
+    result["iterations"] = [{"iteration": i + 1, "seconds": 1.0, "error": 0.0, "busbw_gbps": x}
+                            for i, x in enumerate(samples)]
+    result["summary"]["busbw_median"] = float(np.median(samples))
+    return result
+
+
+def test_a_drop_beyond_the_tolerance_fails_only_when_significant():
+    rng = np.random.default_rng(2)
+    base = make_document([_with_samples(make_result("nccl"), rng.normal(300, 3, 20))])
+    # 15 % slower, tight: significant
+    slow = make_document([_with_samples(make_result("nccl"), rng.normal(255, 3, 20))])
+    diffs = bl.compare(rows_from_document(base, "b"), rows_from_document(slow, "n"), 10.0)
+    assert diffs[0].verdict == "REGRESSION" and diffs[0].p_value < 1e-6
+    # median 15 % lower but scattered across the baseline's range: not significant
+    noisy = make_document([_with_samples(make_result("nccl"), [150, 160, 170, 255, 255, 255,
+                                                                 310, 320, 330])])
+    diffs = bl.compare(rows_from_document(base, "b"), rows_from_document(noisy, "n"), 10.0)
+    assert diffs[0].change_pct < -10 and diffs[0].verdict == "ok (drop not significant)"
+    assert diffs[0].p_value > stats.SIGNIFICANCE and bl.exit_code(diffs) == 0
+    # too few iterations for the test: the tolerance alone decides, and the note says so
+    few = make_document([_with_samples(make_result("nccl"), [250, 251, 252])])
+    diffs = bl.compare(rows_from_document(make_document([_with_samples(
+        make_result("nccl"), [300, 301, 302])]), "b"), rows_from_document(few, "n"), 10.0)
+    assert diffs[0].verdict == "REGRESSION" and diffs[0].p_value is None
+    assert "cannot reach p < 0.002: tolerance alone" in diffs[0].note
+
+
+# ---------------------------------------------------------------------------------------------
+# the reports of one compare run
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory):
+    """A baseline of four rows against a run where one row regressed, one is missing, one is
+    below its ceiling's share and one passes; a link lost NVLinks."""
+    folder = tmp_path_factory.mktemp("reports")
+    rng = np.random.default_rng(3)
+    ceiling = ("p2p unidirectional copy", 384.8)
+
+    def row(mode, network, centre, spread=2.0):
+        return _with_samples(make_result(mode, network=network, ceiling=ceiling),
+                             rng.normal(centre, spread, 20))
+    write_document(folder / "base.json", make_document(
+        [row("device", "resnet-200", 340), row("nccl", "resnet-200", 300),
+         row("local", "resnet-200", 200), row("device", "vgg-16", 340)], links=h200_links()))
+    write_document(folder / "now.json", make_document(
+        [row("device", "resnet-200", 341), row("nccl", "resnet-200", 240),
+         row("local", "resnet-200", 199)], links=h200_links(nvlinks=12)))
+    summary = folder / "step-summary.md"
+    summary.write_text("earlier step\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), GITHUB_STEP_SUMMARY=str(summary))
+    proc = subprocess.run([sys.executable, "-m", "bandwidth.compare", "now.json", "--baseline",
+                           "base.json", "--min-percent-of-ceiling", "60", "--junit",
+                           "junit.xml", "--json", "gates.json"], cwd=folder, env=env,
+                          capture_output=True, text=True, timeout=60)
+    return folder, proc
+
+
+EXPECTED = {("baseline", "device resnet-200 cuda:0,1"): "ok",
+            ("baseline", "nccl resnet-200 cuda:0,1"): "REGRESSION",
+            ("baseline", "local resnet-200 cuda:0,1"): "ok",
+            ("baseline", "device vgg-16 cuda:0,1"): "MISSING",
+            ("link", "link GPU 0<->1"): "LINK LOST",
+            ("ceiling", "device resnet-200 cuda:0,1"): "ok",
+            ("ceiling", "nccl resnet-200 cuda:0,1"): "ok",
+            ("ceiling", "local resnet-200 cuda:0,1"): "BELOW CEILING"}
+
+
+def test_the_junit_report_is_valid_against_the_schema(reports):
+    import xmlschema
+
+    folder, proc = reports
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    schema = xmlschema.XMLSchema(str(XSD))
+    schema.validate(str(folder / "junit.xml"))
+    root = ET.parse(folder / "junit.xml").getroot()
+    assert root.tag == "testsuites" and root.get("tests") == "8" and root.get("failures") == "4"
+    failure = root.find(".//testcase[@name='nccl resnet-200 cuda:0,1']/failure")
+    message = failure.get("message")
+    # the measured value, the reference, the margin and the verdict
+    assert re.search(r"measured 2\d\d\.\d{3} GB/s, reference 3\d\d\.\d{3} GB/s \(tolerance 10 %, "
+                     r"Mann-Whitney U p < 0.002\): REGRESSION; change -\d+\.\d %; p ", message)
+    # an invalid document is refused by the same schema (the test can fail)
+    with pytest.raises(xmlschema.XMLSchemaValidationError):
+        schema.validate(ET.fromstring('<testsuites><testsuite name="x"/></testsuites>'))
+
+
+def test_the_summary_is_appended_to_the_github_step_summary(reports):
+    folder, _ = reports
+    text = (folder / "step-summary.md").read_text()
+    assert text.startswith("earlier step\n### bandwidth: python -m bandwidth.compare\n")
+    assert "**FAILED: 4 of 8 gates" in text
+    assert "| gate | name | measured GB/s | reference GB/s | verdict | detail |" in text
+
+
+def _text_verdicts(stdout: str) -> dict:
+    out, section = {}, "baseline"
+    for line in stdout.splitlines():
+        if line.startswith("# share of the ceiling"):
+            section = "ceiling"
+        for (gate, name), verdict in EXPECTED.items():
+            if gate == "link" and line.startswith(f"# {name}:"):
+                out[(gate, name)] = line.rsplit(": ", 1)[1]
+            elif gate == section and line.startswith(name + " "):
+                found = [v for v in ("REGRESSION", "MISSING", "BELOW CEILING", "ok")
+                         if f" {v}" in line]
+                out[(gate, name)] = found[0]
+    return out
+
+
+def test_every_verdict_is_the_same_in_text_json_junit_and_markdown(reports):
+    folder, proc = reports
+    text = _text_verdicts(proc.stdout)
+    doc = json.loads((folder / "gates.json").read_text())
+    as_json = {(g["gate"], g["name"]): g["verdict"] for g in doc["gates"]}
+    assert doc["exit_status"] == 1 and doc["verdict"] in proc.stdout.splitlines()
+    root = ET.parse(folder / "junit.xml").getroot()
+    as_junit = {}
+    for case in root.iter("testcase"):
+        gate = case.get("classname").split(".")[1]
+        failure = case.find("failure")
+        as_junit[(gate, case.get("name"))] = failure.get("type") if failure is not None else \
+            case.find("system-out").text.split("): ")[1].split(";")[0]
+    as_md = {}
+    for line in (folder / "step-summary.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip("|").split(" | ")]
+        if len(cells) == 6 and cells[0] in ("baseline", "ceiling", "link"):
+            as_md[(cells[0], cells[1])] = cells[4].strip("*")
+    assert text == as_json == as_junit == as_md == EXPECTED
+
+
+def test_reports_without_a_gate_are_refused(reports):
+    folder, _ = reports
+    proc = subprocess.run([sys.executable, "-m", "bandwidth.compare", "now.json", "--junit",
+                           "x.xml"], cwd=folder, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1
+    assert "--junit, --summary-md and --json report the gates" in proc.stderr
+
+
+def test_an_even_count_of_scattered_iterations_keeps_its_samples():
+    """The summary's median of an even count is busbw of the mean of the two middle times, which
+    can lie far from either middle figure when they scatter: the samples still describe it."""
+    from dataclasses import replace
+
+    from bandwidth.formulas import busbw_gbps
+    from bandwidth.results import Row
+
+    times = [1.0, 1.0, 2.0, 10.0]
+    samples = tuple(busbw_gbps(1e9, t, 1.0) for t in times)
+    row = Row("x", "local", "mlp", "cpu x2", 2, "float32", "none", 10**9,
+              busbw_gbps(1e9, 1.5, 1.0), 0, 0, 0, 1.5, 0, None, None, samples=samples)
+    assert bl.usable_samples(row) == samples
+    assert bl.usable_samples(replace(row, busbw_gbps=0.3)) == ()      # edited by hand
