@@ -14,6 +14,7 @@ host memory. Start these modes with launch.py, which sets the roles:
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -36,6 +37,14 @@ class Cluster:
     num_workers: int
     num_servers: int
     worker: int = 0                 # this worker's index (servers: unused)
+    # Two process groups over every rank, one per direction: pushes (worker -> server) travel on
+    # ``push_group``'s connections, answers on ``pull_group``'s. Gloo moves one pair's sends and
+    # receives in turn, not at once, so over a single group a worker's link carried its pushes
+    # and pulls one after the other and a step took twice the link's bound (measured between two
+    # hosts on a 1 Gbit/s link: 0.059 GB/s each way on one pair, 0.119 on two). None: the default
+    # group.
+    push_group: object = None
+    pull_group: object = None
 
     def server_rank(self, server: int) -> int:
         return self.num_workers + server
@@ -80,10 +89,18 @@ def ps_layout(shapes, num_servers: int, devices: int, by_owner: bool):
 
 
 def messages(server_ranges, element_size: int) -> list[tuple[int, int, int]]:
-    """(server, start, stop) of every message, each at most MESSAGE_BYTES; the index is its tag."""
+    """(server, start, stop) of every message, each at most MESSAGE_BYTES; the index is its tag.
+
+    Interleaved: the first message of every server, then the second of every server, and so on,
+    in the order a worker posts them. Every server then receives from every worker at once, so no
+    server's link is idle while another's carries a whole share (sent server by server, each
+    server's inbound link carried all workers' pushes at once while the others waited, and a step
+    took twice the link's bound), and each server answers its first messages while the later
+    pushes are still arriving, so pulls overlap pushes."""
     limit = max(1, MESSAGE_BYTES // element_size)
-    return [(server, s, e) for server, (a, b) in enumerate(server_ranges)
-            for s, e in chunk_ranges(a, b, limit)]
+    per_server = [[(server, s, e) for s, e in chunk_ranges(a, b, limit)]
+                  for server, (a, b) in enumerate(server_ranges)]
+    return [m for round_ in itertools.zip_longest(*per_server) for m in round_ if m is not None]
 
 
 class ParameterServerStore(KVStore):
@@ -151,10 +168,13 @@ class ParameterServerStore(KVStore):
 
     def step(self):
         self._reduce_local()
-        rank = self.cluster.server_rank
-        sends = [dist.isend(self.push_buf[s:e], dst=rank(server), tag=tag)
+        cluster = self.cluster
+        rank = cluster.server_rank
+        sends = [dist.isend(self.push_buf[s:e], dst=rank(server), tag=tag,
+                            group=cluster.push_group)
                  for tag, (server, s, e) in enumerate(self.messages)]
-        recvs = [dist.irecv(self.pull_buf[s:e], src=rank(server), tag=tag)
+        recvs = [dist.irecv(self.pull_buf[s:e], src=rank(server), tag=tag,
+                            group=cluster.pull_group)
                  for tag, (server, s, e) in enumerate(self.messages)]
         for work in sends + recvs:
             work.wait()
