@@ -74,6 +74,7 @@ class Job:
     baseline_row: str | None = None        # the row the ratio table divides by
     speedup: bool = False
     network_ceiling: HostMatrix | None = None   # distributed modes: the host-to-host matrix
+    link_rate_bits: int | None = None      # distributed modes: every host's link, each way
 
     @property
     def is_sweep(self) -> bool:
@@ -213,6 +214,10 @@ def build_parser() -> argparse.ArgumentParser:
                          "python -m bandwidth.ceiling --network --json FILE; the summary states "
                          "the slowest cell between this job's hosts and the run's percentage of "
                          "it")
+    tm.add_argument("--link-rate", default=None, metavar="RATE",
+                    help="distributed modes: every host's link rate each way, e.g. 1gbit, "
+                         "2.5gbit; the summary states the full-duplex bound of a step (which "
+                         "link carries what: docs/formulas.md) and the run's %% of link")
     tm.add_argument("--timeout", type=float, default=300.0,
                     help="seconds before a multi-process part is stopped as hung (default: 300)")
     tm.add_argument("--seed", type=int, default=0, help="seed of the test data (default: 0)")
@@ -341,6 +346,10 @@ def job_from_args(args: argparse.Namespace) -> Job:
                               f" not of --kv-store {','.join(local)}; drop it, or measure a "
                               "dist_* mode under launch.py")
         matrix = load_matrix(args.network_ceiling)
+    link_rate_bits = None
+    if args.link_rate is not None:
+        from bandwidth.linkbound import parse_rate
+        link_rate_bits = parse_rate(args.link_rate, "--link-rate")
     image_shape = parse_image_shape(args.image_shape)
     common = dict(num_layers=args.num_layers, image_shape=image_shape,
                   num_classes=args.num_classes, num_batches=args.num_batches, warmup=args.warmup,
@@ -360,4 +369,4 @@ def job_from_args(args: argparse.Namespace) -> Job:
                save_baseline=args.save_baseline, baseline=args.baseline,
                tolerance_pct=parse_tolerance(args.tolerance), repeat=args.repeat,
                min_gbps=None if args.min_gbps is None else parse_min_gbps(args.min_gbps), force=args.force, baseline_row=args.baseline_row,
-               speedup=args.speedup, network_ceiling=matrix)
+               speedup=args.speedup, network_ceiling=matrix, link_rate_bits=link_rate_bits)

@@ -85,6 +85,7 @@ class Result:
     worker_hosts: list[str] = field(default_factory=list)   # distributed: each worker's host
     server_hosts: list[str] = field(default_factory=list)   # and each server's, as launched
     host_ceiling: HostCeiling | None = None            # --network-ceiling's figures
+    link_bound: object = None                           # --link-rate: a linkbound.LinkBound
 
     @property
     def pct_of_ceiling(self) -> float | None:

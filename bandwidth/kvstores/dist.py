@@ -27,7 +27,7 @@ from bandwidth.kvstores.device import DeviceStore, assign_owners
 from bandwidth.layout import Layout, chunk_ranges
 
 BIGARRAY_BOUND = 1_000_000          # MXNET_KVSTORE_BIGARRAY_BOUND: elements, not bytes
-MESSAGE_BYTES = 8 * 10**6
+MESSAGE_BYTES = 2 * 10**6
 
 
 @dataclass(frozen=True)
