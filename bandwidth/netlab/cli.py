@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from bandwidth.errors import BandwidthError
 from bandwidth.netlab import lab as labmod
 from bandwidth.netlab import sshd
 from bandwidth.netlab.lab import (DEFAULT_NAME, DEFAULT_SUBNET, Lab, NetlabError, format_rate,
@@ -113,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
                   else f"lab {args.name}: nothing to remove")
         else:
             print("\n".join(describe(Lab.load(args.name))))
-    except NetlabError as err:
+    except BandwidthError as err:          # NetlabError, or a bad rate (ConfigError)
         print(f"netlab: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

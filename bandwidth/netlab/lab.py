@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from bandwidth.errors import BandwidthError
+from bandwidth.linkbound import parse_rate  # noqa: F401  (the lab's rates: 1gbit, 2.5gbit)
 
 STATE_ROOT = Path("/run/bandwidth-netlab")
 BENCHMARK_RANGE = ipaddress.ip_network("198.18.0.0/15")
@@ -38,21 +39,10 @@ DEFAULT_NAME = "bwlab"
 DEFAULT_SUBNET = "198.18.0.0/24"
 TBF_LATENCY_MS = 50                 # queueing a tbf allows before it drops
 _NAME = re.compile(r"^[a-z][a-z0-9]{0,7}$")
-_RATE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgt]?)(?:bit)?(?:/s|ps)?\s*$", re.IGNORECASE)
-_SCALE = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
 
 
 class NetlabError(BandwidthError):
     """The lab cannot be made, found or removed; the message says why and what to do."""
-
-
-def parse_rate(text: str) -> int:
-    """``1gbit``, ``2.5gbit``, ``500mbit``, ``10G``, ``1Gbit/s`` -> bits per second."""
-    match = _RATE.match(text)
-    if not match or float(match.group(1)) <= 0:
-        raise NetlabError(f"rate {text!r}: expected a positive number of bits per second such as "
-                          "1gbit, 2.5gbit, 500mbit (k, m, g: 10^3, 10^6, 10^9 bits)")
-    return int(float(match.group(1)) * _SCALE[match.group(2).lower()])
 
 
 def format_rate(bits_per_s: int | None) -> str:
