@@ -12,14 +12,17 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from bandwidth.netlab import lab as labmod
+from bandwidth.netlab import sshd as labsshd
 from bandwidth.netlab.cli import up
 from bandwidth.netlab.lab import NetlabError
 
@@ -55,17 +58,17 @@ def lab():
 
 
 def leftovers(lab) -> list[str]:
-    """Processes in the lab's namespaces other than its sshd daemons."""
-    daemons = {int(p) for p in lab.sshd_pids.values()}
+    """Processes in the lab's namespaces other than its sshd daemons (``sshd -D -e -f
+    .../sshd_config.I``; a login's session processes do count)."""
     found = []
     for host in lab.hosts:
         for pid in labmod.pids_in(host.namespace):
-            if pid not in daemons and labmod._alive(pid):
-                try:
-                    cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
-                except OSError:
-                    continue
-                found.append(f"{host.address}: {pid} {cmd.decode(errors='replace')[:120]}")
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if labmod._alive(pid) and not (" -D " in cmd and "sshd_config." in cmd):
+                found.append(f"{host.address}: {pid} {cmd[:120]}")
     return found
 
 
@@ -207,4 +210,165 @@ def test_matrix_reads_the_shaped_rates_and_names_the_slow_host(lab, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = next(line for line in proc.stdout.splitlines() if "host-to-host ceiling" in line)
     assert f"@{slow}" in line and "%" in line, line
+    assert_clean(lab)
+
+
+# Faults across hosts: each ends within the launcher's --timeout plus a few seconds, with FAIL:
+# naming the host and the role, a non-zero exit, and no process left in any namespace.
+
+FAULT_TIMEOUT_S = 12
+SLACK_S = 12                   # the FAIL report, stopping the rest; a loaded 2-core machine
+LONG_RUN = ["python3", "bandwidth/measure.py", "--kv-store", "dist_sync", "--cpus", "1",
+            "--network", "resnet", "--num-layers", "18", "--num-batches", "300",
+            "--no-reference", "--timeout", "120"]
+
+
+class Running:
+    """launch.py in the background, its stdout collected line by line."""
+
+    def __init__(self, lab, *args: str):
+        state = lab.state_dir
+        argv = [PYTHON, str(ROOT / "launch.py"), "-H", str(state / "hosts"), "--ssh-config",
+                str(state / "ssh_config"), *args]
+        self.proc = subprocess.Popen(argv, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.lines: list[str] = []
+        self.err: list[str] = []
+        self.readers = [threading.Thread(target=self._read, args=(self.proc.stdout, self.lines)),
+                        threading.Thread(target=self._read, args=(self.proc.stderr, self.err))]
+        for reader in self.readers:
+            reader.start()
+
+    @staticmethod
+    def _read(stream, into):
+        for line in stream:
+            into.append(line)
+
+    def wait_for(self, needle: str, timeout_s: float = 90) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not any(needle in line for line in self.lines):
+            assert self.proc.poll() is None, "".join(self.err)[-3000:]
+            assert time.monotonic() < deadline, f"no {needle!r}: {''.join(self.err)[-3000:]}"
+            time.sleep(0.1)
+
+    def finish(self, timeout_s: float) -> tuple[int, str, float]:
+        start = time.monotonic()
+        try:
+            code = self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError(f"still running {timeout_s} s after the fault: "
+                                 f"{''.join(self.err)[-3000:]}")
+        for reader in self.readers:
+            reader.join(10)
+        return code, "".join(self.err), time.monotonic() - start
+
+
+def fail_line(stderr: str) -> str:
+    return next((line for line in stderr.splitlines() if line.startswith("FAIL:")), stderr[-2000:])
+
+
+def restart_sshd(lab, host) -> None:
+    for pid in labmod.pids_in(host.namespace):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"sshd_config." in cmd:
+            os.kill(pid, signal.SIGKILL)
+    labsshd.start_sshd(lab, host)
+    labsshd.wait_ready(lab, host)
+
+
+def test_fault_link_down_mid_run(lab):
+    worker1 = lab.hosts[1]                        # worker 1 runs on host 2
+    run = Running(lab, "-n", "2", "-s", "2", "--timeout", str(FAULT_TIMEOUT_S), *LONG_RUN)
+    try:
+        run.wait_for("iter 2,")
+        labmod.sh("ip", "-n", worker1.namespace, "link", "set", worker1.interface, "down")
+        code, err, seconds = run.finish(FAULT_TIMEOUT_S + SLACK_S)
+    finally:
+        labmod.sh("ip", "-n", worker1.namespace, "link", "set", worker1.interface, "up")
+        if run.proc.poll() is None:
+            run.proc.kill()
+    assert code != 0
+    line = fail_line(err)
+    assert line.startswith(f"FAIL: worker 1 (rank 1) on {worker1.address}"), line
+    assert seconds <= FAULT_TIMEOUT_S + SLACK_S
+    assert_clean(lab, within_s=15)
+
+
+def test_fault_sshd_stopped_before_the_start(lab):
+    host = lab.hosts[2]
+    for pid in labmod.pids_in(host.namespace):
+        os.kill(pid, signal.SIGKILL)
+    try:
+        start = time.monotonic()
+        proc = lab_launch(lab, "-n", "2", "-s", "2", "--timeout", str(FAULT_TIMEOUT_S), *MEASURE,
+                          *MODES["dist_sync"][1], timeout=FAULT_TIMEOUT_S + 30)
+        seconds = time.monotonic() - start
+    finally:
+        restart_sshd(lab, host)
+    assert proc.returncode == 255
+    line = fail_line(proc.stderr)
+    assert line.startswith(f"FAIL: {host.address}: connection refused"), line
+    assert f"while starting server 0@{host.address}" in proc.stderr
+    assert seconds <= FAULT_TIMEOUT_S + SLACK_S
+    assert_clean(lab)
+
+
+def test_fault_host_accepts_but_never_answers(lab):
+    host = lab.hosts[3]
+    for pid in labmod.pids_in(host.namespace):
+        os.kill(pid, signal.SIGKILL)
+    mute = subprocess.Popen(["ip", "netns", "exec", host.namespace, PYTHON, "-c",
+                             "import socket, time\n"
+                             f"s = socket.create_server(('{host.address}', 22))\n"
+                             "held = []\n"
+                             "while True: held.append(s.accept())\n"])
+    try:
+        time.sleep(0.5)
+        start = time.monotonic()
+        proc = lab_launch(lab, "-n", "2", "-s", "2", "--timeout", str(FAULT_TIMEOUT_S), *MEASURE,
+                          *MODES["dist_sync"][1], timeout=FAULT_TIMEOUT_S + 40)
+        seconds = time.monotonic() - start
+    finally:
+        mute.kill()
+        mute.wait()
+        restart_sshd(lab, host)
+    assert proc.returncode == 255
+    line = fail_line(proc.stderr)
+    assert line.startswith(f"FAIL: {host.address}: connection timed out after "
+                           f"{FAULT_TIMEOUT_S} s"), line
+    assert f"while starting server 1@{host.address}" in proc.stderr
+    assert seconds <= FAULT_TIMEOUT_S + 5 + SLACK_S           # + the login's 5 s
+    assert_clean(lab)
+
+
+def test_fault_worker_killed_on_a_remote_host(lab):
+    worker1 = lab.hosts[1]
+    run = Running(lab, "-n", "2", "-s", "2", "--timeout", str(FAULT_TIMEOUT_S), *LONG_RUN)
+    try:
+        run.wait_for("iter 2,")
+        victims = []
+        for pid in labmod.pids_in(worker1.namespace):
+            try:
+                environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            if b"DMLC_ROLE=worker" in environ and argv[1:2] == [b"bandwidth/measure.py"]:
+                victims.append(pid)            # the program, not the guard above it
+        assert len(victims) == 1, victims
+        os.kill(victims[0], signal.SIGKILL)
+        code, err, seconds = run.finish(FAULT_TIMEOUT_S + SLACK_S)
+    finally:
+        if run.proc.poll() is None:
+            run.proc.kill()
+    assert code == 128 + signal.SIGKILL
+    line = fail_line(err)
+    assert line.startswith(f"FAIL: worker 1 (rank 1) on {worker1.address}: was killed by "
+                           "SIGKILL"), line
+    assert seconds <= SLACK_S
     assert_clean(lab)

@@ -50,7 +50,10 @@ def sshd_config(lab: Lab, host: Host) -> Path:
         "StrictModes no", "PasswordAuthentication no", "KbdInteractiveAuthentication no",
         "PubkeyAuthentication yes", "PermitRootLogin prohibit-password",
         "AllowTcpForwarding no", "X11Forwarding no", "PrintMotd no", "PrintLastLog no",
-        "MaxStartups 64", "MaxSessions 64", "LogLevel ERROR", ""]))
+        "MaxStartups 64", "MaxSessions 64", "LogLevel ERROR",
+        # A client gone silent (a host's link set down) ends its session in 6 s, and with it
+        # the launcher's guard and the program under it, as on a cluster with this setting.
+        "ClientAliveInterval 2", "ClientAliveCountMax 3", ""]))
     return path
 
 
