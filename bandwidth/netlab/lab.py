@@ -256,3 +256,15 @@ def remove(name: str) -> list[str]:
         shutil.rmtree(state, ignore_errors=True)
         removed.append(f"files {state}")
     return removed
+
+
+def reshape(lab: Lab, rate_bits: int) -> Lab:
+    """Every host's link (both ends) to ``rate_bits``, in place (``tc qdisc replace``)."""
+    hosts = []
+    for host in lab.hosts:
+        shape(host.interface, rate_bits, host.namespace)
+        shape(host.port, rate_bits)
+        hosts.append(Host(**{**host.__dict__, "rate_bits": rate_bits}))
+    changed = Lab(**{**lab.__dict__, "hosts": tuple(hosts)})
+    (lab.state_dir / "lab.json").write_text(changed.to_json())
+    return changed
