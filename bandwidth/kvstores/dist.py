@@ -170,11 +170,15 @@ class ParameterServerStore(KVStore):
         self._reduce_local()
         cluster = self.cluster
         rank = cluster.server_rank
-        sends = [dist.isend(self.push_buf[s:e], dst=rank(server), tag=tag,
-                            group=cluster.push_group)
-                 for tag, (server, s, e) in enumerate(self.messages)]
+        # The pulls are posted first: Gloo sends a message only once its receive is posted,
+        # and an answer whose receive is already waiting leaves the server at once (measured
+        # on the netlab at 2.5 Gbit/s, 2 x 2, resnet-50: 71 % of link with the sends first,
+        # 81-85 % with the receives first).
         recvs = [dist.irecv(self.pull_buf[s:e], src=rank(server), tag=tag,
                             group=cluster.pull_group)
+                 for tag, (server, s, e) in enumerate(self.messages)]
+        sends = [dist.isend(self.push_buf[s:e], dst=rank(server), tag=tag,
+                            group=cluster.push_group)
                  for tag, (server, s, e) in enumerate(self.messages)]
         for work in sends + recvs:
             work.wait()
