@@ -169,7 +169,7 @@ def main() -> int:
     networks = args.networks.split(",")
     modes = args.modes.split(",") + (["mxnet dist_sync"] if args.mxnet else [])
     labmod.remove(args.name)
-    lab = up(args.name, 4, rates[0])
+    lab = up(args.name, 4, rates[0], subnet=args.subnet)
     cells = {}
     try:
         for rate in rates:
