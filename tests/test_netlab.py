@@ -57,6 +57,18 @@ def lab():
         assert NAME not in links
 
 
+def test_status_lists_the_lab(lab):
+    proc = subprocess.run([PYTHON, "-m", "bandwidth.netlab", "status", "--name", NAME], cwd=ROOT,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True,
+                          text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    for host in lab.hosts:
+        rate = "500 Mbit/s" if host.index == 4 else "1 Gbit/s"
+        assert re.search(rf"{re.escape(host.address)} .* {host.interface} +{rate} each way, "
+                         "sshd up", proc.stdout), proc.stdout
+    assert (lab.state_dir / "hosts").read_text().split() == [h.address for h in lab.hosts]
+
+
 def leftovers(lab) -> list[str]:
     """Processes in the lab's namespaces other than its sshd daemons (``sshd -D -e -f
     .../sshd_config.I``; a login's session processes do count)."""
@@ -67,7 +79,7 @@ def leftovers(lab) -> list[str]:
                 cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
             except OSError:
                 continue
-            if labmod._alive(pid) and not (" -D " in cmd and "sshd_config." in cmd):
+            if labmod.alive(pid) and not (" -D " in cmd and "sshd_config." in cmd):
                 found.append(f"{host.address}: {pid} {cmd[:120]}")
     return found
 

@@ -15,6 +15,7 @@ stderr for any refusal.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 
 from bandwidth.errors import BandwidthError
@@ -43,7 +44,7 @@ def up(name: str, count: int, rate: str | None, rates_of: dict[str, str] | None 
         sshd.make_keys(lab.state_dir)
         sshd.write_client_config(lab)
         pids = {str(h.index): sshd.start_sshd(lab, h) for h in lab.hosts}
-        lab = Lab(**{**lab.__dict__, "sshd_pids": pids})
+        lab = dataclasses.replace(lab, sshd_pids=pids)
         (lab.state_dir / "lab.json").write_text(lab.to_json())
         for host in lab.hosts:
             sshd.wait_ready(lab, host)
@@ -55,7 +56,7 @@ def up(name: str, count: int, rate: str | None, rates_of: dict[str, str] | None 
 
 
 def down(name: str) -> list[str]:
-    if labmod.missing_prerequisites()[:1] and labmod.missing_prerequisites()[0].startswith("root"):
+    if labmod.os.geteuid() != 0:
         raise NetlabError("removing a lab needs root (run with sudo)")
     return labmod.remove(name)
 
@@ -65,7 +66,7 @@ def describe(lab: Lab) -> list[str]:
     lines = [f"lab {lab.name}: {len(lab.hosts)} hosts on bridge {lab.bridge} "
              f"({lab.bridge_address}/{lab.prefixlen} in the root namespace)"]
     for h in lab.hosts:
-        alive = "sshd up" if labmod._alive(int(lab.sshd_pids.get(str(h.index), 0) or 0)) \
+        alive = "sshd up" if labmod.alive(int(lab.sshd_pids.get(str(h.index), 0) or 0)) \
             else "sshd down"
         lines.append(f"  {h.address:<16} namespace {h.namespace:<12} interface {h.interface:<10}"
                      f" {format_rate(h.rate_bits):>14} each way, {alive}")

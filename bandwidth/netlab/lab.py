@@ -19,6 +19,7 @@ failure is one NetlabError line that names the command.
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import json
 import os
@@ -220,13 +221,13 @@ def stop_processes(namespaces: list[str], grace_s: float = 3.0) -> int:
         deadline = time.monotonic() + grace_s
         while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in pids):
             time.sleep(0.05)
-        pids = [p for p in pids if _alive(p)]
+        pids = [p for p in pids if alive(p)]
         if not pids:
             break
     return len(pids)
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
@@ -264,7 +265,7 @@ def reshape(lab: Lab, rate_bits: int) -> Lab:
     for host in lab.hosts:
         shape(host.interface, rate_bits, host.namespace)
         shape(host.port, rate_bits)
-        hosts.append(Host(**{**host.__dict__, "rate_bits": rate_bits}))
-    changed = Lab(**{**lab.__dict__, "hosts": tuple(hosts)})
+        hosts.append(dataclasses.replace(host, rate_bits=rate_bits))
+    changed = dataclasses.replace(lab, hosts=tuple(hosts))
     (lab.state_dir / "lab.json").write_text(changed.to_json())
     return changed

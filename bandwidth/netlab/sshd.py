@@ -22,7 +22,7 @@ from bandwidth.netlab.lab import Host, Lab, NetlabError, sshd_path
 
 def make_keys(state: Path) -> None:
     for key in ("host_ed25519", "id_ed25519"):
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"bandwidth-netlab",
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "bandwidth-netlab",
                         "-f", str(state / key)], check=True, capture_output=True)
     shutil.copy(state / "id_ed25519.pub", state / "authorized_keys")
 
