@@ -53,8 +53,11 @@ def run_cell(lab, mode: str, network: str, rate_bits: int, batches: int,
              mxnet_python: str | None) -> dict:
     launch_flags, measure_flags = MODES[mode]
     python = mxnet_python if mode.startswith("mxnet") else "python3"
-    name, _, layers = network.partition("-")
-    net_flags = ["--network", name] + (["--num-layers", layers] if layers.isdigit() else [])
+    name, _, layers = network.rpartition("-")
+    net_flags = (["--network", name, "--num-layers", layers] if layers.isdigit()
+                 else ["--network", network])
+    if network.startswith("inception-"):
+        net_flags += ["--image-shape", "3,299,299"]
     with tempfile.TemporaryDirectory(prefix="bandwidth-impact-") as tmp:
         out = Path(tmp, "result.json")
         argv = [sys.executable, str(ROOT / "launch.py"), "-H", str(lab.state_dir / "hosts"),
