@@ -28,6 +28,7 @@ from bandwidth.layout import Layout, chunk_ranges
 
 BIGARRAY_BOUND = 1_000_000          # MXNET_KVSTORE_BIGARRAY_BOUND: elements, not bytes
 MESSAGE_BYTES = 2 * 10**6
+FIRST_MESSAGE_BYTES = 256 * 1024    # the ramp's first and last message (see ``messages``)
 
 
 @dataclass(frozen=True)
@@ -96,11 +97,40 @@ def messages(server_ranges, element_size: int) -> list[tuple[int, int, int]]:
     server's link is idle while another's carries a whole share (sent server by server, each
     server's inbound link carried all workers' pushes at once while the others waited, and a step
     took twice the link's bound), and each server answers its first messages while the later
-    pushes are still arriving, so pulls overlap pushes."""
+    pushes are still arriving, so pulls overlap pushes.
+
+    Ramped: a server answers a message once every worker's copy of it is in, so the pulls start
+    one first message after the pushes and end one last message after them; on a slow link
+    that head and tail are idle time (at 1 Gbit/s, 2 x 32 ms per step with 2 MB messages). The
+    messages of each server therefore grow from FIRST_MESSAGE_BYTES, doubling, to MESSAGE_BYTES
+    and shrink the same way at the end."""
     limit = max(1, MESSAGE_BYTES // element_size)
-    per_server = [[(server, s, e) for s, e in chunk_ranges(a, b, limit)]
+    first = max(1, FIRST_MESSAGE_BYTES // element_size)
+    per_server = [[(server, s, e) for s, e in ramped_ranges(a, b, limit, first)]
                   for server, (a, b) in enumerate(server_ranges)]
     return [m for round_ in itertools.zip_longest(*per_server) for m in round_ if m is not None]
+
+
+def ramped_ranges(start: int, stop: int, limit: int, first: int) -> list[tuple[int, int]]:
+    """[start, stop) in pieces that grow from ``first`` elements, doubling while below ``limit``,
+    then equal pieces of at most ``limit``, then the same ramp in reverse; too short a range for
+    the two ramps is cut as ``chunk_ranges`` cuts it."""
+    ramp = []
+    size = max(1, first)
+    while size < limit:
+        ramp.append(size)
+        size *= 2
+    if 2 * sum(ramp) + limit > stop - start:
+        return chunk_ranges(start, stop, limit)
+    head, cursor = [], start
+    for size in ramp:
+        head.append((cursor, cursor + size))
+        cursor += size
+    tail, end = [], stop
+    for size in ramp:
+        tail.append((end - size, end))
+        end -= size
+    return head + chunk_ranges(cursor, end, limit) + tail[::-1]
 
 
 class ParameterServerStore(KVStore):
