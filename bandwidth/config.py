@@ -90,6 +90,7 @@ class Job:
     min_pct_of_ceiling: float | None = None
     junit_path: str | None = None
     summary_md: str | None = None          # --summary-md, else $GITHUB_STEP_SUMMARY (read in main)
+    link_rate_bits: int | None = None      # distributed modes: every host's link, each way
 
     @property
     def is_sweep(self) -> bool:
@@ -262,6 +263,10 @@ def build_parser() -> argparse.ArgumentParser:
                          "python -m bandwidth.ceiling --network --json FILE; the summary states "
                          "the slowest cell between this job's hosts and the run's percentage of "
                          "it")
+    tm.add_argument("--link-rate", default=None, metavar="RATE",
+                    help="distributed modes: every host's link rate each way, e.g. 1gbit, "
+                         "2.5gbit; the summary states the full-duplex bound of a step (which "
+                         "link carries what: docs/formulas.md) and the run's %% of link")
     tm.add_argument("--timeout", type=float, default=300.0,
                     help="hang bound, every mode: a process waiting more than S seconds for "
                          "another, or an iteration not completed within S seconds, stops the "
@@ -453,6 +458,10 @@ def job_from_args(args: argparse.Namespace) -> Job:
         matrix = load_matrix(args.network_ceiling)
     auto = str(args.repeat).strip().lower() == "auto"
     repeat = AUTO_REPEATS if auto else parse_repeat(args.repeat)
+    link_rate_bits = None
+    if args.link_rate is not None:
+        from bandwidth.linkbound import parse_rate
+        link_rate_bits = parse_rate(args.link_rate, "--link-rate")
     image_shape = parse_image_shape(args.image_shape)
     common = dict(num_layers=args.num_layers, image_shape=image_shape,
                   num_classes=args.num_classes, num_batches=args.num_batches, warmup=args.warmup,
@@ -478,4 +487,5 @@ def job_from_args(args: argparse.Namespace) -> Job:
                time_budget_s=args.time_budget, allow_missing=args.allow_missing,
                min_pct_of_ceiling=None if args.min_percent_of_ceiling is None
                else parse_min_percent(args.min_percent_of_ceiling),
-               junit_path=args.junit_path, summary_md=args.summary_md)
+               junit_path=args.junit_path, summary_md=args.summary_md,
+               link_rate_bits=link_rate_bits)

@@ -90,8 +90,11 @@ def _parameter_server(plan: Plan, role: Role, on_report) -> Result | None:
         hosts: list = [None] * role.world_size       # ranks: the workers, then the servers
         dist.all_gather_object(hosts, role.node_host)
         workers = dist.new_group(list(range(role.job.num_workers)))
+        # One group per direction, so that pushes and pulls share no Gloo pair (see Cluster).
+        everyone = list(range(role.world_size))
         cluster = Cluster(role.job.num_workers, role.job.num_servers,
-                          role.task_id if role.name == WORKER else 0)
+                          role.task_id if role.name == WORKER else 0,
+                          push_group=dist.new_group(everyone), pull_group=dist.new_group(everyone))
         raw = _raw_exchange(plan, cluster, role) if c.reference else None
         if role.name == SERVER:
             serve(plan.shapes, cluster, role.task_id, devices=1, by_owner=False,
@@ -142,22 +145,26 @@ def _raw_exchange(plan: Plan, cluster: Cluster, role: Role, repeats: int = 3) ->
         dist.barrier()
         start = time.perf_counter()
         if role.name == WORKER:                   # receives first, as a step posts them
-            works = [dist.irecv(back[s:e], src=cluster.server_rank(server), tag=tag)
+            works = [dist.irecv(back[s:e], src=cluster.server_rank(server), tag=tag,
+                                group=cluster.pull_group)
                      for tag, (server, s, e) in enumerate(plan_messages)]
-            works += [dist.isend(out[s:e], dst=cluster.server_rank(server), tag=tag)
+            works += [dist.isend(out[s:e], dst=cluster.server_rank(server), tag=tag,
+                                 group=cluster.push_group)
                       for tag, (server, s, e) in enumerate(plan_messages)]
         else:                                     # as a server: all receives posted at once
             mine = [(tag, s, e) for tag, (server, s, e) in enumerate(plan_messages)
                     if server == role.task_id]
             inbox = inboxes or [torch.empty_like(out) for _ in range(cluster.num_workers)]
             inboxes = inbox
-            arriving = {(w, tag): dist.irecv(inbox[w][s:e], src=w, tag=tag)
+            arriving = {(w, tag): dist.irecv(inbox[w][s:e], src=w, tag=tag,
+                                             group=cluster.push_group)
                         for tag, s, e in mine for w in range(cluster.num_workers)}
             works = []
             for tag, s, e in mine:
                 for w in range(cluster.num_workers):
                     arriving[(w, tag)].wait()
-                    works.append(dist.isend(inbox[w][s:e], dst=w, tag=tag))
+                    works.append(dist.isend(inbox[w][s:e], dst=w, tag=tag,
+                                            group=cluster.pull_group))
         for work in works:
             work.wait()
         if i:

@@ -351,6 +351,8 @@ def execute_distributed(job: Job, role) -> int:
         return 0                           # the first worker prints the gathered summary
     if job.network_ceiling is not None:
         result.host_ceiling = measured_host_ceiling(job.network_ceiling, result)
+    if job.link_rate_bits is not None:
+        result.link_bound = measured_link_bound(job.link_rate_bits, result)
     for note in result.notes:
         print(f"# note: {note}")
     print("\n".join(summary_lines(result) + worker_lines(result)), flush=True)
@@ -369,6 +371,22 @@ def measured_host_ceiling(matrix, result: Result):
                            "this backend does not report the job's hosts")
     return host_ceiling(matrix, result.worker_hosts, result.server_hosts,
                         [w.network_gbps for w in result.workers])
+
+
+def measured_link_bound(rate_bits: int, result: Result):
+    """--link-rate: the full-duplex bound of a step on this job's hosts (bandwidth.linkbound)."""
+    from bandwidth.linkbound import link_bound, ps_host_bytes, ring_host_bytes
+
+    if not result.worker_hosts:             # --backend mxnet: ps-lite does not say where
+        return None
+    if result.server_hosts:
+        shares = result.workers[0].server_nbytes if result.workers else ()
+        traffic = ps_host_bytes(result.worker_hosts, result.server_hosts, shares)
+    else:
+        per_worker = result.plan.devices.n
+        traffic = ring_host_bytes([h for h in result.worker_hosts for _ in range(per_worker)],
+                                  result.plan.nbytes)
+    return link_bound(traffic, rate_bits, result.summary.seconds_median)
 
 
 def host_ceilings(plan: Plan) -> tuple[dict, int]:

@@ -37,16 +37,18 @@ def serve(shapes, cluster, server: int, *, devices: int, by_owner: bool, sync: b
     size = ranges[server][1] - base
     store = torch.zeros(size, dtype=TORCH_DTYPES[dtype])
     inbox = [torch.empty(size, dtype=store.dtype) for _ in range(cluster.num_workers)]
+    groups = (cluster.push_group, cluster.pull_group)
     if sync:
-        _serve_sync(store, inbox, mine, optimizer, iterations)
+        _serve_sync(store, inbox, mine, optimizer, iterations, groups)
     else:
-        _serve_async(store, inbox, mine, optimizer, iterations)
+        _serve_async(store, inbox, mine, optimizer, iterations, groups)
 
 
-def _serve_sync(store, inbox, mine, optimizer, iterations: int) -> None:
+def _serve_sync(store, inbox, mine, optimizer, iterations: int, groups) -> None:
+    push_group, pull_group = groups
     workers = range(len(inbox))
     for _ in range(iterations):
-        pushes = {(w, tag): dist.irecv(inbox[w][s:e], src=w, tag=tag)
+        pushes = {(w, tag): dist.irecv(inbox[w][s:e], src=w, tag=tag, group=push_group)
                   for tag, s, e in mine for w in workers}
         answers = []
         for tag, s, e in mine:
@@ -60,12 +62,13 @@ def _serve_sync(store, inbox, mine, optimizer, iterations: int) -> None:
             else:
                 optimizer.apply(store[s:e], merged)
                 answer = store[s:e]
-            answers += [dist.isend(answer, dst=w, tag=tag) for w in workers]
+            answers += [dist.isend(answer, dst=w, tag=tag, group=pull_group) for w in workers]
         for work in answers:
             work.wait()
 
 
-def _serve_async(store, inbox, mine, optimizer, iterations: int) -> None:
+def _serve_async(store, inbox, mine, optimizer, iterations: int, groups) -> None:
+    push_group, pull_group = groups
     lock = threading.Lock()
     failures: list[BaseException] = []
 
@@ -74,11 +77,11 @@ def _serve_async(store, inbox, mine, optimizer, iterations: int) -> None:
         try:
             for _ in range(iterations):
                 for tag, s, e in mine:
-                    dist.recv(inbox[w][s:e], src=w, tag=tag)
+                    dist.recv(inbox[w][s:e], src=w, tag=tag, group=push_group)
                     with lock:
                         optimizer.apply(store[s:e], inbox[w][s:e])
                         reply[s:e].copy_(store[s:e])
-                    dist.send(reply[s:e], dst=w, tag=tag)
+                    dist.send(reply[s:e], dst=w, tag=tag, group=pull_group)
         except BaseException as exc:          # reported by the main thread, never lost
             failures.append(exc)
 

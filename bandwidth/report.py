@@ -102,6 +102,8 @@ def summary_lines(result: Result) -> list[str]:
         lines.append("#   reference: not measured (--no-reference)")
     if result.host_ceiling is not None:
         lines.append(ceiling_line(result.host_ceiling, servers=bool(result.server_hosts)))
+    if result.link_bound is not None:
+        lines.append(result.link_bound.line())
     return lines
 
 
@@ -182,6 +184,8 @@ def result_json(result: Result) -> dict:
         "workers": [asdict(w) for w in result.workers],
         **({"host_ceiling": result.host_ceiling.to_dict()}
            if result.host_ceiling is not None else {}),
+        **({"link_bound": result.link_bound.to_dict()}
+           if result.link_bound is not None else {}),
     }
 
 

@@ -94,6 +94,7 @@ class Result:
     server_hosts: list[str] = field(default_factory=list)   # and each server's, as launched
     host_ceiling: HostCeiling | None = None            # --network-ceiling's figures
     launch: str | None = None          # how the steps were issued (None: as plan.launch says)
+    link_bound: object = None                           # --link-rate: a linkbound.LinkBound
 
     @property
     def pct_of_ceiling(self) -> float | None:

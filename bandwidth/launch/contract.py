@@ -238,9 +238,23 @@ def job_store(store, secret: str):
 
 def join_store(role: Role, timeout_s: float = 300.0):
     """Connect to the launcher's TCPStore and register this rank, so the launcher can name the
-    ranks that never arrive. Returns the store client, every key under the job's secret."""
+    ranks that never arrive. Returns the store client, every key under the job's secret.
+
+    First it finds the interface this host reaches the rendezvous from and sets
+    ``GLOO_SOCKET_IFNAME``/``NCCL_SOCKET_IFNAME`` to it in this process's environment unless the
+    user set them (``bandwidth.launch.interface``), so that Gloo and NCCL, which read only the
+    environment, advertise an address the other hosts reach; processes started from here (the
+    ``dist_nccl`` ranks) inherit it. A host that cannot reach the rendezvous raises
+    ``RendezvousUnreachable`` in one line naming the host and the address tried."""
+    import os
+
     from torch.distributed import TCPStore
 
+    from bandwidth.launch.interface import export_choice, towards_rendezvous
+
+    choice = towards_rendezvous(role.master_addr, role.master_port, host=role.node_host,
+                                probe_timeout_s=min(timeout_s, 10.0))
+    export_choice(choice, os.environ)
     store = job_store(TCPStore(role.master_addr, role.master_port, is_master=False,
                                timeout=timedelta(seconds=timeout_s)), role.job.secret)
     if role.rank is not None:

@@ -2,8 +2,8 @@
 
 Each process is started as (every word of the remote command passed through ``shlex.quote``)::
 
-    ssh [-F CONFIG] -T -o BatchMode=yes -o ConnectTimeout=T -o ServerAliveInterval=15
-        -o ServerAliveCountMax=4 [-p PORT] [-o OPTION]... -- HOST \\
+    ssh [-F CONFIG] -T -o BatchMode=yes -o ConnectTimeout=T -o ServerAliveInterval=ceil(T/4)
+        -o ServerAliveCountMax=3 [-p PORT] [-o OPTION]... -- HOST \\
         "cd DIR && exec python3 -c <guard source> --grace G --env-stdin -- command..."
 
 * ``BatchMode=yes``: never prompt (a prompt would hang the launch); keys or an agent only.
@@ -12,6 +12,9 @@ Each process is started as (every word of the remote command passed through ``sh
 * ``ConnectTimeout=T`` (``--timeout``) covers the TCP connect and the banner exchange, so an
   unreachable host fails with ``FAIL: host: connection timed out after T s``; the launcher
   also fails a process whose remote side has not started within T s (+5 s for the login).
+* ``ServerAliveInterval``/``CountMax``: a host that goes silent mid-run (its link down, the
+  machine gone) ends its ssh client after about 3/4 of T, and the launcher reports that process
+  as having lost its ssh connection, before the other ranks' own timeouts name a symptom.
 * The remote command runs under ``bandwidth.launch.guard``, which stops its process group when
   the ssh connection closes: stopping a process is closing its ssh client's stdin, and a killed
   launcher or ssh client leaves nothing running remotely.
@@ -73,7 +76,8 @@ class SshOptions:
         """The ssh command up to and excluding the host."""
         argv = ["ssh"] + (["-F", self.config_file] if self.config_file else [])
         argv += ["-T", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={self.connect_timeout_s}",
-                 "-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=4"]
+                 "-o", f"ServerAliveInterval={max(1, math.ceil(self.connect_timeout_s / 4))}",
+                 "-o", "ServerAliveCountMax=3"]
         argv += ["-p", str(host.port)] if host.port else []
         for option in self.options:
             argv += ["-o", option]

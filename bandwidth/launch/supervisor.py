@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from bandwidth.errors import WorkerError
+from bandwidth.launch.noise import NoiseFilter
 from bandwidth.lifeline import describe_stopped
 
 TAIL_LINES = 20          # stderr lines kept per child for the report
@@ -85,6 +86,8 @@ class Child:
 
     #: seconds between SIGTERM (or its equivalent) and SIGKILL
     grace_s = 5.0
+    #: the launch's NoiseFilter, shared by its children (set by the Supervisor)
+    noise: NoiseFilter | None = None
 
     def __init__(self, label: str, subject: str, argv: Sequence[str], env: dict[str, str],
                  cwd: str | None = None, capture_stdout: bool = False, stdin_pipe: bool = False):
@@ -112,6 +115,11 @@ class Child:
     def on_line(self, stream: str, line: str) -> None:
         """One line of the child's ``stream`` ("stdout" or "stderr"), without its newline."""
         if stream == "stderr":
+            note = self.noise.explain(line) if self.noise is not None else None
+            if note == "":
+                return
+            if note:
+                emit(sys.stderr, f"launch: note: {note}:\n")
             self.tail.append(line)
             emit(sys.stderr, f"[{self.label}] {line}\n")
         else:
@@ -178,6 +186,9 @@ class Supervisor:
     def __init__(self, children: Sequence[Child], *, start_timeout_s: float,
                  max_starting: int = 8, check: Callable[[float], Failure | None] | None = None):
         self.children = list(children)
+        noise = NoiseFilter()
+        for child in self.children:
+            child.noise = noise
         self.start_timeout_s = start_timeout_s
         self.max_starting = max_starting
         self.check = check

@@ -1,0 +1,10 @@
+"""A laboratory of hosts on one Linux machine: network namespaces on one bridge, each with its own
+address in 198.18.0.0/15, links shaped with ``tc tbf``, and an sshd of the lab's own in each.
+
+    python -m bandwidth.netlab up --hosts 4 --rate 1gbit [--rate-of 2=500mbit] [--name bwlab]
+    python -m bandwidth.netlab status [--name bwlab]
+    python -m bandwidth.netlab down [--name bwlab]
+
+``bandwidth.netlab.lab`` makes and removes the namespaces, links and shaping; ``.sshd`` the keys,
+configurations and daemons; ``.cli`` the command line. See docs/netlab.md.
+"""

@@ -1,0 +1,124 @@
+"""The lab's command line, and ``up``/``down`` for programs (the tests, benchmarks/network_impact.py).
+
+    python -m bandwidth.netlab up --hosts 4 --rate 1gbit [--rate-of 3=500mbit ...]
+                                  [--name bwlab] [--subnet 198.18.0.0/24]
+    python -m bandwidth.netlab status [--name bwlab]
+    python -m bandwidth.netlab down [--name bwlab]
+
+``up`` prints the hosts file it wrote and a command that uses it; it refuses in one line when the
+machine lacks root, ``ip``, ``tc`` or ``sshd``, or when a lab of that name is up. A failure half way
+removes what was made. ``down`` removes the lab's namespaces (and every process in them), links,
+bridge and files, found by name, so it also cleans up after a crash. Exit status 2 with one line on
+stderr for any refusal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+
+from bandwidth.errors import BandwidthError
+from bandwidth.netlab import lab as labmod
+from bandwidth.netlab import sshd
+from bandwidth.netlab.lab import (DEFAULT_NAME, DEFAULT_SUBNET, Lab, NetlabError, format_rate,
+                                  parse_rate)
+
+
+def up(name: str, count: int, rate: str | None, rates_of: dict[str, str] | None = None,
+       subnet: str = DEFAULT_SUBNET) -> Lab:
+    """Make the lab and start its sshds; returns it (written to ``lab.json``)."""
+    missing = labmod.missing_prerequisites()
+    if missing:
+        raise NetlabError(f"the lab needs {', '.join(missing)}")
+    rate_bits = parse_rate(rate) if rate else None
+    lab = labmod.plan_lab(name, subnet, count, rate_bits,
+                          {k: parse_rate(v) for k, v in (rates_of or {}).items()})
+    if labmod.namespaces_of(name) or lab.state_dir.exists():
+        raise NetlabError(f"a lab named {name} is up already: python -m bandwidth.netlab down "
+                          f"--name {name}, or choose another --name")
+    try:
+        lab.state_dir.mkdir(parents=True)
+        (lab.state_dir / "lab.json").write_text(lab.to_json())
+        labmod.make_network(lab)
+        sshd.make_keys(lab.state_dir)
+        sshd.write_client_config(lab)
+        pids = {str(h.index): sshd.start_sshd(lab, h) for h in lab.hosts}
+        lab = dataclasses.replace(lab, sshd_pids=pids)
+        (lab.state_dir / "lab.json").write_text(lab.to_json())
+        for host in lab.hosts:
+            sshd.wait_ready(lab, host)
+        (lab.state_dir / "hosts").write_text("".join(f"{h.address}\n" for h in lab.hosts))
+    except BaseException:
+        labmod.remove(name)
+        raise
+    return lab
+
+
+def down(name: str) -> list[str]:
+    if labmod.os.geteuid() != 0:
+        raise NetlabError("removing a lab needs root (run with sudo)")
+    return labmod.remove(name)
+
+
+def describe(lab: Lab) -> list[str]:
+    state = lab.state_dir
+    lines = [f"lab {lab.name}: {len(lab.hosts)} hosts on bridge {lab.bridge} "
+             f"({lab.bridge_address}/{lab.prefixlen} in the root namespace)"]
+    for h in lab.hosts:
+        alive = "sshd up" if labmod.alive(int(lab.sshd_pids.get(str(h.index), 0) or 0)) \
+            else "sshd down"
+        lines.append(f"  {h.address:<16} namespace {h.namespace:<12} interface {h.interface:<10}"
+                     f" {format_rate(h.rate_bits):>14} each way, {alive}")
+    lines += [f"hosts file: {state / 'hosts'}", f"ssh config: {state / 'ssh_config'}",
+              f"try: python launch.py -H {state / 'hosts'} --ssh-config {state / 'ssh_config'} "
+              "-n 2 -s 2 python bandwidth/measure.py --kv-store dist_sync --cpus 1",
+              f"in a host: ip netns exec {lab.hosts[0].namespace} COMMAND"]
+    return lines
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bandwidth.netlab",
+                                     description="A lab of hosts on this machine: network "
+                                     "namespaces with shaped links and an sshd each (root).")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_up = sub.add_parser("up", help="make the lab")
+    p_up.add_argument("--hosts", type=int, required=True, help="number of hosts")
+    p_up.add_argument("--rate", help="every host's link rate each way, e.g. 1gbit, 2.5gbit "
+                      "(default: unshaped)")
+    p_up.add_argument("--rate-of", action="append", default=[], metavar="HOST=RATE",
+                      help="one host's rate (HOST: its index 1..N or address); repeatable")
+    p_up.add_argument("--subnet", default=DEFAULT_SUBNET,
+                      help=f"within 198.18.0.0/15 (default {DEFAULT_SUBNET})")
+    for p in (p_up, sub.add_parser("down", help="remove the lab and everything in it"),
+              sub.add_parser("status", help="list the lab")):
+        p.add_argument("--name", default=DEFAULT_NAME,
+                       help=f"the lab's name, prefix of all it makes (default {DEFAULT_NAME})")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "up":
+            pairs = {}
+            for item in args.rate_of:
+                key, sep, value = item.partition("=")
+                if not sep:
+                    raise NetlabError(f"--rate-of {item!r}: expected HOST=RATE, e.g. 2=500mbit")
+                pairs[key] = value
+            lab = up(args.name, args.hosts, args.rate, pairs, args.subnet)
+            print("\n".join(describe(lab)))
+        elif args.command == "down":
+            removed = down(args.name)
+            print(f"lab {args.name}: removed {len(removed)} objects" if removed
+                  else f"lab {args.name}: nothing to remove")
+        else:
+            print("\n".join(describe(Lab.load(args.name))))
+    except BandwidthError as err:          # NetlabError, or a bad rate (ConfigError)
+        print(f"netlab: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("netlab: interrupted (what was made is removed)", file=sys.stderr)
+        return 130
+    return 0

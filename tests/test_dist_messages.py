@@ -1,0 +1,23 @@
+"""How the parameter-server modes cut a push into messages (bandwidth/kvstores/dist.py)."""
+
+from bandwidth.kvstores.dist import messages, ramped_ranges
+
+
+def test_ramped_ranges_cover_the_range_growing_and_shrinking():
+    pieces = ramped_ranges(10, 10 + 12_750_000, 500_000, 64_000)
+    assert pieces[0][0] == 10 and pieces[-1][1] == 10 + 12_750_000
+    assert all(a[1] == b[0] for a, b in zip(pieces, pieces[1:]))
+    sizes = [e - s for s, e in pieces]
+    assert sizes[:3] == [64_000, 128_000, 256_000] and sizes[-3:] == [256_000, 128_000, 64_000]
+    assert max(sizes) <= 500_000
+    assert ramped_ranges(0, 100, 500_000, 64_000) == [(0, 100)]     # too short: one piece
+
+
+def test_messages_alternate_between_servers_and_cover_each_share():
+    ranges = [(0, 3_000_000), (3_000_000, 5_000_000)]
+    plan = messages(ranges, 4)
+    assert [server for server, _, _ in plan[:4]] == [0, 1, 0, 1]
+    for server, (a, b) in enumerate(ranges):
+        mine = [(s, e) for owner, s, e in plan if owner == server]
+        assert mine[0][0] == a and mine[-1][1] == b
+        assert all(x[1] == y[0] for x, y in zip(mine, mine[1:]))

@@ -1,0 +1,386 @@
+"""Across hosts for real: a bandwidth.netlab lab of 4 namespace hosts (links shaped with tc tbf,
+a real sshd on each host's own address), the real ssh launcher and Open MPI's mpirun.
+
+Needs root, ip, tc and sshd (``.ci/run`` installs them when it runs as root); skipped with the
+reason otherwise. The lab is removed on every exit path (and at the start, after a crash); each
+launch test checks that no process is left in any of the lab's namespaces.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from bandwidth.netlab import lab as labmod
+from bandwidth.netlab import sshd as labsshd
+from bandwidth.netlab.cli import up
+from bandwidth.netlab.lab import NetlabError
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+NAME = "bwi19t"                       # no other lab or test uses this prefix
+SUBNET = "198.18.119.0/24"
+RATE_GBIT, SLOW_GBIT = 1.0, 0.5       # hosts 1-3, and host 4 shaped slower
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture(scope="module")
+def lab():
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the lab needs Linux network namespaces")
+    missing = labmod.missing_prerequisites()
+    if missing:
+        pytest.skip(f"the lab needs {', '.join(missing)}")
+    labmod.remove(NAME)                       # whatever a crashed run left
+    try:
+        made = up(NAME, 4, f"{RATE_GBIT}gbit", {"4": f"{SLOW_GBIT}gbit"}, SUBNET)
+    except NetlabError as err:
+        labmod.remove(NAME)
+        pytest.skip(f"cannot make the lab on this machine: {err}")
+    try:
+        yield made
+    finally:
+        labmod.remove(NAME)
+        assert not labmod.namespaces_of(NAME)
+        links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+        assert NAME not in links
+
+
+def test_status_lists_the_lab(lab):
+    proc = subprocess.run([PYTHON, "-m", "bandwidth.netlab", "status", "--name", NAME], cwd=ROOT,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True,
+                          text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    for host in lab.hosts:
+        rate = "500 Mbit/s" if host.index == 4 else "1 Gbit/s"
+        assert re.search(rf"{re.escape(host.address)} .* {host.interface} +{rate} each way, "
+                         "sshd up", proc.stdout), proc.stdout
+    assert (lab.state_dir / "hosts").read_text().split() == [h.address for h in lab.hosts]
+
+
+def leftovers(lab) -> list[str]:
+    """Processes in the lab's namespaces other than its sshd daemons (``sshd -D -e -f
+    .../sshd_config.I``; a login's session processes do count)."""
+    found = []
+    for host in lab.hosts:
+        for pid in labmod.pids_in(host.namespace):
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if labmod.alive(pid) and not (" -D " in cmd and "sshd_config." in cmd):
+                found.append(f"{host.address}: {pid} {cmd[:120]}")
+    return found
+
+
+def assert_clean(lab, within_s: float = 10.0) -> None:
+    deadline = time.monotonic() + within_s
+    while leftovers(lab) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert leftovers(lab) == []
+
+
+def lab_launch(lab, *args: str, netns: str | None = None, timeout: float = 150,
+               env: dict | None = None, hosts: list[str] | None = None,
+               tmp_path: Path | None = None) -> subprocess.CompletedProcess:
+    state = lab.state_dir
+    hostfile = str(state / "hosts")
+    if hosts is not None:
+        hostfile = str(tmp_path / "hosts")
+        Path(hostfile).write_text("".join(f"{h}\n" for h in hosts))
+    argv = [PYTHON, str(ROOT / "launch.py"), "-H", hostfile]
+    if "--launcher" not in args:
+        argv += ["--ssh-config", str(state / "ssh_config")]
+    argv = (["ip", "netns", "exec", netns] if netns else []) + argv + list(args)
+    full_env = dict(os.environ, PYTHONPATH=str(ROOT), **(env or {}))
+    return subprocess.run(argv, cwd=ROOT, env=full_env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def max_error(stdout: str) -> float:
+    found = re.findall(r"max error ([0-9.]+)", stdout)
+    assert found, stdout
+    return max(float(v) for v in found)
+
+
+MEASURE = ["python3", "bandwidth/measure.py", "--network", "mlp", "--num-batches", "3",
+           "--no-reference", "--timeout", "60"]
+MODES = {
+    "dist_sync": (["-n", "2", "-s", "2"], ["--kv-store", "dist_sync", "--cpus", "1"]),
+    "dist_async": (["-n", "2", "-s", "2"], ["--kv-store", "dist_async", "--cpus", "1",
+                                             "--optimizer", "sgd"]),
+    "dist_sync_device": (["-n", "2", "-s", "2"], ["--kv-store", "dist_sync_device",
+                                                   "--cpus", "2"]),
+    "dist_async_device": (["-n", "2", "-s", "1"], ["--kv-store", "dist_async_device",
+                                                    "--cpus", "2", "--optimizer", "sgd"]),
+    "dist_nccl": (["-n", "3", "-s", "0"], ["--kv-store", "dist_nccl", "--cpus", "1"]),
+}
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_mode_across_hosts_is_exact(lab, mode):
+    launch_args, measure_args = MODES[mode]
+    proc = lab_launch(lab, *launch_args, "--timeout", "60", *MEASURE, *measure_args)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    if "async" not in mode:
+        assert max_error(proc.stdout) == 0.0
+    else:
+        # As on one host (tests/test_dist.py): async servers err only by staleness, the other
+        # worker's pushes at most one step ahead or behind, over this worker's devices.
+        workers, devices = int(launch_args[1]), int(measure_args[measure_args.index("--cpus") + 1])
+        lines = re.findall(r"iter (\d+), .* error ([0-9.]+)", proc.stdout)
+        assert len(lines) == workers * 3
+        for iteration, error in lines:
+            assert float(error) <= 1.2 * devices * (workers - 1) / (int(iteration) + 1)
+    assert_clean(lab)
+
+
+def test_every_host_uses_its_own_interface(lab, tmp_path):
+    """Interface names differ from host to host; each process finds its own, and the address it
+    reaches the rendezvous from is its host's."""
+    proc = lab_launch(lab, "-n", "4", "-s", "0", "--timeout", "30", "python3",
+                      "tests/launch_programs/ifname.py")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    seen = sorted(line.split() for line in proc.stdout.splitlines() if line.strip())
+    assert seen == [[h.address, h.interface, h.interface, h.address] for h in lab.hosts]
+    # A user's choice is kept.
+    proc = lab_launch(lab, "-n", "2", "-s", "0", "--timeout", "30", "--env",
+                      "GLOO_SOCKET_IFNAME=lo", "python3", "tests/launch_programs/ifname.py")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert {line.split()[1] for line in proc.stdout.splitlines()} == {"lo"}
+    assert_clean(lab)
+
+
+def test_unreachable_rendezvous_fails_in_one_line(lab):
+    """A rendezvous address no host reaches: every process fails naming its host and the address."""
+    proc = lab_launch(lab, "-n", "1", "-s", "0", "--timeout", "20", "--master-addr",
+                      "198.18.119.200", "python3", "tests/launch_programs/ifname.py", timeout=60)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert re.search(r"198\.18\.119\.1: cannot reach the rendezvous at 198\.18\.119\.200:\d+",
+                     proc.stderr), proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    assert_clean(lab)
+
+
+def test_launcher_inside_a_host(lab):
+    """The launcher started inside host 1: the rendezvous is on host 1's address."""
+    launch_args, measure_args = MODES["dist_sync"]
+    proc = lab_launch(lab, *launch_args, "--timeout", "60", *MEASURE, *measure_args,
+                      netns=lab.hosts[0].namespace)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert max_error(proc.stdout) == 0.0
+    assert_clean(lab)
+
+
+def test_mpirun_across_hosts(lab):
+    if shutil.which("mpirun") is None:
+        pytest.skip("Open MPI's mpirun not installed (apt-get install openmpi-bin)")
+    config = lab.state_dir / "ssh_config"
+    launch_args, measure_args = MODES["dist_sync"]
+    proc = lab_launch(lab, *launch_args, "--launcher", "mpi", "--timeout", "60", *MEASURE,
+                      *measure_args, env={"OMPI_MCA_plm_rsh_args":
+                                          f"-F {config} -o BatchMode=yes"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert max_error(proc.stdout) == 0.0
+    assert_clean(lab)
+
+
+def test_matrix_reads_the_shaped_rates_and_names_the_slow_host(lab, tmp_path):
+    matrix_path = tmp_path / "hosts.json"
+    proc = lab_launch(lab, "-n", "4", "-s", "0", "--timeout", "60", "python3", "-m",
+                      "bandwidth.ceiling", "--network", "--mb", "32", "--repeats", "2",
+                      "--json", str(matrix_path))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(matrix_path.read_text())
+    matrix = doc.get("network", doc)
+    rate = {h.address: (h.rate_bits or 0) / 8e9 for h in lab.hosts}    # GB/s
+    hosts = [label.rpartition("@")[2] for label in matrix["hosts"]]
+    cells = []
+    for i, row in enumerate(matrix["gbps"]):
+        for j, gbps in enumerate(row):
+            if i != j:
+                shaped = min(rate[hosts[i]], rate[hosts[j]])
+                assert abs(gbps - shaped) <= 0.10 * shaped, (hosts[i], hosts[j], gbps, shaped)
+                cells.append((gbps, hosts[i], hosts[j]))
+    slow = lab.hosts[3].address
+    assert slow in min(cells)[1:]
+    # The run's summary names a cell of the slow host as its ceiling (server 1 is on host 4).
+    launch_args, measure_args = MODES["dist_sync"]
+    proc = lab_launch(lab, *launch_args, "--timeout", "60", *MEASURE, *measure_args,
+                      "--network-ceiling", str(matrix_path))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(line for line in proc.stdout.splitlines() if "host-to-host ceiling" in line)
+    assert f"@{slow}" in line and "%" in line, line
+    assert_clean(lab)
+
+
+# Faults across hosts: each ends within the launcher's --timeout plus a few seconds, with FAIL:
+# naming the host and the role, a non-zero exit, and no process left in any namespace.
+
+FAULT_TIMEOUT_S = 12
+SLACK_S = 12                   # the FAIL report, stopping the rest; a loaded 2-core machine
+LONG_RUN = ["python3", "bandwidth/measure.py", "--kv-store", "dist_sync", "--cpus", "1",
+            "--network", "resnet", "--num-layers", "18", "--num-batches", "300",
+            "--no-reference", "--timeout", "120"]
+
+
+class Running:
+    """launch.py in the background, its stdout collected line by line."""
+
+    def __init__(self, lab, *args: str):
+        state = lab.state_dir
+        argv = [PYTHON, str(ROOT / "launch.py"), "-H", str(state / "hosts"), "--ssh-config",
+                str(state / "ssh_config"), *args]
+        self.proc = subprocess.Popen(argv, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.lines: list[str] = []
+        self.err: list[str] = []
+        self.readers = [threading.Thread(target=self._read, args=(self.proc.stdout, self.lines)),
+                        threading.Thread(target=self._read, args=(self.proc.stderr, self.err))]
+        for reader in self.readers:
+            reader.start()
+
+    @staticmethod
+    def _read(stream, into):
+        for line in stream:
+            into.append(line)
+
+    def wait_for(self, needle: str, timeout_s: float = 90) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not any(needle in line for line in self.lines):
+            assert self.proc.poll() is None, "".join(self.err)[-3000:]
+            assert time.monotonic() < deadline, f"no {needle!r}: {''.join(self.err)[-3000:]}"
+            time.sleep(0.1)
+
+    def finish(self, timeout_s: float) -> tuple[int, str, float]:
+        start = time.monotonic()
+        try:
+            code = self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError(f"still running {timeout_s} s after the fault: "
+                                 f"{''.join(self.err)[-3000:]}")
+        for reader in self.readers:
+            reader.join(10)
+        return code, "".join(self.err), time.monotonic() - start
+
+
+def fail_line(stderr: str) -> str:
+    return next((line for line in stderr.splitlines() if line.startswith("FAIL:")), stderr[-2000:])
+
+
+def restart_sshd(lab, host) -> None:
+    for pid in labmod.pids_in(host.namespace):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"sshd_config." in cmd:
+            os.kill(pid, signal.SIGKILL)
+    labsshd.start_sshd(lab, host)
+    labsshd.wait_ready(lab, host)
+
+
+def test_fault_link_down_mid_run(lab):
+    worker1 = lab.hosts[1]                        # worker 1 runs on host 2
+    run = Running(lab, "-n", "2", "-s", "2", "--timeout", str(FAULT_TIMEOUT_S), *LONG_RUN)
+    try:
+        run.wait_for("iter 2,")
+        labmod.sh("ip", "-n", worker1.namespace, "link", "set", worker1.interface, "down")
+        code, err, seconds = run.finish(FAULT_TIMEOUT_S + SLACK_S)
+    finally:
+        labmod.sh("ip", "-n", worker1.namespace, "link", "set", worker1.interface, "up")
+        if run.proc.poll() is None:
+            run.proc.kill()
+    assert code != 0
+    line = fail_line(err)
+    assert line.startswith(f"FAIL: worker 1 (rank 1) on {worker1.address}"), line
+    assert seconds <= FAULT_TIMEOUT_S + SLACK_S
+    assert_clean(lab, within_s=15)
+
+
+def test_fault_sshd_stopped_before_the_start(lab):
+    host = lab.hosts[2]
+    for pid in labmod.pids_in(host.namespace):
+        os.kill(pid, signal.SIGKILL)
+    try:
+        start = time.monotonic()
+        proc = lab_launch(lab, "-n", "2", "-s", "2", "--timeout", str(FAULT_TIMEOUT_S), *MEASURE,
+                          *MODES["dist_sync"][1], timeout=FAULT_TIMEOUT_S + 30)
+        seconds = time.monotonic() - start
+    finally:
+        restart_sshd(lab, host)
+    assert proc.returncode == 255
+    line = fail_line(proc.stderr)
+    assert line.startswith(f"FAIL: {host.address}: connection refused"), line
+    assert f"while starting server 0@{host.address}" in proc.stderr
+    assert seconds <= FAULT_TIMEOUT_S + SLACK_S
+    assert_clean(lab)
+
+
+def test_fault_host_accepts_but_never_answers(lab):
+    host = lab.hosts[3]
+    for pid in labmod.pids_in(host.namespace):
+        os.kill(pid, signal.SIGKILL)
+    mute = subprocess.Popen(["ip", "netns", "exec", host.namespace, PYTHON, "-c",
+                             "import socket, time\n"
+                             f"s = socket.create_server(('{host.address}', 22))\n"
+                             "held = []\n"
+                             "while True: held.append(s.accept())\n"])
+    try:
+        time.sleep(0.5)
+        start = time.monotonic()
+        proc = lab_launch(lab, "-n", "2", "-s", "2", "--timeout", str(FAULT_TIMEOUT_S), *MEASURE,
+                          *MODES["dist_sync"][1], timeout=FAULT_TIMEOUT_S + 40)
+        seconds = time.monotonic() - start
+    finally:
+        mute.kill()
+        mute.wait()
+        restart_sshd(lab, host)
+    assert proc.returncode == 255
+    line = fail_line(proc.stderr)
+    assert line.startswith(f"FAIL: {host.address}: connection timed out after "
+                           f"{FAULT_TIMEOUT_S} s"), line
+    assert f"while starting server 1@{host.address}" in proc.stderr
+    assert seconds <= FAULT_TIMEOUT_S + 5 + SLACK_S           # + the login's 5 s
+    assert_clean(lab)
+
+
+def test_fault_worker_killed_on_a_remote_host(lab):
+    worker1 = lab.hosts[1]
+    run = Running(lab, "-n", "2", "-s", "2", "--timeout", str(FAULT_TIMEOUT_S), *LONG_RUN)
+    try:
+        run.wait_for("iter 2,")
+        victims = []
+        for pid in labmod.pids_in(worker1.namespace):
+            try:
+                environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            if b"DMLC_ROLE=worker" in environ and argv[1:2] == [b"bandwidth/measure.py"]:
+                victims.append(pid)            # the program, not the guard above it
+        assert len(victims) == 1, victims
+        os.kill(victims[0], signal.SIGKILL)
+        code, err, seconds = run.finish(FAULT_TIMEOUT_S + SLACK_S)
+    finally:
+        if run.proc.poll() is None:
+            run.proc.kill()
+    assert code == 128 + signal.SIGKILL
+    line = fail_line(err)
+    assert line.startswith(f"FAIL: worker 1 (rank 1) on {worker1.address}: was killed by "
+                           "SIGKILL"), line
+    assert seconds <= SLACK_S
+    assert_clean(lab)
