@@ -40,8 +40,7 @@ import torch
 
 import networks
 from bandwidth.bounds import PROBE_BYTES, one_gpu_rates
-from bandwidth.ceiling.host import host_link_gbps
-from bandwidth.ceiling.timing import median_seconds
+from bandwidth.ceiling.host import duplex_host_gbps, host_link_gbps
 from bandwidth.config import Config
 from bandwidth.errors import BandwidthError
 from bandwidth.formulas import one_gpu_device_bound_gbps
@@ -117,29 +116,12 @@ def nccl_tests_busbw(peers: Path | None, gpus: int, nbytes: int, dtype: str,
 
 # -- rates measured in this run ---------------------------------------------------------------------
 
-def duplex_gbps(gpu: int, nbytes: int) -> float:
-    """Pinned host->device and device->host at once, on two streams: bytes each way per second."""
-    host_a = torch.ones(nbytes, dtype=torch.uint8, pin_memory=True)
-    host_b = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
-    dev_a = torch.ones(nbytes, dtype=torch.uint8, device=f"cuda:{gpu}")
-    dev_b = torch.empty(nbytes, dtype=torch.uint8, device=f"cuda:{gpu}")
-    up, down = torch.cuda.Stream(device=gpu), torch.cuda.Stream(device=gpu)
-
-    def both():
-        with torch.cuda.stream(up):
-            dev_b.copy_(host_a, non_blocking=True)
-        with torch.cuda.stream(down):
-            host_b.copy_(dev_a, non_blocking=True)
-
-    return nbytes / median_seconds(both, lambda: torch.cuda.synchronize(gpu), 5, burst=5) / 1e9
-
-
 def rates(gpu: int) -> dict[str, float]:
     copy, add = one_gpu_rates(gpu, PROBE_BYTES)
     return {"copy": copy, "add": add,
             "h2d": host_link_gbps(gpu, PROBE_BYTES, pinned=True, to_device=True),
             "d2h": host_link_gbps(gpu, PROBE_BYTES, pinned=True, to_device=False),
-            "duplex": duplex_gbps(gpu, PROBE_BYTES)}
+            "duplex": duplex_host_gbps(gpu, PROBE_BYTES)}
 
 
 # -- the configurations ------------------------------------------------------------------------------

@@ -19,10 +19,10 @@ import dataclasses
 import sys
 
 from bandwidth.errors import BandwidthError
+from bandwidth.linkbound import parse_rate
 from bandwidth.netlab import lab as labmod
 from bandwidth.netlab import sshd
-from bandwidth.netlab.lab import (DEFAULT_NAME, DEFAULT_SUBNET, Lab, NetlabError, format_rate,
-                                  parse_rate)
+from bandwidth.netlab.lab import DEFAULT_NAME, DEFAULT_SUBNET, Lab, NetlabError, format_rate
 
 
 def up(name: str, count: int, rate: str | None, rates_of: dict[str, str] | None = None,

@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from bandwidth.errors import BandwidthError
-from bandwidth.linkbound import parse_rate  # noqa: F401  (the lab's rates: 1gbit, 2.5gbit)
+
 
 STATE_ROOT = Path("/run/bandwidth-netlab")
 BENCHMARK_RANGE = ipaddress.ip_network("198.18.0.0/15")
