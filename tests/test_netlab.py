@@ -163,11 +163,13 @@ def test_every_host_uses_its_own_interface(lab, tmp_path):
 
 
 def test_unreachable_rendezvous_fails_in_one_line(lab):
-    """A rendezvous address no host reaches: every process fails naming its host and the address."""
+    """A rendezvous address that no lab host reaches (the launcher must listen on an address of
+    its own host, so: its loopback, which inside each namespace is that host's own): every process
+    fails naming its host and the address."""
     proc = lab_launch(lab, "-n", "1", "-s", "0", "--timeout", "20", "--master-addr",
-                      "198.18.119.200", "python3", "tests/launch_programs/ifname.py", timeout=60)
+                      "127.0.0.1", "python3", "tests/launch_programs/ifname.py", timeout=60)
     assert proc.returncode == 2, proc.stderr[-2000:]
-    assert re.search(r"198\.18\.119\.1: cannot reach the rendezvous at 198\.18\.119\.200:\d+",
+    assert re.search(r"198\.18\.119\.1: cannot reach the rendezvous at 127\.0\.0\.1:\d+",
                      proc.stderr), proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
     assert_clean(lab)

@@ -23,17 +23,20 @@ TINY = ["--cpus", "2", "--network", "mlp", "--image-shape", "1,28,28", "--num-cl
 
 @pytest.mark.parametrize("mode", ["local", "device"])
 def test_an_iteration_longer_than_the_timeout_stops_a_single_process_mode(mode):
-    """The old code ignored --timeout in local and device; now no iteration completes within
-    1 ms, so the run stops as hung with one line and exit status 1."""
+    """The old code ignored --timeout in local and device; now an iteration of resnet-50 on two
+    CPU devices (102 MB, tens of ms with its error check) cannot complete within 5 ms, so the run
+    stops as hung with one line and exit status 1. (mlp's 1.7 MB steps take under 0.1 ms on a
+    quiet machine: too fast to trip any bound reliably.)"""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    done = subprocess.run([sys.executable, "bandwidth/measure.py", "--kv-store", mode, *TINY,
-                           "--num-batches", "1000", "--no-reference", "--timeout", "0.001"],
+    done = subprocess.run([sys.executable, "bandwidth/measure.py", "--kv-store", mode, "--cpus",
+                           "2", "--network", "resnet", "--num-layers", "50",
+                           "--num-batches", "1000", "--no-reference", "--timeout", "0.005"],
                           cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 1, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
-    assert f"{mode} on mlp: no progress for 0.001 s in iteration" in lines[0]
+    assert f"{mode} on resnet-50: no progress for 0.005 s in iteration" in lines[0]
     assert "(--timeout)" in lines[0]
 
 
