@@ -28,9 +28,10 @@ The copies go straight to the CUDA runtime (bandwidth.rawcopy) to keep host time
 Per step each device sends and receives 2(n-1)/n of the bytes, which is where MXNet's formula
 comes from.
 
-On GPUs the whole step is by default captured once as a CUDA graph (``capture``) and replayed, so
-that the host's launch time (tens of copies, kernels and events per step) does not pace it;
-``--launch eager`` issues them from the host every step, as a framework without graphs does. Two
+On GPUs the whole step is captured once as a CUDA graph (``capture``) and replayed, so that the
+host's launch time (tens of copies, kernels and events per step) does not pace it; ``--launch
+eager`` issues them from the host every step, as a framework without graphs does, and the default
+(``auto``, bandwidth.session) keeps whichever of the two a few trial steps show faster. Two
 replicas may share a GPU (``--gpus 0,0``): their copies then run inside that GPU's memory.
 """
 

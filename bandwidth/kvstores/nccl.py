@@ -6,9 +6,10 @@ optimizer each device then applies it to its own copy of the weights, as data-pa
 does. The backward pass would write the gradients into the bucket; ``prepare`` plays that part,
 untimed. On CPU devices Gloo's all-reduce stands in for NCCL.
 
-On GPUs the step is by default captured once as a CUDA graph (``capture``: NCCL collectives can be
-captured once the communicator exists) and replayed, so that the host's launch time does not pace
-it; ``--launch eager`` issues the all-reduce from the host every step.
+On GPUs the step is captured once as a CUDA graph (``capture``: NCCL collectives can be captured
+once the communicator exists) and replayed, so that the host's launch time does not pace it;
+``--launch eager`` issues the all-reduce from the host every step, and the default (``auto``,
+bandwidth.session) keeps whichever of the two a few trial steps show faster.
 """
 
 from __future__ import annotations
