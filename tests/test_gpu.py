@@ -135,3 +135,29 @@ def test_cli_with_gpu_0_twice(cli):
     assert "# devices: 2 x" in proc.stdout or "2 GPUs (0,0)" in proc.stdout
     assert ("launch graph" in proc.stdout or "launch eager" in proc.stdout)
     assert "launch auto:" in proc.stdout and "one GPU's memory" in proc.stdout
+
+
+def test_dist_nccl_workers_on_one_host_split_its_gpus_or_are_refused(tmp_path):
+    """Issue 11 item 6, real processes: two dist_nccl workers launched on this one host with the
+    same --gpus. With an even number of GPUs each worker takes its own half (as torchrun's
+    LOCAL_RANK would) and the job is exact; with one GPU the two cannot split it, and the job is
+    refused in one line naming the workers, never NCCL's "Duplicate GPU detected"."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    ids = GPUS[:2] if len(GPUS) >= 2 else GPUS[:1]
+    proc = subprocess.run(
+        [sys.executable, "launch.py", "-n", "2", "-s", "0", sys.executable, "bandwidth/measure.py",
+         "--kv-store", "dist_nccl", "--gpus", ",".join(map(str, ids)), "--network", "mlp",
+         "--num-batches", "3", "--timeout", "60"],
+        cwd=root, capture_output=True, text=True, timeout=240)
+    assert "Duplicate GPU" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    if len(ids) == 2:
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert proc.stdout.count("GB/sec per gpu, error 0.000000") >= 3
+    else:
+        assert proc.returncode != 0
+        assert "worker 0, worker 1 on" in proc.stderr and "do not split evenly" in proc.stderr, \
+            proc.stderr[-2000:]
