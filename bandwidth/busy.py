@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from bandwidth.topology import with_nvml
+
 # nvmlClocksThrottleReasons (also nvmlClocksEventReasons): the ones that hold clocks down
 # whatever the work, with the words a person reads.
 HOLDING_REASONS = {0x8: "hardware slowdown", 0x20: "software thermal slowdown",
@@ -62,24 +64,8 @@ def busy_reasons(states: list[GpuState], own_pids: set[int]) -> list[str]:
 def read_states(gpus: list[int], bus_ids: list[str | None] | None = None
                 ) -> tuple[list[GpuState] | None, str | None]:
     """(states, None), or (None, why NVML could not tell)."""
-    if not gpus:
-        return None, "no GPU"
-    try:
-        import pynvml
-    except ImportError:
-        return None, "pynvml is not installed (pip install nvidia-ml-py)"
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as exc:
-        return None, f"NVML cannot start: {exc}"
-    try:
-        return [_state(pynvml, gpu, bus_id)
-                for gpu, bus_id in zip(gpus, bus_ids or [None] * len(gpus))], None
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except pynvml.NVMLError:
-            pass
+    return with_nvml(gpus, lambda nvml: [_state(nvml, gpu, bus_id) for gpu, bus_id
+                                         in zip(gpus, bus_ids or [None] * len(gpus))])
 
 
 def _call(nvml, errors: dict, name: str, *args):

@@ -84,6 +84,12 @@ def pcie_text(link: dict) -> str:
 def read_topology(gpus: list[int], bus_ids: list[str | None] | None = None
                   ) -> tuple[Topology | None, str | None]:
     """(Topology, None), or (None, why not)."""
+    return with_nvml(gpus, lambda nvml: _read(nvml, gpus, bus_ids or [None] * len(gpus)))
+
+
+def with_nvml(gpus: list[int], read):
+    """``read(pynvml)`` inside one NVML session: (its result, None), or (None, why NVML could not
+    tell: no GPU, pynvml missing, NVML not starting)."""
     if not gpus:
         return None, "no GPU"
     try:
@@ -95,7 +101,7 @@ def read_topology(gpus: list[int], bus_ids: list[str | None] | None = None
     except pynvml.NVMLError as exc:
         return None, f"NVML cannot start: {exc}"
     try:
-        return _read(pynvml, gpus, bus_ids or [None] * len(gpus)), None
+        return read(pynvml), None
     finally:
         try:
             pynvml.nvmlShutdown()
