@@ -217,6 +217,17 @@ def test_matrix_reads_the_shaped_rates_and_names_the_slow_host(lab, tmp_path):
                 cells.append((gbps, hosts[i], hosts[j]))
     slow = lab.hosts[3].address
     assert slow in min(cells)[1:]
+    # Issue 20's per-host gate on the same matrix: the host shaped to half the others' rate fails,
+    # and the re-pairing pass names it and no other host.
+    gate = subprocess.run([PYTHON, "-m", "bandwidth.hostgate", str(matrix_path)], cwd=ROOT,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True,
+                          text=True, timeout=60)
+    assert gate.returncode == 1, gate.stdout + gate.stderr
+    faulty = [line for line in gate.stdout.splitlines() if line.startswith("# HOST AT FAULT")]
+    assert len(faulty) == 1 and slow in faulty[0], gate.stdout
+    verdict = next(line for line in gate.stdout.splitlines() if line.startswith("# FAILED"))
+    blamed = verdict.partition("at fault: ")[2]
+    assert slow in blamed and not any(h.address in blamed for h in lab.hosts[:3]), gate.stdout
     # The run's summary names a cell of the slow host as its ceiling (server 1 is on host 4).
     launch_args, measure_args = MODES["dist_sync"]
     proc = lab_launch(lab, *launch_args, "--timeout", "60", *MEASURE, *measure_args,
