@@ -56,15 +56,20 @@ class BaselineMismatchError(ConfigError):
 # parsing the flags' values
 
 
-def parse_tolerance(text: str | float) -> float:
-    """``--tolerance``: a percentage, ``10%`` or ``10`` (both 10 %); from 0 up to, not including,
-    100. Returns the percentage."""
+def _percent(text: str | float) -> tuple[str, float]:
+    """(the text as given, its number): ``10%`` and ``10`` are both 10; NaN where not a number."""
     raw = str(text).strip()
     body = raw[:-1].strip() if raw.endswith("%") else raw
     try:
-        value = float(body)
+        return raw, float(body)
     except ValueError:
-        value = float("nan")
+        return raw, float("nan")
+
+
+def parse_tolerance(text: str | float) -> float:
+    """``--tolerance``: a percentage, ``10%`` or ``10`` (both 10 %); from 0 up to, not including,
+    100. Returns the percentage."""
+    raw, value = _percent(text)
     if not 0 <= value < 100:
         raise ConfigError(f"--tolerance must be a percentage from 0 up to 100, written 10% or 10 "
                           f"(both mean 10 %); got {raw!r}")
@@ -85,12 +90,7 @@ def parse_min_gbps(text: str | float) -> float:
 
 def parse_min_percent(text: str | float) -> float:
     """``--min-percent-of-ceiling``: a percentage above 0 and at most 100 (``60`` or ``60%``)."""
-    raw = str(text).strip()
-    body = raw[:-1].strip() if raw.endswith("%") else raw
-    try:
-        value = float(body)
-    except ValueError:
-        value = float("nan")
+    raw, value = _percent(text)
     if not 0 < value <= 100:
         raise ConfigError(f"--min-percent-of-ceiling must be a percentage above 0 and at most "
                           f"100, such as 60; got {raw!r}")
