@@ -63,7 +63,12 @@ def smallest_p(n: int, m: int) -> float:
     """The least one-sided p-value the test can give with samples of n and m values."""
     if n == 0 or m == 0:
         return 1.0
-    return 1.0 / math.comb(n + m, n)
+    return math.exp(-_log_comb(n + m, n))          # 1 / C(n+m, n), 0.0 once it underflows
+
+
+def _log_comb(n: int, k: int) -> float:
+    """log C(n, k), finite for any size (C(n, k) itself overflows a float from n of about 1030)."""
+    return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
 
 
 def mann_whitney_less(now, before) -> float:
@@ -115,7 +120,7 @@ def median_ci(samples, confidence: float = 0.95) -> tuple[float, float] | None:
     tail = (1.0 - confidence) / 2.0
     cdf, k = 0.0, 0
     while k < n // 2:
-        nxt = cdf + math.comb(n, k) / 2.0 ** n
+        nxt = cdf + math.exp(_log_comb(n, k) - n * math.log(2.0))
         if nxt > tail:
             break
         cdf, k = nxt, k + 1

@@ -215,3 +215,13 @@ def test_an_even_count_of_scattered_iterations_keeps_its_samples():
               busbw_gbps(1e9, 1.5, 1.0), 0, 0, 0, 1.5, 0, None, None, samples=samples)
     assert bl.usable_samples(row) == samples
     assert bl.usable_samples(replace(row, busbw_gbps=0.3)) == ()      # edited by hand
+
+
+def test_the_statistics_take_thousands_of_samples():
+    """--repeat auto on fast rows gathers thousands of iterations; C(n+m, n) and 2**n overflow a
+    float there (OverflowError in a CI example), so the statistics work in logarithms."""
+    assert stats.smallest_p(5, 5) == pytest.approx(1 / 252)
+    assert stats.smallest_p(600, 600) == 0.0
+    low, high = stats.median_ci(list(range(3001)))
+    assert low < 1500 < high and high - low < 120
+    assert stats.median_ci([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]) == (1.0, 6.0)
