@@ -8,7 +8,9 @@ A. each operation of the one-GPU step (sizes of vgg-16's two owner halves) alone
 B. `device --gpus 0,0` through the real code for a few networks: eager against the graph captured
    with each schedule and copy kind (DeviceStore.SHARED_GRAPH_*), median of a few runs;
 C. `local --gpus 0` eager against graph, and a few chunk sizes, for the small networks;
-D. the drift of a small network's step over 300 iterations (how much warm-up a run needs).
+D. the drift of a small network's step over 300 iterations (how much warm-up a run needs);
+E. the spread of small networks' run medians with a short and a long warm-up;
+F. local runs in a row beside the duplex host probe before each (does the path itself move?).
 
     PYTHONPATH=$PWD python benchmarks/probes/graph_gap.py [--parts ABCD]
 """
@@ -163,6 +165,36 @@ def part_d():
                                                       for p in parts))
 
 
+def part_e(reps: int):
+    print("\n== E. run-to-run spread of small device graphs: run medians (GB/s) for warm-up 20 "
+          "and 400 iterations, each run after 0.3 s of idling with a local run in between")
+    for net in ("mobilenet", "inception-bn", "mlp"):
+        for warm in (20, 400):
+            figs = []
+            for _ in range(reps):
+                measure(Config(network="lenet", kv_store="local", gpus=(0,), num_batches=3,
+                               warmup=1, reference=False))
+                time.sleep(0.3)
+                figs.append(measure(Config(network=net, kv_store="device", gpus=(0, 0),
+                                           launch="graph", num_batches=50, warmup=warm,
+                                           reference=False))[0])
+            print(f"{net:<14} warm-up {warm:>4}: " + " ".join(f"{x:6.1f}" for x in figs)
+                  + f"  spread {max(figs) / min(figs):.3f}", flush=True)
+
+
+def part_f(reps: int):
+    print("\n== F. local runs in a row (algbw GB/s of each run) beside the duplex probe before "
+          "each")
+    for net in ("lenet", "vgg"):
+        rows = []
+        for _ in range(reps):
+            duplex = duplex_host_gbps(0, 256 * 10**6)
+            fig = measure(Config(network=net, kv_store="local", gpus=(0,), num_batches=20,
+                                 warmup=2, reference=False))[0]
+            rows.append(f"{fig:5.1f}/{duplex:5.1f}")
+        print(f"{net:<8} " + " ".join(rows), flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--parts", default="ABCD")
@@ -183,6 +215,10 @@ def main():
         part_c(a.local_nets.split(","), a.reps, a.iters)
     if "D" in a.parts:
         part_d()
+    if "E" in a.parts:
+        part_e(a.reps)
+    if "F" in a.parts:
+        part_f(a.reps)
     print(f"# {time.perf_counter() - t0:.0f} s")
 
 
