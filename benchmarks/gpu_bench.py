@@ -20,7 +20,8 @@ What it prints depends on the GPUs it finds:
 The networks: every network of ``--list-networks`` at its default shape with 16 MB or more in
 float32, plus llama-1b in bfloat16. A configuration that does not fit the GPU's memory is listed as
 skipped with the reason. Each configuration runs ``--rounds`` times (rounds alternate over all
-configurations, so that a drift of the machine spreads over all of them); a run's figure is the
+configurations, so that a drift of the machine spreads over all of them; one round of every
+configuration runs first and is discarded, ``--warmup-rounds``); a run's figure is the
 median of its iterations, the table shows the median of the run medians and the spread of the run
 medians (max / min). It asserts nothing; BENCHMARKS.md records its results.
 """
@@ -167,6 +168,8 @@ def spread(values: list[float]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gpu_bench.py", description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--warmup-rounds", type=int, default=1,
+                        help="rounds of every configuration run first and discarded (default 1)")
     parser.add_argument("--peers", default="/tmp/peers", help="where build.sh put the tools")
     parser.add_argument("--networks", default="all")
     parser.add_argument("--budget-s", type=float, default=360.0,
@@ -217,6 +220,19 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[tuple, list[dict]] = {key: [] for key in plans}
     rounds_from = time.perf_counter()
     round_rates: list[dict[int, dict]] = []
+    for w in range(args.warmup_rounds):
+        # Every configuration once, results discarded: the first runs of a call on the one-GPU
+        # machine read up to 17 % below the later ones (BENCHMARKS.md, 2026-11-23).
+        rates(0)
+        for key, config in plans.items():
+            try:
+                measure_once(config)
+            except BandwidthError:
+                pass
+            torch.cuda.empty_cache()
+        print(f"# warm-up round {w + 1} (discarded) done at "
+              f"{time.perf_counter() - started:.0f} s", flush=True)
+    rounds_from = time.perf_counter()
     for r in range(args.rounds):
         elapsed = time.perf_counter() - started
         per_round = (time.perf_counter() - rounds_from) / max(r, 1)
