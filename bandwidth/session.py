@@ -5,7 +5,7 @@ as a CUDA graph, and every step replays it: the host issues one launch per step 
 copy, kernel and collective. With ``launch="auto"`` (the default there) the step is captured too,
 then a few untimed trial steps of each kind decide which one the run uses: the graph, unless the
 eager step is clearly faster (on one H100 the graph of two replicas sharing the GPU ran up to 4
-times faster than the eager step below ~100 MB and 1-5 % faster from ~200 MB up; BENCHMARKS.md). A
+times faster than the eager step below ~100 MB and 0.1-5.5 % faster from ~200 MB up; BENCHMARKS.md). A
 mode whose ``auto_graph`` is False (``local``) runs eager under auto.
 Every process of a run takes the same decision (the slowest rank's times). The error check is the
 same either way: every step's outputs.
