@@ -123,14 +123,19 @@ def one_gpu_bound(gpu: int, n: int, probe: int) -> Bound:
 def one_gpu_rates(gpu: int, probe: int) -> tuple[float, float]:
     """GPU ``gpu``'s copy and add rates in GB/s of memory traffic (a copy: read + write, 2 x its
     bytes, as p2pBandwidthLatencyTest counts its diagonal; an add: 3 x the buffer). Each is the
-    faster of issuing it from the host and replaying it from a CUDA graph: a bound must hold for
-    both launches."""
+    fastest of issuing it from the host and replaying it from a CUDA graph (the copy also as the
+    elementwise kernel that the device mode's one-GPU graph copies with): a bound must hold for
+    every way the modes launch it."""
     from bandwidth.ceiling import p2p_copy_gbps
     from bandwidth.ceiling.host import device_add_gbps
     a = torch.ones(probe // 4, device=f"cuda:{gpu}")
     b, c = torch.ones_like(a), torch.empty_like(a)
+    from bandwidth.rawcopy import kernel_copy
+    # The copy: cudaMemcpyPeerAsync from the host, and from a graph both torch's copy_ (a memcpy
+    # node) and the elementwise kernel copy that the device mode's one-GPU graph uses.
     copy = max(2 * p2p_copy_gbps(gpu, gpu, probe, repeats=3, burst=5),
-               2 * a.numel() * 4 / _graph_seconds(lambda: c.copy_(a), gpu) / 1e9)
+               2 * a.numel() * 4 / _graph_seconds(lambda: c.copy_(a), gpu) / 1e9,
+               2 * a.numel() * 4 / _graph_seconds(lambda: kernel_copy(c, a), gpu) / 1e9)
     add = max(device_add_gbps(gpu, probe),
               3 * a.numel() * 4 / _graph_seconds(lambda: torch.add(a, b, out=c), gpu) / 1e9)
     return copy, add

@@ -57,7 +57,7 @@ class Plan:
     @property
     def launch(self) -> str:
         """How the mode's steps are issued here: "graph" or "eager" (session.launch_of)."""
-        return launch_of(self.store_cls, self.devices, self.config.launch)
+        return launch_of(self.store_cls, self.devices, self.config.launch, self.config.optimizer)
 
 
 @dataclass(frozen=True)

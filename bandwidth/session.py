@@ -4,8 +4,9 @@ With ``launch="graph"`` (a graph-capable mode on GPUs) the mode's step is captur
 as a CUDA graph, and every step replays it: the host issues one launch per step instead of every
 copy, kernel and collective. With ``launch="auto"`` (the default there) the step is captured too,
 then a few untimed trial steps of each kind decide which one the run uses: the graph, unless the
-eager step is clearly faster (on one H100 the graph of two replicas sharing the GPU ran about 10 %
-slower than the eager step from ~200 MB up, and up to 3.7 times faster below ~100 MB; BENCHMARKS.md).
+eager step is clearly faster (on one H100 the graph of two replicas sharing the GPU ran up to 4
+times faster than the eager step below ~100 MB and 0.1-5.5 % faster from ~200 MB up; BENCHMARKS.md). A
+mode whose ``auto_graph`` is False (``local``) runs eager under auto.
 Every process of a run takes the same decision (the slowest rank's times). The error check is the
 same either way: every step's outputs.
 """
@@ -70,7 +71,7 @@ class Session:
                     self.references[replica.device] = Reference(numel, self.n, seed, replica.device)
         self.steps = 0
         self.synchronize()
-        self.launch = launch_of(store_cls, devices, launch)
+        self.launch = launch_of(store_cls, devices, launch, optimizer)
         self.graph, self.graph_failure, self.launch_trial = None, None, None
         auto = self.launch == "auto"
         if auto:
@@ -128,9 +129,9 @@ class Session:
         self.steps += 1
 
     def synchronize(self) -> None:
-        for replica in self.replicas:
-            if replica.device.type == "cuda":
-                torch.cuda.synchronize(replica.device)
+        # Each GPU once (replicas may share one: --gpus 0,0), in the order of the replicas.
+        for device in dict.fromkeys(r.device for r in self.replicas if r.device.type == "cuda"):
+            torch.cuda.synchronize(device)
 
     def error(self) -> float:
         wrong = 0.0
@@ -151,15 +152,19 @@ class Session:
 
 
 # launch="auto": untimed trial steps each way, and how much faster eager must be to be chosen.
-TRIAL_STEPS = 3
+TRIAL_STEPS = 5
 EAGER_MARGIN = 0.03
 
 
-def launch_of(store_cls, devices: DeviceSet, requested: str | None) -> str:
+def launch_of(store_cls, devices: DeviceSet, requested: str | None,
+              optimizer: str = "none") -> str:
     """How ``store_cls``'s steps are issued on ``devices``: "graph" or "auto" where asked for (or,
-    for "auto", by default) on GPUs by a mode that can capture its step, otherwise "eager". The
-    session resolves "auto" to "graph" or "eager" (``Session.launch``)."""
+    for "auto", by default) on GPUs by a mode that can capture its step there (``can_capture``;
+    "auto" only where the mode's ``auto_graph`` says a graph can help), otherwise "eager". The session resolves "auto" to "graph" or "eager" (``Session.launch``)."""
     wanted = requested or ("auto" if devices.is_cuda else "eager")
-    if wanted in ("graph", "auto") and devices.is_cuda and store_cls.graph_capable:
+    if wanted == "auto" and not store_cls.auto_graph:
+        return "eager"
+    if wanted in ("graph", "auto") and devices.is_cuda and store_cls.can_capture(devices,
+                                                                                 optimizer):
         return wanted
     return "eager"

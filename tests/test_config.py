@@ -139,3 +139,8 @@ def test_launch_defaults_to_auto_on_gpus_for_the_modes_that_capture():
         assert launch_of(KVSTORES[mode], gpus, "graph") == "eager"
         assert launch_of(KVSTORES[mode], gpus, None) == "eager"
     assert launch_of(KVSTORES["device"], cpus, None) == "eager"
+    # local captures only one GPU without an optimizer, and only when asked (auto stays eager).
+    one = DeviceSet("cuda", (0,))
+    assert launch_of(KVSTORES["local"], one, "graph") == "graph"
+    assert [launch_of(KVSTORES["local"], one, w) for w in (None, "auto")] == ["eager"] * 2
+    assert launch_of(KVSTORES["local"], one, "graph", "sgd") == "eager"

@@ -6,8 +6,11 @@ import pytest
 import torch
 from conftest import requires_cuda
 
+from bandwidth import session as session_mod
 from bandwidth.config import Config
+from bandwidth.kvstores import device as device_mode
 from bandwidth.run import run
+from bandwidth.session import TRIAL_STEPS
 
 pytestmark = [pytest.mark.gpu, requires_cuda]
 
@@ -80,7 +83,7 @@ def test_cli_on_gpus_prints_mxnet_lines(cli, tmp_path):
     # The default (auto) captures the step, times trial steps both ways and names its choice.
     assert data["launch"] in ("graph", "eager") and data["summary"]["host_seconds_median"] > 0
     assert f"launch {data['launch']}" in proc.stdout and "host time per step" in proc.stdout
-    assert "launch auto: 3 trial steps each way" in proc.stdout
+    assert f"launch auto: {TRIAL_STEPS} trial steps each way" in proc.stdout
 
 
 @pytest.mark.parametrize("launch", ["graph", "eager", "auto"])
@@ -94,6 +97,31 @@ def test_two_replicas_sharing_gpu_0_are_exact(launch, owners):
     assert result.summary.busbw_median > 0 and result.reference is None
     assert "one GPU's memory" in result.ceiling.name and result.ceiling.gbps > 0
     assert all(s.host_seconds > 0 for s in result.samples)
+
+
+@pytest.mark.parametrize("schedule", ["sequential", "parallel", "concurrent"])
+@pytest.mark.parametrize("copy", ["memcpy", "kernel"])
+@pytest.mark.parametrize("chunk_mb", [None, 7.0])
+def test_every_shared_gpu_graph_schedule_is_exact(monkeypatch, schedule, copy, chunk_mb):
+    # The graph of replicas sharing one GPU, each schedule and kind of copy it can be captured
+    # with (several chunks per owner with --chunk-mb 7): exact on every step.
+    monkeypatch.setattr(device_mode, "SHARED_GRAPH_SCHEDULE", schedule)
+    monkeypatch.setattr(device_mode, "SHARED_GRAPH_COPY", copy)
+    result = run(Config(kv_store="device", gpus=(0, 0, 0), launch="graph", chunk_mb=chunk_mb,
+                        reference=False, **RESNET50))
+    assert [s.error for s in result.samples] == [0.0, 0.0, 0.0], result.samples
+    assert result.launch == "graph"
+
+
+def test_auto_choosing_eager_runs_the_eager_plan_after_capture(monkeypatch):
+    # The capture of a shared GPU plans its own schedule; the eager steps after it (auto's trial,
+    # and every step when auto keeps eager, forced here by a negative margin) run the eager plan
+    # again, on its own streams, and stay exact.
+    monkeypatch.setattr(session_mod, "EAGER_MARGIN", -1.0)
+    result = run(Config(kv_store="device", gpus=(0, 0), launch="auto", optimizer="sgd",
+                        reference=False, **RESNET50))
+    assert result.launch == "eager"
+    assert all(0 <= s.error < 1e-6 for s in result.samples), result.samples
 
 
 @pytest.mark.parametrize("kv", ["device", "local"])

@@ -24,9 +24,9 @@ SHAPES = [("big", (1_000_003,)), ("odd", (7,)), ("mid", (300, 1000))]
 NUMEL = sum(math.prod(s) for _, s in SHAPES)
 
 
-def session(gpus, optimizer="none", chunk_mb=0.5, dtype="float32"):
+def session(gpus, optimizer="none", chunk_mb=0.5, dtype="float32", launch="eager"):
     return Session("local", SHAPES, DeviceSet("cuda", gpus), list(range(len(gpus))), LocalGroup(),
-                   dtype=dtype, optimizer=optimizer, seed=5, chunk_mb=chunk_mb)
+                   dtype=dtype, optimizer=optimizer, seed=5, chunk_mb=chunk_mb, launch=launch)
 
 
 def errors(s, iterations=3):
@@ -72,3 +72,29 @@ def test_local_on_one_gpu_is_judged_against_the_duplex_host_path():
     assert ceiling.gbps > 1.0
     # A ceiling is an upper bound: within the 10 % noise margin, or marked as not one.
     assert ceiling.not_a_bound or result.pct_of_ceiling <= 110.0
+
+
+@pytest.mark.parametrize("chunk_mb", [0.5, None])
+def test_local_graph_on_one_gpu_is_exact_and_auto_stays_eager(chunk_mb):
+    # --launch graph captures one GPU's copies down and up (and the events between them) and
+    # replays them: exact every step; auto issues them eagerly (LocalStore.auto_graph).
+    for launch, want in (("graph", "graph"), ("auto", "eager")):
+        s = session((0,), chunk_mb=chunk_mb, launch=launch)
+        try:
+            assert s.launch == want and (s.graph is not None) == (want == "graph")
+            assert errors(s, iterations=4) == [0.0] * 4
+            want_sum = expected_sum(0, NUMEL, 1, 5, "cpu").to(torch.float32)
+            assert torch.equal(s.replicas[0].outputs.cpu(), want_sum)
+        finally:
+            s.close()
+
+
+def test_local_graph_where_the_host_sums_runs_eager():
+    # Two replicas (or an optimizer) need the host between the copies: no graph, eager steps.
+    for gpus, optimizer in (((0, 0), "none"), ((0,), "sgd")):
+        s = session(gpus, optimizer=optimizer, launch="graph")
+        try:
+            assert s.launch == "eager" and s.graph is None and s.graph_failure is None
+            assert all(0 <= e < 1e-6 for e in errors(s))
+        finally:
+            s.close()

@@ -33,6 +33,9 @@ class KVStore:
     needs_optimizer: ClassVar[bool] = False
     # True: on GPUs ``capture`` records one step as a CUDA graph, which the session replays.
     graph_capable: ClassVar[bool] = False
+    # False: ``--launch auto`` issues this mode's steps eagerly even where it can capture them
+    # (``can_capture``), which then only ``--launch graph`` asks for.
+    auto_graph: ClassVar[bool] = True
     # True: ``make_layout`` and ``__init__`` take ``owners``, a key placement rule (config.py).
     takes_owners: ClassVar[bool] = False
     # What a worker's network traffic is called in the distributed summary: (out, in).
@@ -42,6 +45,11 @@ class KVStore:
     def bound_text(cls, devices: DeviceSet) -> str:
         """What bounds this mode on ``devices``, in words."""
         return cls.bound_on_cpu if cls.bound_on_cpu and not devices.is_cuda else cls.bound
+
+    @classmethod
+    def can_capture(cls, devices: DeviceSet, optimizer: str = "none") -> bool:
+        """Whether ``capture`` can record a step on ``devices`` with ``optimizer`` (a name)."""
+        return cls.graph_capable
 
     @classmethod
     def unavailable(cls, devices: DeviceSet, dtype: str) -> str | None:

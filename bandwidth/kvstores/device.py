@@ -31,8 +31,13 @@ comes from.
 On GPUs the whole step is captured once as a CUDA graph (``capture``) and replayed, so that the
 host's launch time (tens of copies, kernels and events per step) does not pace it; ``--launch
 eager`` issues them from the host every step, as a framework without graphs does, and the default
-(``auto``, bandwidth.session) keeps whichever of the two a few trial steps show faster. Two
-replicas may share a GPU (``--gpus 0,0``): their copies then run inside that GPU's memory.
+(``auto``, bandwidth.session) keeps the graph unless a few trial steps show the eager step clearly
+faster. Two replicas may share a GPU (``--gpus 0,0``): their copies then run inside that GPU's
+memory, and the graph is captured with each owner's pull, sum and push on a stream of its own and
+the copies as elementwise kernels (``_shared_schedule``): captured as memcpy nodes, a copy inside
+one H100 ran 11 % slower than the same ``cudaMemcpyAsync`` issued on a stream (2,345 against
+2,645 GB/s for 277 MB), while the kernel copy replayed from a graph ran at 2,894 GB/s
+(benchmarks/probes/graph_gap.py); that was the graph path's 10-12 % deficit from ~200 MB up.
 """
 
 from __future__ import annotations
@@ -236,11 +241,16 @@ class DeviceStore(KVStore):
                 if i != j:
                     replicas[j].outputs[:1].copy_(replicas[i].outputs[:1])
 
-    def _schedule(self, chunk: list[int], send, via_torch: bool = False) -> None:
+    def _schedule(self, chunk: list[int], send, via_torch: bool = False, push=None,
+                  kernel: bool = False) -> None:
         """Cut each owner's runs into chunks of at most ``chunk[o]`` elements, take ``send`` as
-        the copy streams, and plan every copy and sum of a step (``_plan_views``; ``via_torch``:
-        its copies as torch's ``copy_``)."""
+        the copy streams (``push``: other streams for the pushes), and plan every copy and sum of
+        a step (``_plan_views``; ``via_torch``: its copies as torch's ``copy_``; ``kernel``: as
+        elementwise kernels, rawcopy.kernel_copy)."""
         self.via_torch = via_torch
+        self.kernel_copies = kernel
+        self.sum_lanes = False       # True: owner o sums on compute[o], not the current stream
+        self.push_send = push or send
         n = len(self.replicas)
         devices = [r.device for r in self.replicas]
         self.chunks, self.recv_at = [], []
@@ -274,7 +284,8 @@ class DeviceStore(KVStore):
                         self.pulls.append((o, j, c, rawcopy.Copy(self._received(o, j, c),
                                                                  reps[j].grads[s:e],
                                                                  self.send[j][o],
-                                                                 self.via_torch)))
+                                                                 self.via_torch,
+                                                                 self.kernel_copies)))
         self.rounds = []
         for c in range(max(len(chunks) for chunks in self.chunks)):
             for o in range(n):
@@ -282,7 +293,8 @@ class DeviceStore(KVStore):
                     s, e = self.chunks[o][c]
                     received = [self._received(o, j, c) for j in range(n) if j != o]
                     pushes = [(j, rawcopy.Copy(reps[j].outputs[s:e], reps[o].outputs[s:e],
-                                               self.send[o][j], self.via_torch))
+                                               self.push_send[o][j], self.via_torch,
+                                               self.kernel_copies))
                               for j in range(n) if j != o]
                     self.rounds.append((o, c, reps[o].grads[s:e], reps[o].outputs[s:e], received,
                                         pushes))
@@ -345,27 +357,30 @@ class DeviceStore(KVStore):
             for j in range(len(self.replicas)):
                 if j != o:
                     dev.wait(self.compute[o], self.pulled[o][j][c])
-            if self.optimizer is None:
-                torch.add(own_grads, received[0], out=own_out)
-                for more in received[1:]:
-                    own_out.add_(more)
-            else:
-                total = received[0]
-                total.add_(own_grads)
-                for more in received[1:]:
-                    total.add_(more)
-                self.optimizer.apply(own_out, total)
+            with dev.on_streams(self.compute[o]) if self.sum_lanes else _same_stream():
+                if self.optimizer is None:
+                    torch.add(own_grads, received[0], out=own_out)
+                    for more in received[1:]:
+                        own_out.add_(more)
+                else:
+                    total = received[0]
+                    total.add_(own_grads)
+                    for more in received[1:]:
+                        total.add_(more)
+                    self.optimizer.apply(own_out, total)
             dev.record(self.summed[o][c], self.compute[o])
             if push:
                 for j, copy in pushes:
-                    dev.wait(self.send[o][j], self.summed[o][c])
+                    dev.wait(self.push_send[o][j], self.summed[o][c])
                     copy()
 
     def capture(self):
         """The step as one CUDA graph, captured on a stream of the first replica's GPU: every
         stream the step uses (the copy streams, a sum stream on each other GPU) is forked from
         it and joined back, so that the graph holds the whole step across every GPU. Replicas
-        that all share one GPU are captured one operation after another instead (below)."""
+        that all share one GPU are captured with the schedule of ``_shared_schedule``. The eager
+        plan is restored afterwards, so that eager steps (``--launch auto``'s trial) still run
+        the eager schedule."""
         devices = [r.device for r in self.replicas]
         home = devices[0]
         # One eager step first: every kernel is loaded and every peer mapping made before capture.
@@ -378,26 +393,19 @@ class DeviceStore(KVStore):
         graph = torch.cuda.CUDAGraph()
         capture = torch.cuda.Stream(device=home)
         capture.wait_stream(torch.cuda.current_stream(home))
-        if len(set(devices)) == 1 and len(devices) > 1:
-            # Replicas sharing one GPU: no link to pipeline over, every copy and sum goes through
-            # the same memory. One chunk per owner (unless --chunk-mb), one after another on the
-            # capture stream: each runs at the memory's full rate with nothing competing, which
-            # is the bound's model (docs/formulas.md), and the graph has the fewest nodes. The
-            # copies go through torch's copy_. On an H100 (BENCHMARKS.md, 2026-11-23) this graph
-            # reaches about 0.88 of the eager step from ~200 MB up, as did the concurrent schedule
-            # with cudaMemcpyAsync copy nodes before it; why is not yet known.
-            n = len(devices)
-            self._schedule([self.chunk_elements or max(1, self.owned[o]) for o in range(n)],
-                           [[capture if i != j else None for j in range(n)] for i in range(n)],
-                           via_torch=True)
+        eager_plan = {name: getattr(self, name) for name in _PLAN}
         eager = self.compute
         sums = {d: capture if d == home else torch.cuda.Stream(device=d) for d in set(devices)}
-        side = {s for row in self.send for s in row if s is not None and s is not capture}
-        side = list(side) + [s for d, s in sums.items() if d != home]
-        with torch.cuda.device(home), torch.cuda.graph(graph, stream=capture):
-            with dev.on_streams(*[s for d, s in sums.items() if d != home]):
-                self.compute = [sums[d] for d in devices]
-                try:
+        compute = [sums[d] for d in devices]
+        if len(set(devices)) == 1 and len(devices) > 1:
+            compute = self._shared_schedule(capture)
+        side = {s for matrix in (self.send, self.push_send) for row in matrix for s in row
+                if s is not None and s is not capture}
+        side = list(side | {s for s in compute if s is not capture})
+        try:
+            with torch.cuda.device(home), torch.cuda.graph(graph, stream=capture):
+                with dev.on_streams(*[s for d, s in sums.items() if d != home]):
+                    self.compute = compute
                     for stream in side:
                         stream.wait_stream(capture)
                     with rawcopy.keep_device(home.index):
@@ -408,12 +416,43 @@ class DeviceStore(KVStore):
                             self._sum(push=True)
                     for stream in side:
                         capture.wait_stream(stream)
-                finally:
-                    self.compute = eager
+        finally:
+            self.compute = eager
+            for name, value in eager_plan.items():
+                setattr(self, name, value)
         torch.cuda.current_stream(home).wait_stream(capture)
         for d in set(devices):
             torch.cuda.synchronize(d)
         return graph
+
+    def _shared_schedule(self, capture) -> list:
+        """The plan captured for replicas that all share one GPU (``--gpus 0,0``): no link to
+        pipeline over, every copy and sum goes through the same memory. ``SHARED_GRAPH_SCHEDULE``:
+        "sequential", one chunk per owner, every copy and sum one after another on the capture
+        stream; "parallel", one chunk per owner, each owner's pull, sum and push in order on a
+        stream of its own (the owners' chains run side by side); "concurrent", the eager
+        schedule (chunks, one stream per copy direction). ``SHARED_GRAPH_COPY``: "kernel" copies
+        as elementwise kernels (rawcopy.kernel_copy), "memcpy" as memcpy nodes. Returns the
+        stream each owner sums on."""
+        n = len(self.replicas)
+        kernel = SHARED_GRAPH_COPY == "kernel"
+        whole = [self.chunk_elements or max(1, self.owned[o]) for o in range(n)]
+        if SHARED_GRAPH_SCHEDULE == "parallel":
+            lanes = [capture] + [torch.cuda.Stream(device=capture.device) for _ in range(n - 1)]
+            self._schedule(whole, [[lanes[j] if i != j else None for j in range(n)]
+                                   for i in range(n)],
+                           push=[[lanes[i] if i != j else None for j in range(n)]
+                                 for i in range(n)], kernel=kernel)
+            self.sum_lanes = True
+            return lanes
+        if SHARED_GRAPH_SCHEDULE == "concurrent":
+            self._schedule([self.chunk_elements or _auto_chunk(self.owned[o],
+                                                               self.replicas[0].grads)
+                            for o in range(n)], self.send, kernel=kernel)
+            return [capture] * n
+        self._schedule(whole, [[capture if i != j else None for j in range(n)] for i in range(n)],
+                       kernel=kernel)
+        return [capture] * n
 
     def _single(self):
         (replica,) = self.replicas
@@ -421,6 +460,27 @@ class DeviceStore(KVStore):
             replica.outputs.copy_(replica.grads)
         else:
             self.optimizer.apply(replica.outputs, replica.grads)
+
+
+# The plan of a step (``_schedule``), saved and restored around a capture with another plan.
+_PLAN = ("chunks", "recv_at", "send", "push_send", "pulled", "summed", "pulls", "rounds",
+         "via_torch", "kernel_copies", "sum_lanes")
+
+# Replicas sharing one GPU: the schedule and the kind of copies their graph is captured with
+# (DeviceStore._shared_schedule).
+# "parallel" with "kernel" copies was the fastest of the six on an H100 for every network measured
+# (benchmarks/probes/graph_gap.py, BENCHMARKS.md 2026-11-23): vgg-16 415 GB/s against 362 for the
+# sequential schedule with memcpy nodes, mobilenet 253 against 209.
+SHARED_GRAPH_SCHEDULE = "parallel"
+SHARED_GRAPH_COPY = "kernel"
+
+
+class _same_stream:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
 
 
 # Fewer, larger copies are faster (each copy and each event costs microseconds on the GPU), but a

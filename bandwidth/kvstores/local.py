@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 
 from bandwidth import devices as dev
+from bandwidth import rawcopy
 from bandwidth.kvstores.base import KVStore
 from bandwidth.layout import chunk_ranges
 
@@ -46,6 +47,12 @@ class LocalStore(KVStore):
     bound = "PCIe (host<->device copies, both directions at once) and CPU summation"
     bound_on_cpu = "host memory: every gradient read and every output written once"
     bound_kind = "host path"
+    # One GPU: ``--launch graph`` captures the step (``capture``), but ``auto`` stays eager. The
+    # eager step issues each copy with a few us of host time (rawcopy), well inside a chunk's
+    # transfer time, and a graph launch costs about 3 us of host time per host<->device copy
+    # node, so the graph gained nothing on an H100 (16.8-77 MB: within the runs' spread,
+    # benchmarks/probes/graph_gap.py).
+    auto_graph = False
 
     def __init__(self, replicas, layout, optimizer, group, chunk_elements, cpu_threads=None):
         super().__init__(replicas, layout, optimizer, group, chunk_elements, cpu_threads)
@@ -73,6 +80,43 @@ class LocalStore(KVStore):
         self.down = [dev.new_stream(r.device) for r in replicas]
         self.up = [dev.new_stream(r.device) for r in replicas]
         self.arrived = [[dev.new_event(r.device) for _ in self.chunks] for r in replicas]
+        if self.host_free:
+            # Planned once: each chunk's copy down, its event, and its copy up, as direct
+            # cudaMemcpyAsync calls (rawcopy: no torch fences, a few us of host time per copy).
+            down, up = self.down[0], self.up[0]
+            host, grads, out = self.host_in[0], replicas[0].grads, replicas[0].outputs
+            self.home_device = torch.cuda.current_device()
+            self.plan = [(rawcopy.Copy(host[s:e], grads[s:e], down), self.arrived[0][c],
+                          rawcopy.Copy(out[s:e], host[s:e], up))
+                         for c, (s, e) in enumerate(self.chunks)]
+
+    @classmethod
+    def can_capture(cls, devices, optimizer: str = "none") -> bool:
+        """One GPU without an optimizer: the step is copies ordered by events on the GPU (nothing
+        for the host to sum), so it can be captured as a CUDA graph (``capture``)."""
+        return devices.is_cuda and devices.n == 1 and optimizer == "none"
+
+    def capture(self):
+        """The one-GPU step (``host_free``) as a CUDA graph: its copies down and up and the events
+        between them, on the two copy streams forked from a capture stream and joined back."""
+        if not self.host_free:
+            raise RuntimeError("local captures its step only on one GPU without an optimizer")
+        device = self.replicas[0].device
+        self.step()                       # one eager step first, untimed
+        torch.cuda.synchronize(device)
+        graph = torch.cuda.CUDAGraph()
+        capture = torch.cuda.Stream(device=device)
+        capture.wait_stream(torch.cuda.current_stream(device))
+        side = (self.down[0], self.up[0])
+        with torch.cuda.device(device), torch.cuda.graph(graph, stream=capture):
+            for stream in side:
+                stream.wait_stream(capture)
+            self._step_gpu()
+            for stream in side:
+                capture.wait_stream(stream)
+        torch.cuda.current_stream(device).wait_stream(capture)
+        torch.cuda.synchronize(device)
+        return graph
 
     @property
     def host_free(self) -> bool:
@@ -124,14 +168,12 @@ class LocalStore(KVStore):
             # copies up waiting for the host (about 45 us per chunk pair in torch) and cost up to
             # 20 % on 45-77 MB buffers (benchmarks/probes/local_schedule.py, H100).
             down, up = self.down[0], self.up[0]
-            host, grads, out = self.host_in[0], replicas[0].grads, replicas[0].outputs
-            for c, (s, e) in enumerate(self.chunks):
-                with dev.on_streams(down):
-                    host[s:e].copy_(grads[s:e], non_blocking=True)
-                dev.record(self.arrived[0][c], down)
-                dev.wait(up, self.arrived[0][c])
-                with dev.on_streams(up):
-                    out[s:e].copy_(host[s:e], non_blocking=True)
+            with rawcopy.keep_device(self.home_device):
+                for copy_down, arrived, copy_up in self.plan:
+                    copy_down()
+                    arrived.record(down)
+                    up.wait_event(arrived)
+                    copy_up()
             return
         for c, (s, e) in enumerate(self.chunks):
             for d, replica in enumerate(replicas):
