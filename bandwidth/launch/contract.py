@@ -21,7 +21,7 @@ Variables (all launchers; values are decimal strings where numeric):
 ``DMLC_NODE_HOST``     this process's host as written in the hosts file (local launcher:
                        ``127.0.0.1``; the scheduler of the local and ssh launchers, which
                        runs on the launching host: ``MASTER_ADDR``)
-``DMLC_JOB_CLUSTER``   ``local``, ``ssh`` or ``mpi``
+``DMLC_JOB_CLUSTER``   ``local``, ``ssh``, ``mpi`` or ``slurm`` (``torchrun`` or ``env``: torchenv.py)
 ``MASTER_ADDR``        address of the launching host, where the launcher hosts a
                        ``torch.distributed.TCPStore`` (``--master-addr`` overrides)
 ``MASTER_PORT``        that store's port (``--port``; default: a free port)
