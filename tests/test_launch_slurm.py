@@ -148,3 +148,15 @@ def test_scancel_mid_run_is_one_fail_line_and_leaves_nothing(slurm):
                            f"limit): STEP {jobs[0]}.0 ON {NODE} CANCELLED AT "), stderr[-2000:]
     assert wait_until(lambda: alive(mark) == [], 15), alive(mark)
     assert wait_until(lambda: slurm.jobs() == [], 15)
+
+
+@pytest.mark.timeout(150)
+def test_the_sbatch_example_runs_a_parameter_server_mode(slurm, tmp_path):
+    out = tmp_path / "job.out"
+    proc = run(slurm, "sbatch", "--wait", "--nodes", "1", "--ntasks", "4", "--ntasks-per-node",
+               "4", "--output", str(out), "examples/slurm.sbatch", "--kv-store", "dist_sync",
+               "--cpus", "1", *LENET, timeout=140)
+    text = out.read_text() if out.exists() else ""
+    assert proc.returncode == 0, proc.stderr[-2000:] + text[-3000:]
+    assert errors(text) == ["0.000000"] * 6                  # 2 workers x 3 iterations
+    assert "on each of 2 workers" in text and text.count("# summary:") == 1
