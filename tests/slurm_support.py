@@ -5,7 +5,7 @@ slurm-wlm 22.05 and munge), every file under one temporary folder, ports the ker
         subprocess.run(["salloc", "-n", "4", ...], env=cluster.env())
 
 Each node is ``(NodeName, NodeAddr, netns)``: ``netns`` None runs its slurmd here, a name runs
-it inside that network namespace (``ip netns exec``), as a host of ``bandwidth.netlab``.
+it inside that network namespace (``nsenter --net``), as a host of ``bandwidth.netlab``.
 The nodes declare ``cpus`` CPUs whatever the machine has (``SlurmdParameters=config_overrides``
 keeps slurmd from draining a node that has fewer): the tests start up to 8 processes on a 2-core
 machine, and a Slurm allocation's slots are what the launcher reads; nothing here measures speed.
@@ -53,7 +53,9 @@ def free_ports(count: int) -> list[int]:
 
 class SlurmCluster:
     def __init__(self, root: Path, nodes: list[tuple[str, str, str | None]], cpus: int = 8,
-                 controller: tuple[str, str] = ("vm", "127.0.0.1")):
+                 controller: tuple[str, str] | None = None):
+        # slurmctld runs only where SlurmctldHost names this machine's host name
+        controller = controller or (socket.gethostname(), "127.0.0.1")
         self.root = Path(root)
         self.nodes, self.cpus, self.controller = nodes, cpus, controller
         self.daemons: list[tuple[str, subprocess.Popen]] = []
@@ -99,7 +101,9 @@ class SlurmCluster:
         for node, _, netns in self.nodes:
             argv = ["slurmd", "-D", "-f", str(self.conf), "-N", node]
             if netns is not None:
-                argv = ["ip", "netns", "exec", netns] + argv
+                # nsenter, not "ip netns exec", which remounts /sys (and so hides
+                # /sys/fs/cgroup, without which slurmd 22.05 does not start)
+                argv = ["nsenter", f"--net=/run/netns/{netns}"] + argv
             self._daemon(f"slurmd {node}", argv)
         self._wait(self._all_idle, "every node idle (sinfo)", 60)
 

@@ -129,6 +129,11 @@ class SrunChild(Child):
         if stream == "stdout":
             emit(sys.stdout, text + "\n")
             return
+        note = self.noise.explain(text) if self.noise is not None else None
+        if note == "":
+            return                       # torch's per-connection warning, shown once
+        if note:
+            emit(sys.stderr, f"launch: note: {note}:\n")
         self.task_tails[task].append(text)
         emit(sys.stderr, f"[{self.labels[task]}] {text}\n")
 
