@@ -160,3 +160,44 @@ def test_the_sbatch_example_runs_a_parameter_server_mode(slurm, tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:] + text[-3000:]
     assert errors(text) == ["0.000000"] * 6                  # 2 workers x 3 iterations
     assert "on each of 2 workers" in text and text.count("# summary:") == 1
+
+
+@pytest.mark.timeout(120)
+def test_sigterm_to_the_launcher_stops_the_step_and_leaves_nothing(slurm):
+    """What sbatch's scancel does to a batch script's launcher, and a user's kill."""
+    import os
+    import signal
+    from pathlib import Path
+
+    mark = marker()
+    proc = subprocess.Popen(
+        ["salloc", "-n", "2", sys.executable, "launch.py", "--launcher", "slurm", "-n", "2", "-s",
+         "0", sys.executable, program("fail.py"), mark, "--rank", "-1", "--spawn"],
+        cwd=ROOT, env=slurm.env(PYTHONPATH=str(ROOT)), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+
+    def processes(word: bytes, at: int | None = None) -> list[int]:
+        found = []
+        for pid in alive(mark):
+            try:
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if (word in argv) if at is None else argv[at:at + 1] == [word]:
+                found.append(pid)
+        return found
+
+    try:
+        # Both tasks have started their helpers (python -c "...sleep(600)" MARK)
+        assert wait_until(lambda: len(processes(b"-c")) == 2, 60), alive(mark)
+        (pid,) = processes(b"launch.py", at=1)            # python launch.py ..., not salloc
+        os.kill(pid, signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + signal.SIGTERM
+    (line,) = fail_lines(stderr)
+    assert line.startswith("FAIL: launcher: interrupted by SIGTERM after "), stderr[-2000:]
+    assert wait_until(lambda: alive(mark) == [], 15), alive(mark)
