@@ -201,3 +201,39 @@ def test_sigterm_to_the_launcher_stops_the_step_and_leaves_nothing(slurm):
     (line,) = fail_lines(stderr)
     assert line.startswith("FAIL: launcher: interrupted by SIGTERM after "), stderr[-2000:]
     assert wait_until(lambda: alive(mark) == [], 15), alive(mark)
+
+
+def srun_failure(returncode: int, *srun_lines: str, task_lines=()):
+    """SrunChild.failure() on srun's messages as they read, without running Slurm."""
+    from types import SimpleNamespace
+
+    from bandwidth.launch.hostfile import Host
+    from bandwidth.launch.slurm import SrunChild
+
+    child = SrunChild(["srun"], {}, ["worker 0@a", "worker 1@b"],
+                      ["worker 0 (rank 0) on a", "worker 1 (rank 1) on b"],
+                      [Host("a"), Host("b")], "/", job_id="7")
+    child.proc = SimpleNamespace(returncode=returncode)
+    child.own.extend(srun_lines)
+    for task, line in task_lines:
+        child.task_tails[task].append(line)
+    return child.failure()
+
+
+def test_srun_messages_name_the_task_at_fault():
+    # The task that exited with a status, not those --kill-on-bad-exit then terminated.
+    failure = srun_failure(3, "srun: error: a: task 0: Terminated",
+                           "srun: error: b: task 1: Exited with exit code 3")
+    assert (failure.subject, failure.what, failure.exit_code) == \
+        ("worker 1 (rank 1) on b", "exited with status 3", 3)
+    failure = srun_failure(137, "srun: error: b: task 1: Killed",
+                           "srun: error: a: tasks 0: Terminated")
+    assert (failure.subject, failure.what, failure.exit_code) == \
+        ("worker 1 (rank 1) on b", "was killed by SIGKILL", 137)
+    failure = srun_failure(143, "srun: error: a: tasks 0-1: Terminated", task_lines=[
+        (0, "slurmstepd-a: error: *** STEP 7.0 ON a CANCELLED AT 2026-11-23T23:24:16 ***")])
+    assert (failure.subject, failure.exit_code) == ("slurm job 7", 143)
+    assert failure.what == ("was cancelled (scancel, or its time limit): STEP 7.0 ON a "
+                            "CANCELLED AT 2026-11-23T23:24:16")
+    failure = srun_failure(1, "srun: error: Unable to create step for job 7: Invalid node name")
+    assert (failure.subject, failure.what) == ("srun", "exited with status 1")
