@@ -129,3 +129,68 @@ def test_roles_from_torchrun_variables():
         torch_role(dict(env, RANK="4"), 0, "h")
     with pytest.raises(ContractError, match="under launch.py the number of servers is"):
         role_from_environ({"DMLC_ROLE": "worker"}, 1, "h")
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process below ``pid`` now (children's children too)."""
+    from pathlib import Path
+
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {p for p, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+@needs_torchrun
+@pytest.mark.timeout(150)
+def test_a_rank_killed_mid_run_ends_the_job_and_leaves_nothing():
+    """SIGKILL to one rank's measure.py under torchrun: torchrun stops the other rank, and every
+    process of the job (the ranks' own per-device processes too) is gone."""
+    import signal
+    import time
+    from pathlib import Path
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    for name in ("DMLC_ROLE", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(name, None)
+    proc = subprocess.Popen(
+        [TORCHRUN, "--standalone", "--nproc-per-node", "2", "-m", "bandwidth.measure",
+         "--kv-store", "dist_nccl", "--cpus", "1", "--network", "lenet", "--image-shape",
+         "1,28,28", "--num-classes", "10", "--num-batches", "100000", "--timeout", "60"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 90
+        line = ""
+        while "iter 2," not in line and time.monotonic() < deadline:   # measuring by now
+            line = proc.stdout.readline()
+            assert line or proc.poll() is None, proc.stderr.read()[-2000:]
+        everyone = descendants(proc.pid)
+        ranks = [p for p in everyone if b"bandwidth.measure" in
+                 Path(f"/proc/{p}/cmdline").read_bytes()]
+        workers = [p for p in everyone if b"bandwidth.worker" in
+                   Path(f"/proc/{p}/cmdline").read_bytes()]
+        assert len(ranks) == 2 and len(workers) == 2, (ranks, workers)
+        os.kill(max(ranks), signal.SIGKILL)
+        proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode != 0
+
+    def gone() -> bool:
+        return not any(Path(f"/proc/{p}").exists() for p in everyone)
+
+    deadline = time.monotonic() + 15
+    while not gone() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert gone(), [p for p in everyone if Path(f"/proc/{p}").exists()]
