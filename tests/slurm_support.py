@@ -12,10 +12,12 @@ machine, and a Slurm allocation's slots are what the launcher reads; nothing her
 ``ProctrackType=proctrack/linuxproc`` and ``TaskPlugin=task/none``: no cgroups needed (containers
 seldom delegate them). Every daemon runs in the foreground as a child of the test process and is
 stopped (SIGTERM, then SIGKILL) on every way out of the ``with``; so are jobs still running.
+Should the test process itself be killed outright, the kernel's parent-death signal ends them.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import signal
@@ -23,6 +25,8 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+
+from bandwidth.lifeline import die_with_parent
 
 PROGRAMS = ("munged", "slurmctld", "slurmd", "salloc", "srun", "scontrol", "scancel", "sinfo")
 
@@ -150,8 +154,11 @@ PartitionName=bw12 Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe
     def _daemon(self, name: str, argv: list[str]) -> None:
         log = open(self.root / "log" / f"{name.replace(' ', '-')}.out", "wb")
         with log:
+            # A test process killed outright (SIGKILL, a crashed interpreter) takes the daemons
+            # with it: the kernel's parent-death signal (bandwidth.lifeline).
             proc = subprocess.Popen(argv, env=self.env(), stdin=subprocess.DEVNULL, stdout=log,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
+                                    stderr=subprocess.STDOUT, start_new_session=True,
+                                    preexec_fn=functools.partial(die_with_parent, os.getpid()))
         self.daemons.append((name, proc))
 
     def _wait(self, ready, what: str, timeout_s: float) -> None:
