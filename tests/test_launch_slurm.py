@@ -53,6 +53,8 @@ def errors(stdout: str) -> list[str]:
 def test_tasks_per_node_reads_slurms_compact_form():
     assert tasks_per_node("2(x3),1") == [2, 2, 2, 1]
     assert tasks_per_node("4") == [4]
+    with pytest.raises(ValueError, match="cannot read '2x'"):
+        tasks_per_node("1,2x")
 
 
 @pytest.mark.timeout(120)

@@ -39,7 +39,6 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 
-from bandwidth.errors import UnsupportedError
 from bandwidth.launch.environ import child_environ
 from bandwidth.launch.hostfile import Host
 from bandwidth.launch.mpi import PACKAGE_ROOT
@@ -65,7 +64,7 @@ def tasks_per_node(text: str) -> list[int]:
     for part in text.split(","):
         match = _TASKS_PER_NODE.match(part.strip())
         if match is None:
-            raise UnsupportedError(f"SLURM_TASKS_PER_NODE={text!r}: cannot read {part!r}")
+            raise ValueError(f"SLURM_TASKS_PER_NODE={text!r}: cannot read {part!r}")
         counts += [int(match[1])] * int(match[2] or 1)
     return counts
 
@@ -88,7 +87,10 @@ def allocation(environ: Mapping[str, str], count: int) -> tuple[Host, ...]:
     if out.returncode != 0 or not names:
         raise _refuse(f"scontrol cannot expand SLURM_JOB_NODELIST={nodelist!r}: "
                       f"{out.stderr.strip()[:200]}")
-    counts = tasks_per_node(environ.get("SLURM_TASKS_PER_NODE", ",".join("1" for _ in names)))
+    try:
+        counts = tasks_per_node(environ.get("SLURM_TASKS_PER_NODE", ",".join("1" for _ in names)))
+    except ValueError as err:
+        raise _refuse(str(err)) from None
     if len(counts) != len(names):
         raise _refuse(f"SLURM_TASKS_PER_NODE={environ.get('SLURM_TASKS_PER_NODE')!r} does not "
                       f"give one count for each of the {len(names)} nodes of {nodelist}")
