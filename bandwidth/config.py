@@ -91,6 +91,7 @@ class Job:
     junit_path: str | None = None
     summary_md: str | None = None          # --summary-md, else $GITHUB_STEP_SUMMARY (read in main)
     link_rate_bits: int | None = None      # distributed modes: every host's link, each way
+    num_servers: int | None = None         # --num-servers: servers among torchrun's ranks
 
     @property
     def is_sweep(self) -> bool:
@@ -214,6 +215,10 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--cpus", type=int, default=None,
                     help="use N replicas in host memory instead of GPUs (default when no GPU is "
                          "visible: 2)")
+    ex.add_argument("--num-servers", type=int, default=None, metavar="S",
+                    help="under torchrun (or any launcher setting RANK, WORLD_SIZE, MASTER_ADDR, "
+                         "MASTER_PORT, without launch.py): how many of the ranks, the last ones, "
+                         "are servers of the dist_* parameter-server modes (default 0)")
     ex.add_argument("--scaling", action="store_true",
                     help="sweep the device count from 1 to all of --gpus (or --cpus)")
     ex.add_argument("--optimizer", default="none",
@@ -337,6 +342,8 @@ def _check_scalars(args: argparse.Namespace) -> None:
         raise ConfigError(f"unknown --gc-type {args.gc_type!r}; valid: {', '.join(GC_TYPES)}")
     if args.gpus is not None and args.cpus is not None:
         raise ConfigError("give either --gpus or --cpus, not both")
+    if args.num_servers is not None and args.num_servers < 0:
+        raise ConfigError(f"--num-servers must be 0 or more; got {args.num_servers}")
     if args.cpus is not None and args.cpus < 1:
         raise ConfigError(f"--cpus must be at least 1; got {args.cpus}")
     if args.chunk_mb is not None and not (math.isfinite(args.chunk_mb) and 0 < args.chunk_mb
@@ -488,4 +495,4 @@ def job_from_args(args: argparse.Namespace) -> Job:
                min_pct_of_ceiling=None if args.min_percent_of_ceiling is None
                else parse_min_percent(args.min_percent_of_ceiling),
                junit_path=args.junit_path, summary_md=args.summary_md,
-               link_rate_bits=link_rate_bits)
+               link_rate_bits=link_rate_bits, num_servers=args.num_servers)

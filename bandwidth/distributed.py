@@ -42,10 +42,15 @@ DIST_NCCL_WORKERS_PREFIX = "bandwidth/dist_nccl_workers/"
 def check_role(kv_store: str, role: Role | None, servers_needed: bool) -> None:
     example = (f"python launch.py -n 2 -s {2 if servers_needed else 0} python "
                f"bandwidth/measure.py --kv-store {kv_store} ...")
+    torchrun = (f"torchrun --nproc-per-node 4 -m bandwidth.measure --kv-store {kv_store}"
+                f"{' --num-servers 2' if servers_needed else ''} ...")
     if role is None:
         raise UnsupportedError(f"--kv-store {kv_store} runs under the launcher, which starts the "
-                               f"workers and servers: {example}")
+                               f"workers and servers: {example}, or {torchrun}")
     if servers_needed and role.job.num_servers < 1:
+        if role.job.cluster in ("torchrun", "env"):
+            raise UnsupportedError(f"--kv-store {kv_store} needs at least one server "
+                                   f"(--num-servers 1): {torchrun}")
         raise UnsupportedError(f"--kv-store {kv_store} needs at least one server (-s 1): {example}")
 
 

@@ -73,12 +73,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.list_networks:
             status = list_networks()
         else:
-            # The launcher's contract, read once here: a process started by launch.py has a role.
-            role = None
-            if "DMLC_ROLE" in os.environ:
-                from bandwidth.launch.contract import Role
-                role = Role.from_environ(os.environ)
-            status = execute(job_from_args(args), role)
+            # The launcher's contract, read once here: a process started by launch.py, or by
+            # torchrun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), has a role.
+            import socket
+
+            from bandwidth.launch.torchenv import role_from_environ
+            job = job_from_args(args)
+            role = role_from_environ(os.environ, job.num_servers, socket.gethostname())
+            status = execute(job, role)
         sys.stdout.flush()         # a closed pipe shows here, inside these handlers, not at exit
         return status
     except BrokenPipeError:

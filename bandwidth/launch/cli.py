@@ -8,6 +8,7 @@ Usage (``python launch.py`` from the repository root, or ``bandwidth-launch`` on
     python launch.py -H hosts -n 4 --sync-dst-dir /tmp/job python3 train.py
     python launch.py -H hosts -n 4 --launcher mpi python3 train.py   # one Open MPI mpirun
     python launch.py -n 2 --scheduler python3 mxnet_dist_script.py  # + a ps-lite scheduler
+    salloc -n 4 python launch.py --launcher slurm -n 2 -s 2 python3 train.py   # one srun step
     python launch.py -n 2 --env OMP_NUM_THREADS=4 --env HF_HOME --timeout 30 python3 prog.py
 
 Every process gets the environment contract of ``bandwidth.launch.contract`` (``DMLC_ROLE``,

@@ -106,7 +106,8 @@ def _check(config: LaunchConfig) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="launch.py", description="Start a distributed job: workers, servers (and a "
-        "scheduler) on this host, over ssh or with mpirun, supervised until the first failure.",
+        "scheduler) on this host, over ssh, with mpirun or with srun (inside a Slurm "
+        "allocation), supervised until the first failure.",
         epilog="Environment contract: see bandwidth/launch/contract.py. Hosts file format: see "
         "hosts.example.")
     parser.add_argument("-n", "--num-workers", type=int, required=True, metavar="N",

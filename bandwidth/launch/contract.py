@@ -21,7 +21,7 @@ Variables (all launchers; values are decimal strings where numeric):
 ``DMLC_NODE_HOST``     this process's host as written in the hosts file (local launcher:
                        ``127.0.0.1``; the scheduler of the local and ssh launchers, which
                        runs on the launching host: ``MASTER_ADDR``)
-``DMLC_JOB_CLUSTER``   ``local``, ``ssh`` or ``mpi``
+``DMLC_JOB_CLUSTER``   ``local``, ``ssh``, ``mpi`` or ``slurm`` (``torchrun`` or ``env``: torchenv.py)
 ``MASTER_ADDR``        address of the launching host, where the launcher hosts a
                        ``torch.distributed.TCPStore`` (``--master-addr`` overrides)
 ``MASTER_PORT``        that store's port (``--port``; default: a free port)
@@ -100,8 +100,9 @@ class Job:
     master_addr: str
     master_port: int
     ps_root_port: int               # = master_port unless a ps-lite scheduler runs
-    cluster: str                    # local | ssh | mpi
+    cluster: str                    # local | ssh | mpi | slurm (launch.py); torchrun | env
     secret: str = ""                # BANDWIDTH_JOB_SECRET ("" from a launcher without one)
+    store_on_rank0: bool = False    # rank 0 hosts the store (no launcher does: torchenv.py)
 
     @property
     def world_size(self) -> int:
@@ -245,19 +246,45 @@ def join_store(role: Role, timeout_s: float = 300.0):
     user set them (``bandwidth.launch.interface``), so that Gloo and NCCL, which read only the
     environment, advertise an address the other hosts reach; processes started from here (the
     ``dist_nccl`` ranks) inherit it. A host that cannot reach the rendezvous raises
-    ``RendezvousUnreachable`` in one line naming the host and the address tried."""
+    ``RendezvousUnreachable`` in one line naming the host and the address tried.
+
+    Where no launcher hosts the store (``Job.store_on_rank0``: torchrun's variables without its
+    agent's store, see ``bandwidth.launch.torchenv``), rank 0 opens it on ``MASTER_PORT`` and
+    the others retry reaching it until ``timeout_s``, as they may start first."""
     import os
 
     from torch.distributed import TCPStore
 
-    from bandwidth.launch.interface import export_choice, towards_rendezvous
+    from bandwidth.launch.interface import export_choice
 
-    choice = towards_rendezvous(role.master_addr, role.master_port, host=role.node_host,
-                                probe_timeout_s=min(timeout_s, 10.0))
+    hosting = role.job.store_on_rank0 and role.rank == 0
+    master = TCPStore(role.master_addr, role.master_port, is_master=True,
+                      wait_for_workers=False, timeout=timedelta(seconds=timeout_s)) \
+        if hosting else None
+    choice = _towards(role, timeout_s, patient=role.job.store_on_rank0 and not hosting)
     export_choice(choice, os.environ)
-    store = job_store(TCPStore(role.master_addr, role.master_port, is_master=False,
-                               timeout=timedelta(seconds=timeout_s)), role.job.secret)
+    store = job_store(master or TCPStore(role.master_addr, role.master_port, is_master=False,
+                                         timeout=timedelta(seconds=timeout_s)), role.job.secret)
     if role.rank is not None:
         store.set(f"{JOINED_KEY_PREFIX}{role.rank}", role.node_host)
         store.add(JOINED_COUNT_KEY, 1)
     return store
+
+
+def _towards(role: Role, timeout_s: float, patient: bool):
+    """``interface.towards_rendezvous`` for this role; ``patient``: retry every half second until
+    ``timeout_s`` while the store does not answer yet (or its name does not resolve yet, as a
+    Kubernetes pod's DNS name before the pod is up)."""
+    import time
+
+    from bandwidth.launch.interface import RendezvousUnreachable, towards_rendezvous
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return towards_rendezvous(role.master_addr, role.master_port, host=role.node_host,
+                                      probe_timeout_s=min(timeout_s, 10.0))
+        except RendezvousUnreachable:
+            if not patient or time.monotonic() + 0.5 > deadline:
+                raise
+            time.sleep(0.5)

@@ -1,6 +1,7 @@
 """``run(config, environ)``: one launch from a LaunchConfig, without the command line.
 
-Steps: check the launcher's programs; host the rendezvous TCPStore (a taken ``--port`` fails
+Steps: check the launcher's programs; find the hosts (``-H``, a Slurm allocation, or this
+one); host the rendezvous TCPStore (a taken ``--port`` fails
 here, before anything starts); place the processes; with ``--sync-dst-dir`` copy the working
 directory to every host (all hosts at once, each once); start and supervise the processes. Returns
 when all exited with status 0; raises ``LaunchFailed`` (one report, the exit status) or
@@ -28,7 +29,10 @@ log = logging.getLogger(__name__)
 def run(config: LaunchConfig, environ: Mapping[str, str]) -> None:
     launcher = LAUNCHERS[config.launcher]
     check_programs(launcher, sync=config.sync_dst_dir is not None)
-    hosts = config.hosts or (LOCALHOST,)
+    placed_count = config.num_workers + config.num_servers + \
+        (1 if config.scheduler and launcher.place_scheduler else 0)
+    hosts = config.hosts or (launcher.allocation(environ, placed_count)
+                             if launcher.allocation is not None else (LOCALHOST,))
     master_addr = config.master_addr or address_towards(hosts)
     # Lives as long as this call, on the address the job uses (see rendezvous.bind_address).
     store = open_store(config.port, config.timeout_s, bind_address(hosts, config.master_addr))

@@ -7,11 +7,12 @@ driver and the option checks read only this table.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from bandwidth.errors import UnsupportedError
-from bandwidth.launch import local, mpi, ssh
+from bandwidth.launch import local, mpi, slurm, ssh
+from bandwidth.launch.hostfile import Host
 from bandwidth.launch.plan import Plan
 from bandwidth.launch.supervisor import Child
 
@@ -29,6 +30,8 @@ class Launcher:
     start_timeout_s: Callable[[int], float] = float     # from --timeout: how long to start
     version_check: Callable[[], object] | None = None
     host_ports: bool = True                         # can reach a hosts file's host:port
+    # Where the hosts come from without -H: (environ, process count) -> hosts with slots
+    allocation: Callable[[Mapping[str, str], int], tuple[Host, ...]] | None = None
 
 
 LAUNCHERS = {launcher.name: launcher for launcher in (
@@ -39,6 +42,9 @@ LAUNCHERS = {launcher.name: launcher for launcher in (
     Launcher("mpi", "one Open MPI mpirun for all processes (-H optional)", mpi.build,
              hostfile="optional", programs=("mpirun",), place_scheduler=True,
              version_check=mpi.open_mpi_version, host_ports=False),
+    Launcher("slurm", "one srun step inside a Slurm allocation (salloc, sbatch)", slurm.build,
+             hostfile="refused", programs=("srun", "scontrol"), place_scheduler=True,
+             allocation=slurm.allocation),
 )}
 
 
@@ -46,7 +52,8 @@ def check_programs(launcher: Launcher, sync: bool) -> None:
     """UnsupportedError naming the missing program and how to get it."""
     for program in launcher.programs + (("rsync",) if sync else ()):
         if shutil.which(program) is None:
-            package = {"ssh": "openssh-client", "mpirun": "openmpi-bin"}.get(program, program)
+            package = {"ssh": "openssh-client", "mpirun": "openmpi-bin", "srun": "slurm-client",
+                       "scontrol": "slurm-client"}.get(program, program)
             raise UnsupportedError(f"--launcher {launcher.name} needs '{program}' on PATH "
                                    f"(e.g. apt-get install {package})")
     if launcher.version_check is not None:

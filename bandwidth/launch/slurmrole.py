@@ -1,0 +1,74 @@
+"""Give one task of the slurm launcher's ``srun`` step its role in the contract, then become the
+command.
+
+Usage (what ``--launcher slurm`` puts after ``srun ...``; not meant to be typed)::
+
+    python3 -m bandwidth.launch.slurmrole --hosts HOST0,HOST1,... -- command [args...]
+
+Task ``SLURM_PROCID`` gets the role of index ``SLURM_PROCID`` in rank order (workers, servers,
+then the scheduler: ``contract.Job.role_at``), as ``bandwidth.launch.mpirole`` does for Open MPI.
+``--hosts`` is the launcher's placement, one node per task; srun placed the tasks with
+``--distribution arbitrary`` from the same list, and the wrapper checks that Slurm ran this task
+on its planned node (``SLURMD_NODENAME``) and with the planned local rank (``SLURM_LOCALID``),
+and stops with one line if not, rather than give a process another node's name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from bandwidth.launch.contract import ContractError, Job
+from bandwidth.launch.hostfile import Host
+from bandwidth.launch.plan import local_ranks
+
+
+def environ_for(task: int, ntasks: int, node: str, local_id: int, hosts: list[str],
+                environ: dict[str, str]) -> dict[str, str]:
+    """The environment of task ``task``; raises ContractError on any mismatch."""
+    job = Job.from_environ(environ)
+    if ntasks not in (job.world_size, job.world_size + 1) or len(hosts) != ntasks:
+        raise ContractError(f"srun started {ntasks} tasks and --hosts lists {len(hosts)} for "
+                            f"{job.num_workers} workers and {job.num_servers} servers")
+    if node != hosts[task]:
+        raise ContractError(f"Slurm ran task {task} on {node}, but the launcher planned it on "
+                            f"{hosts[task]}")
+    placed = [Host(name) for name in hosts]
+    if local_ranks(placed)[task][0] != local_id:
+        raise ContractError(f"Slurm numbered task {task} local task {local_id} on {node}, but "
+                            f"the launcher planned {local_ranks(placed)[task][0]}")
+    world_local = local_ranks(placed[:job.world_size])
+    local = world_local[task] if task < job.world_size else None
+    env = dict(environ)
+    env.update(job.role(task, hosts[task], local).to_environ())
+    return env
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python3 -m bandwidth.launch.slurmrole")
+    parser.add_argument("--hosts", required=True, help="node of each task, comma-separated")
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("no command after --")
+    try:
+        env = environ_for(int(os.environ["SLURM_PROCID"]), int(os.environ["SLURM_NTASKS"]),
+                          os.environ["SLURMD_NODENAME"], int(os.environ["SLURM_LOCALID"]),
+                          args.hosts.split(","), dict(os.environ))
+    except KeyError as err:
+        print(f"slurmrole: {err.args[0]} is not set: run under srun", file=sys.stderr)
+        return 2
+    except ContractError as err:
+        print(f"slurmrole: {err}", file=sys.stderr)
+        return 2
+    try:
+        os.execvpe(command[0], command, env)
+    except OSError as err:
+        print(f"slurmrole: cannot run {command[0]!r}: {err.strerror}", file=sys.stderr)
+        return 127
+
+
+if __name__ == "__main__":
+    sys.exit(main())
