@@ -6,7 +6,8 @@ device synchronisation; ``perf_counter`` brackets it. The time ``step`` takes to
 issuing the step's work: its launches, or one graph replay) is kept beside it as the host time. A multi-process run takes, per iteration, the
 slowest rank's time (and keeps each rank's own, for the per-worker table of the distributed
 modes). Warm-up iterations run the same way and are discarded. The error check runs
-after every iteration, untimed, as MXNet's did.
+after every iteration, untimed, as MXNet's did. Several sessions of one measurement (the backends
+of ``--backend toolkit,mxnet``) run it together, iteration by iteration (``measure_interleaved``).
 """
 
 from __future__ import annotations

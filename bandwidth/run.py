@@ -305,11 +305,15 @@ def run_together(plans: list[Plan], bounds: BoundCache | None = None) -> list[Re
     interleaved in one process (protocol.measure_interleaved): iteration k of every backend runs
     back to back, the first one rotating, so that load from other processes and the host's state
     fall on all of them alike. The flat reference is measured once for all; on CPU devices the
-    ceiling's probe is taken again after the iterations and the faster probe kept, so that a probe
-    slowed by other processes cannot pass for the bound."""
+    ceiling's probe runs before the iterations and again after them, and the faster probe is kept,
+    so that a probe slowed by other processes at one moment cannot pass for the bound."""
     first = plans[0]
     c = first.config
     check_memory(*plans)
+    bounds = bounds or BoundCache()
+    probe_twice = c.reference and not first.devices.is_cuda
+    if probe_twice:
+        bounds.bound(first, None)          # a probe before the iterations (cached; see below)
     opened, stack = [], contextlib.ExitStack()
     with stack:
         for plan in plans:
@@ -332,12 +336,10 @@ def run_together(plans: list[Plan], bounds: BoundCache | None = None) -> list[Re
                 bus_factors=[p.store_cls.bus_factor(p.devices.n) for p in plans])
         launches = [getattr(session, "launch", None) for session, _ in opened]
     reference = reference_summary(first, flat_reference(first), first.devices.n)
-    bounds = bounds or BoundCache()
     found = None
     if c.reference:
-        found = bounds.bound(first, reference)
-        if not first.devices.is_cuda:
-            found = bounds.probe_again(first, reference)
+        found = bounds.probe_again(first, reference) if probe_twice else \
+            bounds.bound(first, reference)
     results = []
     for plan, (_, notes), (samples, reports), launch in zip(plans, opened, measured, launches):
         others = [name for name in names if name != plan.config.backend]

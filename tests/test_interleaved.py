@@ -76,10 +76,22 @@ def test_only_one_measurement_under_distinct_backends_runs_together():
 
 def test_run_together_gives_each_session_its_exact_rows_and_one_shared_ceiling(monkeypatch):
     # Two toolkit sessions stand in for two backends: run_together does not look at the name.
-    probes = iter([2.0, 5.0])           # the second probe (after the iterations) is the faster
-    monkeypatch.setattr(bounds, "cpu_local_gbps", lambda nbytes, n: next(probes))
+    probes, events = iter([2.0, 5.0]), []     # before the iterations, then after them (faster)
+    measure_interleaved = protocol.measure_interleaved
+
+    def probe(nbytes, n):
+        events.append("probe")
+        return next(probes)
+
+    def iterations(*args, **kwargs):
+        events.append("iterations")
+        return measure_interleaved(*args, **kwargs)
+
+    monkeypatch.setattr(bounds, "cpu_local_gbps", probe)
+    monkeypatch.setattr(protocol, "measure_interleaved", iterations)
     cache = BoundCache()
     first, second = run_together([plan(), plan()], cache)
+    assert events == ["probe", "iterations", "probe"]
     for result in (first, second):
         assert [s.iteration for s in result.samples] == [1, 2, 3]
         assert result.summary.error_max == 0.0
