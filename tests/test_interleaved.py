@@ -3,8 +3,6 @@ rotating), one flat reference and one ceiling serve them all, and the ceiling's 
 devices is taken again after the iterations, the faster kept. CPU-device steps run with the thread
 count that untimed trial steps found fastest (bandwidth.cputhreads), or --cpu-threads."""
 
-import time
-
 import pytest
 import torch
 
@@ -127,7 +125,19 @@ def test_thread_candidates_are_one_per_device_and_per_core():
     assert cputhreads.candidates(8, 1) == [1]
 
 
+class Clock:
+    """perf_counter for bandwidth.cputhreads: steps advance it by their modelled duration."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self):
+        return self.now
+
+
 def test_the_trial_keeps_the_fastest_thread_count(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(cputhreads, "time", clock)
     monkeypatch.setattr(cputhreads, "cores", lambda: 4)
     before = torch.get_num_threads()
     seen = []
@@ -135,15 +145,47 @@ def test_the_trial_keeps_the_fastest_thread_count(monkeypatch):
     def step():                     # 2 threads is the fastest here, 1 and 4 slower
         threads = torch.get_num_threads()
         seen.append(threads)
-        time.sleep({1: 0.004, 2: 0.001, 4: 0.003}[threads])
+        clock.now += {1: 0.004, 2: 0.001, 4: 0.003}[threads]
 
     try:
         best, note = cputhreads.choose(step, devices=2, trial_steps=3, trial_seconds=0.0)
         assert best == 2 and torch.get_num_threads() == 2
         assert sorted(set(seen)) == [1, 2, 4] and len(seen) == 3 * 4     # a warm-up round + 3
         assert seen[:3] == [1, 2, 4] and seen[3:6] == [2, 4, 1]           # the order rotates
-        assert note.startswith("CPU threads auto: 3 trial steps each, median 1: ")
+        assert note.startswith("CPU threads auto: 3 trial steps each, mean 1: ")
         assert note.endswith(": 2 (--cpu-threads N to fix it)")
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_more_threads_must_be_faster_by_the_margin(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(cputhreads, "time", clock)
+    monkeypatch.setattr(cputhreads, "cores", lambda: 2)
+    before = torch.get_num_threads()
+
+    def step():                     # 2 threads 5 % faster: within the margin, so 1 is kept
+        clock.now += {1: 0.0040, 2: 0.0038}[torch.get_num_threads()]
+
+    def tail():                     # 2 threads: faster most steps, one long wait for a core
+        threads = torch.get_num_threads()
+        tail.calls[threads] += 1
+        clock.now += 0.002 if threads == 1 else 0.020 if tail.calls[2] == 3 else 0.001
+
+    tail.calls = {1: 0, 2: 0}
+    try:
+        best, note = cputhreads.choose(step, devices=2, trial_steps=3, trial_seconds=0.0)
+        assert best == 1 and note == ("CPU threads auto: 3 trial steps each, mean 1: 4.00 ms, "
+                                      "2: 3.80 ms: 1 (--cpu-threads N to fix it)")
+        # The medians would take 2 threads (1 ms against 2 ms); the mean counts the wait.
+        best, note = cputhreads.choose(tail, devices=2, trial_steps=3, trial_seconds=0.0)
+        assert best == 1 and "mean 1: 2.00 ms, 2: 7.33 ms: 1 " in note
+        assert torch.get_num_threads() == 1
+        clock.now = 0.0
+        best, _ = cputhreads.choose(lambda: setattr(clock, "now", clock.now + {
+            1: 0.004, 2: 0.003}[torch.get_num_threads()]), devices=2, trial_steps=3,
+            trial_seconds=0.0)
+        assert best == 2 and torch.get_num_threads() == 2          # 25 % faster: taken
     finally:
         torch.set_num_threads(before)
 
