@@ -86,6 +86,7 @@ def test_run_together_gives_each_session_its_exact_rows_and_one_shared_ceiling(m
         return measure_interleaved(*args, **kwargs)
 
     monkeypatch.setattr(bounds, "cpu_local_gbps", probe)
+    monkeypatch.setattr(cputhreads, "cores", lambda: 1)      # one probe per bound
     monkeypatch.setattr(protocol, "measure_interleaved", iterations)
     cache = BoundCache()
     first, second = run_together([plan(), plan()], cache)
@@ -102,6 +103,7 @@ def test_run_together_gives_each_session_its_exact_rows_and_one_shared_ceiling(m
 def test_probe_again_keeps_the_faster_probe(monkeypatch):
     probes = iter([4.0, 3.0, 6.0])
     monkeypatch.setattr(bounds, "cpu_local_gbps", lambda nbytes, n: next(probes))
+    monkeypatch.setattr(cputhreads, "cores", lambda: 1)      # one probe per bound
     cache, p = BoundCache([plan()]), plan()
     assert cache.bound(p, None).gbps == 4.0
     assert cache.probe_again(p, None).gbps == 4.0                       # 3.0 was slower
@@ -209,3 +211,21 @@ def test_sessions_choose_threads_and_restore_them_at_close(kv_store, optimizer):
     assert fixed.threads_note == "CPU threads: 1 (--cpu-threads)" and torch.get_num_threads() == 1
     fixed.close()
     assert torch.get_num_threads() == before
+
+
+def test_cpu_ceilings_take_the_fastest_thread_count(monkeypatch):
+    # The steps may run with every core's thread while torch has 1 now (mxnet sets it): the probe
+    # runs under every count the steps may choose and keeps the fastest.
+    monkeypatch.setattr(cputhreads, "cores", lambda: 2)
+    monkeypatch.setattr(bounds, "cpu_local_gbps",
+                        lambda nbytes, n: {1: 4.0, 2: 6.0}[torch.get_num_threads()])
+    monkeypatch.setattr(bounds, "host_copy_gbps",
+                        lambda nbytes: {1: 20.0, 2: 12.0}[torch.get_num_threads()])
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert bounds.bound(plan(), None).gbps == 6.0
+        assert bounds.bound(plan(kv_store="device"), None).gbps == 20.0 / 2
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
