@@ -43,7 +43,7 @@ class Config:
     dtype: str = "float32"
     reference: bool = True                 # also time one flat all-reduce of the same bytes
     chunk_mb: float | None = None          # pipelining chunk of device/local (None: the mode's)
-    cpu_threads: int | None = None         # CPU summation threads of the local mode (None: torch's)
+    cpu_threads: int | None = None         # torch threads (None: CPU devices a trial, GPUs torch's)
     timeout_s: float = 300.0               # bound on any multi-process part
     seed: int = 0
     backend: str = "toolkit"               # "toolkit": bandwidth.kvstores; "mxnet": MXNet's kvstore
@@ -230,7 +230,8 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--backend", default="toolkit",
                     help="what exchanges the arrays, a comma list of: toolkit (this toolkit's "
                          "modes on PyTorch; default), mxnet (MXNet 1.9.1's own kvstore and "
-                         "ps-lite; pip install '.[mxnet]'); 'toolkit,mxnet' compares the two")
+                         "ps-lite; pip install '.[mxnet]'); 'toolkit,mxnet' compares the two, "
+                         "their iterations interleaved in one process")
     ex.add_argument("--chunk-mb", type=float, default=None,
                     help="largest pipelining chunk of the device and local modes, MB (default: "
                          "device: each GPU's share in two chunks, at most 256 MB; local: 32)")
@@ -247,7 +248,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "'greedy' (MXNet's rule: whole keys, largest first, onto the least-loaded "
                          "GPU)")
     ex.add_argument("--cpu-threads", type=int, default=None,
-                    help="CPU summation threads of the local mode (default: torch's, one per core)")
+                    help="torch threads of the steps on CPU devices, and of the local mode's "
+                         "summation on GPUs (default: on CPU devices, the fastest of 1, one per "
+                         "device and one per core in untimed trial steps; on GPUs torch's)")
     tm = parser.add_argument_group("measurement")
     tm.add_argument("--num-batches", type=int, default=5,
                     help="measured iterations (default: 5; one warm-up iteration runs before)")

@@ -47,7 +47,8 @@ from bandwidth.progress import Progress  # noqa: E402
 from bandwidth.protocol import Summary  # noqa: E402
 from bandwidth.stats import ci_width_pct  # noqa: E402
 from bandwidth.results import devices_label, fingerprint, rows_from_document  # noqa: E402
-from bandwidth.run import Plan, Result, make_plan, run, size_line  # noqa: E402
+from bandwidth.run import (Plan, Result, can_run_together, make_plan, run,  # noqa: E402
+                           run_together, size_line)
 
 
 class Stopped(BaseException):
@@ -176,8 +177,7 @@ def execute(job: Job, role=None) -> int:
     for repeat in range(job.repeat):
         round_start = time.perf_counter()
         try:
-            results = [measure_one(job, plan, bounds, bar, index, len(plans), repeat)
-                       for index, plan in enumerate(plans)]
+            results = measure_all(job, plans, bounds, bar, repeat)
         finally:
             if bar is not None:
                 bar.close()
@@ -271,6 +271,40 @@ def print_tables(job: Job, rows) -> None:
                                                                                job.baseline_row))))
     if job.speedup:
         print("\n".join([""] + table.speedup_table(rows)))
+
+
+def measure_all(job: Job, plans: list[Plan], bounds: BoundCache, bar: Progress | None,
+                repeat: int) -> list[Result]:
+    """Every configuration once, in order. The rows of one measurement under several backends
+    (``--backend toolkit,mxnet``: adjacent, the backend varying fastest) are measured together,
+    their iterations interleaved (run.run_together), so that every backend sees the same host."""
+    results: list[Result] = []
+    index = 0
+    while index < len(plans):
+        group = [plans[index]]
+        while index + len(group) < len(plans) and \
+                can_run_together(group + [plans[index + len(group)]]):
+            group.append(plans[index + len(group)])
+        if len(group) == 1:
+            results.append(measure_one(job, group[0], bounds, bar, index, len(plans), repeat))
+        else:
+            results += measure_together(job, group, bounds, bar, index, len(plans), repeat)
+        index += len(group)
+    return results
+
+
+def measure_together(job: Job, group: list[Plan], bounds: BoundCache, bar: Progress | None,
+                     index: int, total: int, repeat: int) -> list[Result]:
+    """One measurement under several backends, interleaved (a sweep: the progress bar)."""
+    labels = [(f"(repeat {repeat + 1}/{'auto' if job.repeat_auto else job.repeat}) "
+               if job.repeat > 1 else "") + plan_label(plan) for plan in group]
+    if bar is not None:
+        bar.start(index, f"{' and '.join(labels)}, interleaved")
+    results = run_together(group, bounds)
+    if bar is not None:
+        for k, (label, result) in enumerate(zip(labels, results)):
+            bar.finish(index + k + 1, f"{label}: {result_text(result)}")
+    return results
 
 
 def measure_one(job: Job, plan: Plan, bounds: BoundCache, bar: Progress | None, index: int,

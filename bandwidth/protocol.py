@@ -6,7 +6,8 @@ device synchronisation; ``perf_counter`` brackets it. The time ``step`` takes to
 issuing the step's work: its launches, or one graph replay) is kept beside it as the host time. A multi-process run takes, per iteration, the
 slowest rank's time (and keeps each rank's own, for the per-worker table of the distributed
 modes). Warm-up iterations run the same way and are discarded. The error check runs
-after every iteration, untimed, as MXNet's did.
+after every iteration, untimed, as MXNet's did. Several sessions of one measurement (the backends
+of ``--backend toolkit,mxnet``) run it together, iteration by iteration (``measure_interleaved``).
 """
 
 from __future__ import annotations
@@ -73,30 +74,54 @@ def measure(session, *, iterations: int, warmup: int, disp_batches: int, check: 
             nbytes: int, bus_factor: float,
             on_report: Callable[[Report], None] | None = None) -> tuple[list[Sample], list[Report]]:
     """Run the protocol on ``session`` (prepare/step/synchronize/error and a ``group``)."""
-    samples: list[Sample] = []
-    reports: list[Report] = []
-    window: list[Sample] = []
+    return measure_interleaved([session], iterations=iterations, warmup=warmup,
+                               disp_batches=disp_batches, check=check, nbytes=nbytes,
+                               bus_factors=[bus_factor], on_reports=[on_report])[0]
+
+
+def measure_interleaved(sessions: list, *, iterations: int, warmup: int, disp_batches: int,
+                        check: bool, nbytes: int, bus_factors: list[float],
+                        on_reports: list[Callable[[Report], None] | None] | None = None
+                        ) -> list[tuple[list[Sample], list[Report]]]:
+    """The protocol on several sessions of the same measurement (one per backend) at once: each
+    iteration runs every session's iteration in turn, the first one rotating, so that every
+    backend's iteration k sees the host as the others' did (the same load from other processes,
+    the same warmth) instead of one backend measuring after the other. One (samples, reports)
+    per session; each session's own error check runs after its own step, untimed."""
+    on_reports = on_reports or [None] * len(sessions)
+    samples: list[list[Sample]] = [[] for _ in sessions]
+    reports: list[list[Report]] = [[] for _ in sessions]
+    windows: list[list[Sample]] = [[] for _ in sessions]
     for b in range(warmup + iterations):
-        session.prepare()
-        session.group.barrier()
-        session.synchronize()
-        start = time.perf_counter()
-        session.step()
-        issued = time.perf_counter()
-        session.synchronize()
-        own_seconds = time.perf_counter() - start
-        seconds = session.group.max(own_seconds)
-        error = session.error() if check else -1.0
-        if b < warmup:
-            continue
-        sample = Sample(b - warmup + 1, seconds, error, own_seconds, issued - start)
-        samples.append(sample)
-        window.append(sample)
-        if len(window) == disp_batches:
-            mean = sum(s.seconds for s in window) / len(window)
-            report = Report(sample.iteration, mean, busbw_gbps(nbytes, mean, bus_factor), error)
-            reports.append(report)
-            if on_report is not None:
-                on_report(report)
-            window = []
-    return samples, reports
+        first = b % len(sessions)
+        for k in list(range(first, len(sessions))) + list(range(first)):
+            sample = _iteration(sessions[k], b - warmup + 1, check)
+            if b < warmup:
+                continue
+            samples[k].append(sample)
+            windows[k].append(sample)
+            if len(windows[k]) == disp_batches:
+                mean = sum(s.seconds for s in windows[k]) / len(windows[k])
+                report = Report(sample.iteration, mean, busbw_gbps(nbytes, mean, bus_factors[k]),
+                                sample.error)
+                reports[k].append(report)
+                if on_reports[k] is not None:
+                    on_reports[k](report)
+                windows[k] = []
+    return list(zip(samples, reports))
+
+
+def _iteration(session, iteration: int, check: bool) -> Sample:
+    """One iteration of the protocol (module docstring): untimed prepare, barrier and
+    synchronisation, the timed step, the untimed error check."""
+    session.prepare()
+    session.group.barrier()
+    session.synchronize()
+    start = time.perf_counter()
+    session.step()
+    issued = time.perf_counter()
+    session.synchronize()
+    own_seconds = time.perf_counter() - start
+    seconds = session.group.max(own_seconds)
+    error = session.error() if check else -1.0
+    return Sample(iteration, seconds, error, own_seconds, issued - start)

@@ -3,6 +3,7 @@ when the mode needs it), add the flat all-reduce reference, and return one Resul
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
@@ -25,8 +26,11 @@ from bandwidth.spawn import run_ranks
 
 # Scratch for the chunked data generation and error check (int64 and float64 temporaries).
 CHECK_SCRATCH_BYTES = 6 * 8 * (1 << 22)
-# Resident memory of one rank process beyond its arrays (the torch runtime, Gloo's threads).
+# Resident memory of one rank process beyond its arrays (the torch runtime, Gloo's threads), and
+# beyond that, per byte of the arrays (Gloo's working buffers, the flat reference's buffers): vgg-16
+# under nccl on 2 CPU devices used 7.13 GB in all, 2.5 x its 553 MB per process beyond the buffers.
 RANK_PROCESS_BYTES = 330 * 1000 * 1000
+RANK_NBYTES_FACTOR = 2.5
 
 
 @dataclass(frozen=True)
@@ -130,51 +134,64 @@ def make_plan(config: Config, with_devices: bool = True) -> Plan:
     return Plan(config, shapes, devices, store_cls)
 
 
-def check_memory(plan: Plan) -> None:
-    """Refuse, with the numbers, a run whose buffers do not fit."""
-    c, n, nbytes = plan.config, plan.devices.n, plan.nbytes
-    reference = 4 * plan.numel if c.test_results else 0      # the float32 expected sum
-    replica_bytes = 2 * nbytes + plan.store_cls.extra_bytes_per_device(
-        nbytes, n, c.optimizer != "none")
-    per_device = replica_bytes + reference + CHECK_SCRATCH_BYTES
-    free = free_bytes(plan.devices)
-    if plan.devices.is_cuda:
+def check_memory(*plans: Plan) -> None:
+    """Refuse, with the numbers, a run whose buffers do not fit. Several ``plans`` (the backends
+    of one measurement, which ``run_together`` keeps in memory at once) add up."""
+    first = plans[0]
+    c, n = first.config, first.devices.n
+    free = free_bytes(first.devices)
+    if first.devices.is_cuda:
         # Replicas sharing a GPU (--gpus 0,0) each need their buffers on it; the expected sum
         # and the scratch are kept once per GPU.
-        free_of = dict(zip(plan.devices.ids, free))
-        for gpu in sorted(set(plan.devices.ids)):
-            count = plan.devices.ids.count(gpu)
-            need = count * replica_bytes + reference + CHECK_SCRATCH_BYTES
+        free_of = dict(zip(first.devices.ids, free))
+        for gpu in sorted(set(first.devices.ids)):
+            count = first.devices.ids.count(gpu)
+            need = sum(count * _replica_bytes(plan) + _reference_bytes(plan)
+                       + CHECK_SCRATCH_BYTES for plan in plans)
             have = free_of[gpu]
             label = f"cuda:{gpu}" + (f" ({count} replicas)" if count > 1 else "")
             if need > have:
                 raise OutOfMemoryError(
-                    f"{plan.network_label} in {c.dtype} needs {need / 1e9:.2f} GB on {label} but "
+                    f"{first.network_label} in {c.dtype} needs {need / 1e9:.2f} GB on {label} but "
                     f"only {have / 1e9:.2f} GB is free; use a smaller network or dtype")
-    else:
-        need = per_device * n + (n + 2) * nbytes    # the local mode's host buffers on top
-        if plan.store_cls.process_per_device:
-            # one process per device: each its own torch runtime and Gloo's working buffer
-            # (vgg-16 on 2 CPU devices used 1.2 GB more than the buffers alone)
-            need += n * (RANK_PROCESS_BYTES + nbytes // 2)
-        if need > free[0]:
-            raise OutOfMemoryError(
-                f"{plan.network_label} in {c.dtype} on {n} CPU devices needs {need / 1e9:.2f} GB "
-                f"of host memory but only {free[0] / 1e9:.2f} GB is available; use fewer --cpus "
-                "or a smaller network")
+        return
+    need = sum(host_bytes(plan) for plan in plans)
+    if need > free[0]:
+        raise OutOfMemoryError(
+            f"{first.network_label} in {c.dtype} on {n} CPU devices needs {need / 1e9:.2f} GB "
+            f"of host memory but only {free[0] / 1e9:.2f} GB is available; use fewer --cpus "
+            "or a smaller network")
+
+
+def _replica_bytes(plan: Plan) -> int:
+    """One replica's buffers: gradients, outputs and what the mode adds per device."""
+    return 2 * plan.nbytes + plan.store_cls.extra_bytes_per_device(
+        plan.nbytes, plan.devices.n, plan.config.optimizer != "none")
+
+
+def _reference_bytes(plan: Plan) -> int:
+    return 4 * plan.numel if plan.config.test_results else 0      # the float32 expected sum
+
+
+def host_bytes(plan: Plan) -> int:
+    """Host memory a run on CPU devices needs: every replica's buffers with the error check's,
+    the mode's own host buffers (``staging_bytes``: none for ``local``, whose replicas are in host
+    memory already, unless an optimizer keeps weights), and with one process per device each
+    process's runtime."""
+    n, nbytes = plan.devices.n, plan.nbytes
+    need = n * (_replica_bytes(plan) + _reference_bytes(plan) + CHECK_SCRATCH_BYTES)
+    need += plan.store_cls.staging_bytes(nbytes, n, plan.config.optimizer != "none", False)
+    if plan.store_cls.process_per_device:
+        need += n * (RANK_PROCESS_BYTES + RANK_NBYTES_FACTOR * nbytes)
+    return int(need)
 
 
 def measure_task(plan: Plan, indices: list[int], group,
                  on_report: Callable[[Report], None] | None, *, cluster=None,
                  first_replica: int = 0, replicas: int | None = None) -> dict:
     """Measure this process's replicas (``first_replica`` onwards, of ``replicas`` in the job)."""
-    c = plan.config
-    session = Session(c.kv_store, plan.shapes, plan.devices, indices, group, dtype=c.dtype,
-                      optimizer=c.optimizer, seed=c.seed, chunk_mb=c.chunk_mb,
-                      cpu_threads=c.cpu_threads, check=c.test_results, cluster=cluster,
-                      first_replica=first_replica, replicas=replicas, launch=plan.launch,
-                      owners=c.owners)
-    notes = session.store.notes() + [n for n in (session.graph_failure, session.launch_trial) if n]
+    session, notes = open_session(plan, indices, group, cluster=cluster,
+                                  first_replica=first_replica, replicas=replicas)
     try:
         measured = measure_session(plan, session, on_report, replicas, notes,
                                    session.store.server_nbytes())
@@ -182,6 +199,20 @@ def measure_task(plan: Plan, indices: list[int], group,
         return measured
     finally:
         session.close()
+
+
+def open_session(plan: Plan, indices: list[int], group, *, cluster=None, first_replica: int = 0,
+                 replicas: int | None = None) -> tuple[Session, list[str]]:
+    """The toolkit's Session for this process's replicas, and its set-up notes."""
+    c = plan.config
+    session = Session(c.kv_store, plan.shapes, plan.devices, indices, group, dtype=c.dtype,
+                      optimizer=c.optimizer, seed=c.seed, chunk_mb=c.chunk_mb,
+                      cpu_threads=c.cpu_threads, check=c.test_results, cluster=cluster,
+                      first_replica=first_replica, replicas=replicas, launch=plan.launch,
+                      owners=c.owners)
+    notes = session.store.notes() + [n for n in (session.graph_failure, session.launch_trial,
+                                                 session.threads_note) if n]
+    return session, notes
 
 
 def measure_session(plan: Plan, session, on_report: Callable[[Report], None] | None,
@@ -242,10 +273,8 @@ def run(config: Config, on_report: Callable[[Report], None] | None = None,
     plan = plan or make_plan(config)
     check_memory(plan)
     n = plan.devices.n
-    # The reference is an NCCL all-reduce, one process per device: not for replicas sharing a GPU.
-    want_reference = config.reference and n > 1 and not plan.devices.shares_gpu
     if plan.store_cls.process_per_device:
-        tasks = ["measure"] + (["reference"] if want_reference else [])
+        tasks = ["measure"] + (["reference"] if wants_reference(plan) else [])
         out = run_ranks({"config": config.to_dict(), "tasks": tasks,
                          "print_reports": on_report is not None}, n, config.timeout_s)
         measured, reference = out["measure"], out.get("reference")
@@ -255,23 +284,99 @@ def run(config: Config, on_report: Callable[[Report], None] | None = None,
             measured = mxnet_session.measure_task(plan, on_report)
         else:
             measured = measure_task(plan, list(range(n)), LocalGroup(), on_report)
-        reference = None
-        if want_reference:                   # the toolkit's flat all-reduce, whatever the backend
-            flat = replace(config, backend="toolkit", gc_type="none")
-            reference = run_ranks({"config": flat.to_dict(), "tasks": ["reference"],
-                                   "print_reports": False}, n, config.timeout_s)["reference"]
-    samples = [Sample(**s) for s in measured["samples"]]
-    factor = plan.store_cls.bus_factor(n)
+        reference = flat_reference(plan)
     ref_summary = reference_summary(plan, reference, n)
-    summary = Summary.of(samples, plan.nbytes, factor)
-    ceiling = None
-    if config.reference:
-        found = (bounds or BoundCache()).bound(plan, ref_summary)
-        ceiling = None if found is None else judged(found, found.figure(summary),
-                                                    on_cpu=not plan.devices.is_cuda)
+    found = (bounds or BoundCache()).bound(plan, ref_summary) if config.reference else None
+    return finished(plan, measured, ref_summary, found)
+
+
+def can_run_together(plans: list[Plan]) -> bool:
+    """Whether ``plans`` are one measurement under several backends that ``run_together`` can
+    interleave: the same configuration but for --backend, each a mode of one process."""
+    if len(plans) < 2 or len({p.config.backend for p in plans}) < len(plans):
+        return False
+    keys = {replace(p.config, backend="toolkit") for p in plans}
+    return len(keys) == 1 and not any(p.store_cls.process_per_device or p.store_cls.distributed
+                                      for p in plans)
+
+
+def run_together(plans: list[Plan], bounds: BoundCache | None = None) -> list[Result]:
+    """One measurement under several backends (``can_run_together``), their iterations
+    interleaved in one process (protocol.measure_interleaved): iteration k of every backend runs
+    back to back, the first one rotating, so that load from other processes and the host's state
+    fall on all of them alike. The flat reference is measured once for all; on CPU devices the
+    ceiling's probe runs before the iterations and again after them, and the faster probe is kept,
+    so that a probe slowed by other processes at one moment cannot pass for the bound."""
+    first = plans[0]
+    c = first.config
+    check_memory(*plans)
+    bounds = bounds or BoundCache()
+    probe_twice = c.reference and not first.devices.is_cuda
+    if probe_twice:
+        bounds.bound(first, None)          # a probe before the iterations (cached; see below)
+    opened, stack = [], contextlib.ExitStack()
+    with stack:
+        for plan in plans:
+            if plan.config.backend == "mxnet":
+                from bandwidth.backends import mxnet_session
+                stack.enter_context(mxnet_session.failures(plan.config.kv_store))
+                session = mxnet_session.open_session(plan)
+                notes = session.notes()
+            else:
+                session, notes = open_session(plan, list(range(first.devices.n)), LocalGroup())
+            stack.callback(session.close)
+            opened.append((session, notes))
+        names = [p.config.backend for p in plans]
+        with Watchdog(c.timeout_s, f"{c.kv_store} on {first.network_label} "
+                                   f"({', '.join(names)} interleaved)") as dog:
+            measured = protocol.measure_interleaved(
+                [Kicking(session, dog) for session, _ in opened], iterations=c.num_batches,
+                warmup=c.warmup, disp_batches=c.disp_batches, check=c.test_results,
+                nbytes=first.nbytes,
+                bus_factors=[p.store_cls.bus_factor(p.devices.n) for p in plans])
+        launches = [getattr(session, "launch", None) for session, _ in opened]
+    reference = reference_summary(first, flat_reference(first), first.devices.n)
+    found = None
+    if c.reference:
+        found = bounds.probe_again(first, reference) if probe_twice else \
+            bounds.bound(first, reference)
+    results = []
+    for plan, (_, notes), (samples, reports), launch in zip(plans, opened, measured, launches):
+        others = [name for name in names if name != plan.config.backend]
+        together = (f"iterations interleaved with {', '.join(others)}'s in this process (the "
+                    "first of each iteration rotating)")
+        results.append(finished(plan, {"samples": [asdict(x) for x in samples],
+                                       "reports": [asdict(r) for r in reports],
+                                       "notes": notes + [together], "launch": launch},
+                                reference, found))
+    return results
+
+
+def wants_reference(plan: Plan) -> bool:
+    # The reference is an NCCL all-reduce, one process per device: not for replicas sharing a GPU.
+    return plan.config.reference and plan.devices.n > 1 and not plan.devices.shares_gpu
+
+
+def flat_reference(plan: Plan) -> dict | None:
+    """The toolkit's flat all-reduce of ``plan``'s bytes in one process per device, whatever the
+    backend (None: not wanted here)."""
+    if not wants_reference(plan):
+        return None
+    flat = replace(plan.config, backend="toolkit", gc_type="none")
+    return run_ranks({"config": flat.to_dict(), "tasks": ["reference"], "print_reports": False},
+                     plan.devices.n, plan.config.timeout_s)["reference"]
+
+
+def finished(plan: Plan, measured: dict, reference: Summary | None,
+             found: Bound | None) -> Result:
+    """The Result of ``measured`` (a measure_session dict), judged against ``found``."""
+    samples = [Sample(**s) for s in measured["samples"]]
+    summary = Summary.of(samples, plan.nbytes, plan.store_cls.bus_factor(plan.devices.n))
+    ceiling = None if found is None else judged(found, found.figure(summary),
+                                                on_cpu=not plan.devices.is_cuda)
     return Result(plan=plan, environment=describe_environment(plan.devices), samples=samples,
                   reports=[Report(**r) for r in measured["reports"]], summary=summary,
-                  reference=ref_summary, ceiling=ceiling, notes=measured["notes"],
+                  reference=reference, ceiling=ceiling, notes=measured["notes"],
                   launch=measured.get("launch"))
 
 

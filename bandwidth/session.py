@@ -19,7 +19,7 @@ import time
 
 import torch
 
-from bandwidth import optimizers
+from bandwidth import cputhreads, optimizers
 from bandwidth.data import Reference, fill_gradient
 from bandwidth.devices import DeviceSet
 from bandwidth.kvstores import KVSTORES
@@ -42,6 +42,7 @@ class Session:
         ``launch``: "graph" or "eager" (see ``launch_of``); ``owners``: the placement rule of
         modes that take one (``KVStore.takes_owners``)."""
         store_cls = KVSTORES[kv_store]
+        self.threads_before = torch.get_num_threads()      # restored at close on CPU devices
         self.devices = devices
         self.n = replicas or devices.n
         self.seed = seed
@@ -71,6 +72,10 @@ class Session:
                     self.references[replica.device] = Reference(numel, self.n, seed, replica.device)
         self.steps = 0
         self.synchronize()
+        # CPU devices: the torch threads of the steps (bandwidth.cputhreads).
+        self.threads_note = None
+        if not devices.is_cuda:
+            self._set_cpu_threads(cpu_threads)
         self.launch = launch_of(store_cls, devices, launch, optimizer)
         self.graph, self.graph_failure, self.launch_trial = None, None, None
         auto = self.launch == "auto"
@@ -118,6 +123,26 @@ class Session:
                              f"{1e6 * graph_s:.1f} us, eager {1e6 * eager_s:.1f} us: "
                              f"{self.launch} (--launch graph|eager to choose)")
 
+    def _set_cpu_threads(self, cpu_threads: int | None) -> None:
+        """--cpu-threads N, or (None) the trial of bandwidth.cputhreads where this process steps
+        several replicas on its own (not a mode whose steps talk to other processes); the trial's
+        steps leave the weights as ``__init__`` did."""
+        if cpu_threads is not None:
+            torch.set_num_threads(cpu_threads)
+            self.threads_note = f"CPU threads: {cpu_threads} (--cpu-threads)"
+            return
+        store_cls = type(self.store)
+        if len(self.replicas) < 2 or store_cls.distributed or store_cls.process_per_device:
+            return
+
+        def trial_step() -> None:
+            self.store.prepare()
+            self.store.step()
+
+        _, self.threads_note = cputhreads.choose(trial_step, len(self.replicas))
+        if self.optimizer is not None:
+            self.store.reset_weights()
+
     def prepare(self) -> None:
         self.store.prepare()
 
@@ -149,6 +174,8 @@ class Session:
         self.store.close()
         self.replicas.clear()
         self.references.clear()
+        if not self.devices.is_cuda:
+            torch.set_num_threads(self.threads_before)
 
 
 # launch="auto": untimed trial steps each way, and how much faster eager must be to be chosen.

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from bandwidth import bounds
+from bandwidth import bounds, cputhreads
 from bandwidth.bounds import Bound, BoundCache, judged, probe_nbytes
 from bandwidth.config import Config
 from bandwidth.protocol import Sample, Summary
@@ -58,6 +58,7 @@ def test_a_sweep_measures_each_modes_ceiling_once_per_device_set(monkeypatch):
         return real(nbytes, n)
 
     monkeypatch.setattr(bounds, "cpu_local_gbps", counted)
+    monkeypatch.setattr(cputhreads, "cores", lambda: 1)      # one probe per bound (one count)
     sizes = [1 << 18, 1 << 20, 1 << 22]          # float32 elements: 1, 4 and 16 MiB
     plans = [plan(network=f"flat:{k}") for k in sizes] + [plan(network="flat:262144", cpus=3)]
     cache = BoundCache(plans)

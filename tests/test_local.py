@@ -97,3 +97,25 @@ def test_run_on_cpu_devices_names_the_local_ceiling():
     assert result.ceiling.name.startswith("host memory: least traffic at the fastest host memory "
                                           "rate, ")
     assert result.ceiling.of == "busbw" and result.ceiling.probe_nbytes == plan.nbytes
+
+
+def test_the_memory_check_counts_no_staging_buffers_on_cpu_devices(monkeypatch):
+    import bandwidth.run as run_module
+    from bandwidth.errors import OutOfMemoryError
+
+    resnet = dict(kv_store="local", cpus=2, network="resnet", num_layers=50)
+    plan = make_plan(Config(**resnet))
+    nbytes = plan.nbytes
+    assert nbytes == 102_015_648            # resnet-50, 102.02 MB
+    # Per replica: gradients, outputs, the float32 expected sum, the check's scratch; nothing else.
+    per_replica = 2 * nbytes + 4 * plan.numel + run_module.CHECK_SCRATCH_BYTES
+    assert run_module.host_bytes(plan) == 2 * per_replica
+    sgd = make_plan(Config(**resnet, optimizer="sgd"))
+    assert run_module.host_bytes(sgd) == 2 * per_replica + 2 * nbytes    # weights and scratch
+    monkeypatch.setattr(run_module, "free_bytes", lambda devices: [2 * per_replica])
+    run_module.check_memory(plan)                                       # fits exactly
+    with pytest.raises(OutOfMemoryError, match=f"needs {4 * per_replica / 1e9:.2f} GB"):
+        run_module.check_memory(plan, plan)          # two backends at once: their needs add up
+    monkeypatch.setattr(run_module, "free_bytes", lambda devices: [2 * per_replica - 1])
+    with pytest.raises(OutOfMemoryError, match="on 2 CPU devices needs"):
+        run_module.check_memory(plan)

@@ -253,10 +253,19 @@ def test_cpu_contexts_match_the_toolkit(mode, optimizer, tmp_path):
 
 @needs_mxnet
 @pytest.mark.timeout(200)
-def test_toolkit_and_mxnet_side_by_side():
+def test_toolkit_and_mxnet_side_by_side(tmp_path):
     proc = run_cli("--backend", "toolkit,mxnet", "--kv-store", "local,device", "--cpus", "2",
-                   "--num-batches", "2", "--no-reference", *LENET)
+                   "--num-batches", "2", "--no-reference", *LENET,
+                   "--json", str(tmp_path / "both.json"))
     assert proc.returncode == 0, proc.stderr[-2000:]
+    # Each mode's two backends ran together, their iterations interleaved, both exact.
+    results = json.loads((tmp_path / "both.json").read_text())["results"]
+    for result in results:
+        other = "mxnet" if result["config"]["backend"] == "toolkit" else "toolkit"
+        assert f"iterations interleaved with {other}'s in this process (the first of each " \
+               "iteration rotating)" in result["kv_store"]["notes"]
+        assert len(result["iterations"]) == 2 and result["summary"]["error_max"] == 0.0
+    assert any(note.startswith("CPU threads") for note in results[0]["kv_store"]["notes"])
     modes = re.findall(r"^\s*\d+\s+(toolkit|mxnet)\s+(local|device)\s+lenet", proc.stdout,
                        re.MULTILINE)
     assert modes == [("toolkit", "local"), ("mxnet", "local"), ("toolkit", "device"),

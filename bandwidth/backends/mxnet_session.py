@@ -22,6 +22,7 @@ wait at a barrier for ever.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -138,16 +139,27 @@ class MXNetSession:
 
 def measure_task(plan: Plan, on_report) -> dict:
     """A single-process run: every device of ``plan`` as an MXNet context in this process."""
-    mx = import_mxnet()
-    try:
-        session = MXNetSession(mx, plan, LocalGroup())
+    with failures(plan.config.kv_store):
+        session = open_session(plan)
         try:
             return measure_session(plan, session, on_report, None, session.notes())
         finally:
             session.close()
+
+
+def open_session(plan: Plan) -> MXNetSession:
+    """Every device of ``plan`` as an MXNet context in this process (a single-process run)."""
+    return MXNetSession(import_mxnet(), plan, LocalGroup())
+
+
+@contextlib.contextmanager
+def failures(kv_store: str):
+    """MXNet's errors inside (its C++ text) as one line: MXNetFailed."""
+    mx = import_mxnet()
+    try:
+        yield
     except mx.base.MXNetError as exc:
-        raise MXNetFailed(f"MXNet failed on --kv-store {plan.config.kv_store}: "
-                          f"{mxnet_message(exc)}") from None
+        raise MXNetFailed(f"MXNet failed on --kv-store {kv_store}: {mxnet_message(exc)}") from None
 
 
 def mxnet_message(exc: Exception) -> str:

@@ -93,6 +93,12 @@ class KVStore:
         """Device memory this mode needs beyond the gradient and output buffers."""
         return 0
 
+    @classmethod
+    def staging_bytes(cls, nbytes: int, n: int, optimizer: bool, on_gpu: bool) -> int:
+        """Host memory this mode allocates for ``n`` devices besides their own buffers (with
+        CPU devices, those are in host memory already and counted per device)."""
+        return 0
+
     def __init__(self, replicas: list[Replica], layout: Layout, optimizer: Sgd | None, group,
                  chunk_elements: int | None, cpu_threads: int | None = None):
         self.replicas = replicas
@@ -110,6 +116,12 @@ class KVStore:
         """Bytes this worker pushes to (and pulls from) each server per step; [] without
         servers."""
         return []
+
+    def reset_weights(self) -> None:
+        """With an optimizer: put the weights back to zero, as ``__init__`` left them, after
+        untimed trial steps (default: the outputs, where most modes keep them)."""
+        for replica in self.replicas:
+            replica.outputs.zero_()
 
     def prepare(self) -> None:
         """Untimed work before each step (default: none)."""

@@ -54,6 +54,14 @@ class LocalStore(KVStore):
     # benchmarks/probes/graph_gap.py).
     auto_graph = False
 
+    @classmethod
+    def staging_bytes(cls, nbytes, n, optimizer, on_gpu):
+        # GPUs: a pinned host copy per device; CPU devices: nothing staged. With an optimizer the
+        # host weights, and on CPU devices one chunk of scratch (by default the whole buffer).
+        if on_gpu:
+            return (n + 1) * nbytes if optimizer else n * nbytes
+        return 2 * nbytes if optimizer else 0
+
     def __init__(self, replicas, layout, optimizer, group, chunk_elements, cpu_threads=None):
         super().__init__(replicas, layout, optimizer, group, chunk_elements, cpu_threads)
         if cpu_threads is not None:
@@ -117,6 +125,11 @@ class LocalStore(KVStore):
         torch.cuda.current_stream(device).wait_stream(capture)
         torch.cuda.synchronize(device)
         return graph
+
+    def reset_weights(self) -> None:
+        super().reset_weights()
+        if self.host_weights is not None:
+            self.host_weights.zero_()
 
     @property
     def host_free(self) -> bool:
