@@ -1,8 +1,9 @@
 """measure.py as a CI gate on CPU devices (issue 20, items 1, 2 and 4), real processes throughout:
 --repeat auto with a baseline saved the same way; an unchanged rerun passes, a run slowed for real
 by competing processes on the same cores is caught, every iteration is kept in --json, and the
-JUnit and markdown reports are written. The 20-of-20 version of the same check is
-benchmarks/ci_gate.py (too slow for CI)."""
+JUnit and markdown reports are written; a failed row is measured again (the confirmation pass)
+before it fails. The 20-of-20 version of the same check is benchmarks/ci_gate_cpu.py (too slow for
+CI)."""
 
 import json
 import re
@@ -99,6 +100,16 @@ def test_a_baseline_far_above_the_run_fails_by_tolerance_and_rank_test(base, cli
     failure = ET.parse(tmp_path / "j.xml").getroot().find(".//testcase/failure")
     assert failure.get("type") == "REGRESSION"
     _agree(proc, tmp_path / "j.xml")
+    # --repeat auto measured the failed row again before failing it (--confirm 1, the default)
+    assert "# confirmation pass 1 of at most 1: measuring again local mlp cpu x2" in proc.stdout
+    assert re.search(r"# confirmation 1: \d+ repeats? in ", proc.stdout), proc.stdout
+    assert re.search(r"# note: local mlp cpu x2: first pass -100\.0 % \(p \S+\), confirmation "
+                     r"pass 1 -100\.0 % \(p \S+\): confirmed", proc.stdout), proc.stdout
+    assert "confirmation pass 1 -100.0 %" in failure.get("message")
+    # --confirm 0: the first pass decides
+    proc = cli(*TINY, "--repeat", "auto", "--time-budget", "2", "--confirm", "0",
+               "--baseline", str(fast), timeout=120)
+    assert proc.returncode == 1 and "confirmation" not in proc.stdout, proc.stdout
 
 
 def test_competing_processes_end_on_every_way_out():
