@@ -77,6 +77,8 @@ def gate(base: Path, auto: list[str], tolerance: str, cores: list[int], slow: st
     lines = proc.stdout.splitlines()
     row = next((line for line in lines if line.startswith("local mlp")), "")
     note = next((line for line in lines if line.startswith("# note: local mlp")), "")
+    if not row:                                       # no verdict: say why (stderr's last line)
+        row = "no verdict: " + (proc.stderr.strip().splitlines() or ["(no output)"])[-1][:300]
     return proc.returncode, re.sub(r"\s+", " ", row), note.removeprefix("# note: "), seconds
 
 
