@@ -86,7 +86,7 @@ class Job:
     repeat_auto: bool = False              # --repeat auto: until the median is known well enough
     ci_width_pct: float = 5.0              # ... its 95 % interval narrower than this, in %
     time_budget_s: float = 300.0           # ... or this much time has passed
-    confirm: int = 1                       # ... then a failed row is measured again this often
+    confirm: int = 2                       # ... then a failed row is measured again this often
     allow_missing: bool = False            # baseline rows missing from the run pass
     min_pct_of_ceiling: float | None = None
     junit_path: str | None = None
@@ -303,10 +303,10 @@ def build_parser() -> argparse.ArgumentParser:
     ci.add_argument("--time-budget", default=300.0, type=float, metavar="S",
                     help="--repeat auto: start no repeat that would end after S seconds "
                          "(default 300)")
-    ci.add_argument("--confirm", default="1", metavar="N",
+    ci.add_argument("--confirm", default="2", metavar="N",
                     help="--repeat auto: a row that fails a gate on its figure is measured again "
                          "(the same rule and budget) up to N times, and fails only if every pass "
-                         "fails (default 1; 0: fail on the first pass)")
+                         "fails (default 2; 0: fail on the first pass)")
     ci.add_argument("--allow-missing", action="store_true",
                     help="let baseline rows this run did not measure pass (default: they fail)")
     ci.add_argument("--min-percent-of-ceiling", default=None, metavar="P",

@@ -13,7 +13,9 @@ slowed (--slow):
   burn:K    K busy loops on the same cores (the load of the 2-core VM varies what they take);
   duty:D    one process per core of --cores, pinned to it, busy D % of every 10 ms: the
             measurement loses about D % of its CPU time (a competing process on the same cores);
-  cores:N   the slowed try runs on the first N cores of --cores only (fewer CPU threads).
+  cores:N   the slowed try runs on the first N cores of --cores only (fewer CPU threads);
+  A+B       both (cores:1+burn:1: one core, shared with a busy loop).
+Competing processes run on the cores of the slowed measurement.
 """
 
 from __future__ import annotations
@@ -49,26 +51,31 @@ def measure(cores: set[int], *args: str) -> subprocess.CompletedProcess:
 
 
 def competitors(slow: str, cores: list[int]) -> list[subprocess.Popen]:
-    kind, _, value = slow.partition(":")
-    if kind == "burn":
-        return [subprocess.Popen([sys.executable, "-c", "while True: pass"],
-                                 preexec_fn=lambda: os.sched_setaffinity(0, set(cores)))
-                for _ in range(int(value))]
-    if kind == "duty":
-        return [subprocess.Popen([sys.executable, "-c", DUTY, str(c), value]) for c in cores]
-    return []
+    """The competing processes of ``slow`` (each part of a ``+``), on the measurement's cores."""
+    procs = []
+    for part in slow.split("+"):
+        kind, _, value = part.partition(":")
+        if kind == "burn":
+            procs += [subprocess.Popen([sys.executable, "-c", "while True: pass"],
+                                       preexec_fn=lambda: os.sched_setaffinity(0, set(cores)))
+                      for _ in range(int(value))]
+        elif kind == "duty":
+            procs += [subprocess.Popen([sys.executable, "-c", DUTY, str(c), value])
+                      for c in cores]
+    return procs
 
 
 def gate(base: Path, auto: list[str], tolerance: str, cores: list[int], slow: str | None
          ) -> tuple[int, str, str, float]:
-    procs = competitors(slow, cores) if slow else []
-    mine = set(cores)
-    if slow and slow.startswith("cores:"):
-        mine = set(cores[:int(slow.split(":")[1])])
+    mine = list(cores)
+    for part in (slow or "").split("+"):
+        if part.startswith("cores:"):
+            mine = cores[:int(part.split(":")[1])]
+    procs = competitors(slow, mine) if slow else []
     try:
         time.sleep(0.2 if procs else 0)               # the competitors are running
         start = time.perf_counter()
-        proc = measure(mine, *auto, "--baseline", str(base), "--tolerance", tolerance)
+        proc = measure(set(mine), *auto, "--baseline", str(base), "--tolerance", tolerance)
         seconds = time.perf_counter() - start
     finally:
         for p in procs:
@@ -96,15 +103,19 @@ def main() -> int:
                         help="the baseline file: saved there if missing, else reused")
     parser.add_argument("--cores", default=None,
                         help="cores of every measure.py process, e.g. 0,1 (default: all)")
+    parser.add_argument("--confirm", default=None,
+                        help="measure.py's --confirm N of the gated tries (default: its own)")
     parser.add_argument("--slow", default="burn:6",
                         help="how slowed tries are slowed: burn:K, duty:D or cores:N")
     args = parser.parse_args()
     cores = sorted(int(c) for c in args.cores.split(",")) if args.cores else \
         sorted(os.sched_getaffinity(0))
     auto = ["--repeat", "auto", "--time-budget", args.budget]
+    confirm = [] if args.confirm is None else ["--confirm", args.confirm]
     print(f"# {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC; loadavg "
           f"{open('/proc/loadavg').read().split()[:3]}; cores {cores}; slowed by {args.slow}; "
-          f"tolerance {args.tolerance}; --time-budget {args.budget}", flush=True)
+          f"tolerance {args.tolerance}; --time-budget {args.budget}"
+          + (f"; --confirm {args.confirm}" if confirm else ""), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(args.base) if args.base else Path(tmp) / "base.json"
         if not base.exists() or args.paired:
@@ -125,7 +136,8 @@ def main() -> int:
                                            "--save-baseline", str(base)).returncode:
                     print(f"{kind} try {i + 1}: the baseline failed", flush=True)
                     continue
-                code, row, note, seconds = gate(base, auto, args.tolerance, cores, slow)
+                code, row, note, seconds = gate(base, auto + confirm, args.tolerance, cores,
+                                                slow)
                 hits += code == good
                 saved_by_confirmation += "not confirmed" in row
                 print(f"{kind} try {i + 1}: exit {code} in {seconds:.1f} s: {row}"
