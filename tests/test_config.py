@@ -59,6 +59,10 @@ def test_bad_values_name_the_rule(argv, message):
         job(*argv)
 
 
+def test_confirmation_passes_default_to_two():
+    assert job().confirm == 2 and job("--confirm", "0").confirm == 0
+
+
 def test_parsers():
     assert parse_image_shape("3,299,299") == (3, 299, 299)
     assert parse_gpus("0,3") == (0, 3)
