@@ -19,8 +19,9 @@ or never pass, is bad input). Checking works in these steps:
    passes: a row that failed a measured gate measured again, see ``CONFIRMED_GATES``) each pass
    is one more pooled sample judged alone, and the row fails only if every pass fails; a row
    that failed its first pass and passed a later one reads NOT_CONFIRMED (a pass). A baseline
-   row missing from the run fails (MISSING) unless ``allow_missing``. With ``min_gbps`` every row whose best repeat is below it fails
-   (nccl-tests' NCCL_TESTS_MIN_BW, on each row and without its 0.9 factor).
+   row missing from the run fails (MISSING) unless ``allow_missing``. With ``min_gbps`` every
+   row whose best repeat (or pass) is below it fails (nccl-tests' NCCL_TESTS_MIN_BW, on each
+   row and without its 0.9 factor).
 3. ``check_ceiling``: with ``--min-percent-of-ceiling P`` each row against P % of its ceiling.
 4. ``exit_code``: 0 pass, 1 a failed gate, 2 bad input (no row in common with the baseline).
 

@@ -208,8 +208,8 @@ def _best_seconds(fn, repeats: int = 5) -> float:
 # The host memory copy probe settles first: on a 16-core VM the first copies of a process ran at a
 # quarter to 3/4 of the rate that the same process reached after 0.2 s of copies (its thread pool
 # and idle cores waking; benchmarks/probes/host_copy_probe.py, BENCHMARKS.md), so the best of 5
-# copies right after the first moved by 2x between runs. Copy for this long untimed, then time at
-# least COPY_TIMED_CALLS copies and COPY_TIMED_S seconds (COPY_MAX_CALLS at most), and keep the best.
+# copies right after the first moved by 2x between runs. Copy for this long untimed, then time
+# at least COPY_TIMED_CALLS copies and COPY_TIMED_S seconds (COPY_MAX_CALLS at most); the best.
 COPY_WARMUP_S, COPY_TIMED_CALLS, COPY_TIMED_S, COPY_MAX_CALLS = 0.2, 10, 0.1, 200
 
 

@@ -3,7 +3,7 @@ passes (no false alarm), and a run slowed for real on the same cores is caught w
 auto's budget (with its confirmation pass). Prints one line per try and a table; asserts nothing.
 
     flock /tmp/bandwidth-bench.lock python3 benchmarks/ci_gate_cpu.py --tries 20
-    python3 benchmarks/ci_gate_cpu.py --cores 0,1 --slow duty:25 --tries 20   # a quiet many-core host
+    python3 benchmarks/ci_gate_cpu.py --slow cores:1 --tries 0 --slowed-tries 12 --base b.json
 
 Each try is a fresh measure.py process (2 CPU devices, the local mode, the tiny mlp) gating
 against a baseline saved by the same command at the start (--paired: right before the try; --base
