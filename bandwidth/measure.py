@@ -204,7 +204,7 @@ def execute(job: Job, role=None) -> int:
             break                          # precise enough, or out of time: judged once
     if job.repeat_auto and verdict is not None and verdict.exit_code == 1 and job.confirm:
         verdict, passes = confirm(job, plans, runs[0], bounds, environment, base, every_row,
-                                  gates, verdict)
+                                  gates, verdict, started)
         if passes:
             doc["confirmations"] = passes
     rows = rows_from_document(doc, "this run")
@@ -231,12 +231,15 @@ def execute(job: Job, role=None) -> int:
 
 def confirm(job: Job, plans: list[Plan], first: list[Result], bounds: BoundCache,
             environment: dict, base: dict | None, every_row: list, gates: baseline.Gates,
-            verdict: baseline.Check) -> tuple[baseline.Check, list[list[dict]]]:
+            verdict: baseline.Check, last_start: float
+            ) -> tuple[baseline.Check, list[list[dict]]]:
     """--repeat auto's confirmation passes (--confirm N): the rows whose measured gate failed
     (baseline.CONFIRMED_GATES) are measured again, by the same --ci-width / --time-budget rule
     (a budget of its own), and judged on that pass's iterations alone; a row fails only if every
-    pass fails. Stops at the first pass after which nothing fails. Returns the last verdict and
-    each pass's results (as the document's "results")."""
+    pass fails. Each pass starts --confirm-interval seconds after the one before it began
+    (``last_start``: when the first pass began), so that one burst of other load on the host
+    does not span every pass. Stops at the first pass after which nothing fails. Returns the
+    last verdict and each pass's results (as the document's "results")."""
     keys = [rows_from_document(document([r], environment), "")[0].key for r in first]
     passes: list[list[Row]] = []
     docs: list[list[dict]] = []
@@ -245,9 +248,13 @@ def confirm(job: Job, plans: list[Plan], first: list[Result], bounds: BoundCache
         chosen = [plan for plan, key in zip(plans, keys) if key in again]
         if not chosen:
             break
+        wait = max(0.0, last_start + job.confirm_interval_s - time.perf_counter())
         print(f"# confirmation pass {number} of at most {job.confirm}: measuring again "
-              f"{', '.join(plan_label(p) for p in chosen)} (failed above); the row fails only if "
-              f"this pass fails too", flush=True)
+              f"{', '.join(plan_label(p) for p in chosen)} (failed above) in {wait:.1f} s "
+              f"(--confirm-interval {job.confirm_interval_s:g} s after the last pass began); "
+              f"the row fails only if this pass fails too", flush=True)
+        time.sleep(wait)
+        last_start = time.perf_counter()
         runs = auto_pass(job, chosen, bounds, environment, f"confirmation {number}")
         results = merged(runs)
         passes.append([row for k, repeat in enumerate(runs) for row in rows_from_document(

@@ -93,7 +93,7 @@ def test_a_baseline_far_above_the_run_fails_by_tolerance_and_rank_test(base, cli
     fast = tmp_path / "fast.json"
     fast.write_text(json.dumps(doc))
     proc = cli(*TINY, *AUTO, "--baseline", str(fast), "--junit", str(tmp_path / "j.xml"),
-               "--confirm", "1", timeout=120)
+               "--confirm", "1", "--confirm-interval", "1", timeout=120)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "REGRESSION" in proc.stdout and "# FAILED: 1 of 1 gates (1 regression)" in proc.stdout
     assert re.search(r"-100\.0 +\d(\.\d+)?e-\d+ ", proc.stdout), proc.stdout   # the test's p, as 2e-29 or 1.5e-07
@@ -101,7 +101,9 @@ def test_a_baseline_far_above_the_run_fails_by_tolerance_and_rank_test(base, cli
     assert failure.get("type") == "REGRESSION"
     _agree(proc, tmp_path / "j.xml")
     # --repeat auto measured the failed row again before failing it (--confirm 1; 2 by default)
-    assert "# confirmation pass 1 of at most 1: measuring again local mlp cpu x2" in proc.stdout
+    assert re.search(r"# confirmation pass 1 of at most 1: measuring again local mlp cpu x2 "
+                     r"\(failed above\) in [01]\.\d s \(--confirm-interval 1 s after the last "
+                     r"pass began\)", proc.stdout), proc.stdout
     assert re.search(r"# confirmation 1: \d+ repeats? in ", proc.stdout), proc.stdout
     assert re.search(r"# note: local mlp cpu x2: first pass -100\.0 % \(p \S+\), confirmation "
                      r"pass 1 -100\.0 % \(p \S+\): confirmed", proc.stdout), proc.stdout
