@@ -60,10 +60,15 @@ def _u_counts(n: int, m: int) -> np.ndarray:
 
 
 def smallest_p(n: int, m: int) -> float:
-    """The least one-sided p-value the test can give with samples of n and m values."""
+    """The least one-sided p-value the test can give with samples of n and m values: 1 / C(n+m,
+    n), in logarithms (the count does not fit a float from about 1,030 values on)."""
     if n == 0 or m == 0:
         return 1.0
-    return 1.0 / math.comb(n + m, n)
+    return math.exp(-_log_comb(n + m, n))
+
+
+def _log_comb(n: int, k: int) -> float:
+    return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
 
 
 def mann_whitney_less(now, before) -> float:
@@ -115,7 +120,9 @@ def median_ci(samples, confidence: float = 0.95) -> tuple[float, float] | None:
     tail = (1.0 - confidence) / 2.0
     cdf, k = 0.0, 0
     while k < n // 2:
-        nxt = cdf + math.comb(n, k) / 2.0 ** n
+        # P(X = k) in logarithms: 2 ** n overflows a float from n = 1024 (a --repeat auto run
+        # pools that many iterations within seconds on a fast host)
+        nxt = cdf + math.exp(_log_comb(n, k) - n * math.log(2.0))
         if nxt > tail:
             break
         cdf, k = nxt, k + 1

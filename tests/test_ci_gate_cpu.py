@@ -126,6 +126,10 @@ def test_competing_processes_end_on_every_way_out():
 
 def test_a_baseline_row_the_run_lacks_fails_unless_allowed(base, cli, tmp_path):
     doc = json.loads(base.read_text())
+    for result in doc["results"]:          # far below any run, stalled or not: the row passes
+        for it in result["iterations"]:
+            it["busbw_gbps"] *= 1e-6
+        result["summary"]["busbw_median"] *= 1e-6
     extra = json.loads(json.dumps(doc["results"][0]))
     extra["network"]["name"] = "lenet"
     doc["results"].append(extra)

@@ -60,6 +60,20 @@ def test_median_interval_from_order_statistics():
     assert s.p50_gbps == 10.0 and s.p95_gbps < 10.0 and s.cv > 0 and s.samples == 20
 
 
+
+def test_many_iterations_neither_overflow_nor_change_the_rule():
+    """--repeat auto pools thousands of iterations on a fast host: 2 ** n and C(n + m, n) no
+    longer fit a float there (an OverflowError ended measure.py without a verdict)."""
+    x = np.arange(5000, dtype=float)
+    low, high = stats.median_ci(x)
+    # the normal approximation of the order statistics: n/2 -+ 1.96 sqrt(n)/2 = 2430.7, 2569.3
+    assert 2425 <= low <= 2432 and 2567 <= high <= 2574
+    assert stats.ci_width_pct(x + 1000) < 5
+    assert stats.smallest_p(3000, 3000) == 0.0 and stats.smallest_p(5, 5) == pytest.approx(1 / 252)
+    assert stats.median_ci(range(20)) == (5.0, 14.0)                  # small n: as before
+    assert stats.mann_whitney_less(x * 0.8, x) < 1e-6
+
+
 def _with_samples(result: dict, samples) -> dict:
     result["iterations"] = [{"iteration": i + 1, "seconds": 1.0, "error": 0.0, "busbw_gbps": x}
                             for i, x in enumerate(samples)]
