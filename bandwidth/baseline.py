@@ -15,9 +15,13 @@ or never pass, is bad input). Checking works in these steps:
    iterations against the baseline's finds the drop significant (p < stats.SIGNIFICANCE); where
    the samples cannot reach that level, the tolerance alone decides. A row passes if ANY repeat
    passes (fleet health checks re-run a flapping check); with ``pool`` (``--repeat auto``) the
-   repeats are judged as one sample. A baseline row missing from the run fails (MISSING) unless
-   ``allow_missing``. With ``min_gbps`` every row whose best repeat is below it fails
-   (nccl-tests' NCCL_TESTS_MIN_BW, on each row and without its 0.9 factor).
+   repeats are judged as one sample. With ``confirmations`` (--repeat auto's confirmation
+   passes: a row that failed a measured gate measured again, see ``CONFIRMED_GATES``) each pass
+   is one more pooled sample judged alone, and the row fails only if every pass fails; a row
+   that failed its first pass and passed a later one reads NOT_CONFIRMED (a pass). A baseline
+   row missing from the run fails (MISSING) unless ``allow_missing``. With ``min_gbps`` every
+   row whose best repeat (or pass) is below it fails (nccl-tests' NCCL_TESTS_MIN_BW, on each
+   row and without its 0.9 factor).
 3. ``check_ceiling``: with ``--min-percent-of-ceiling P`` each row against P % of its ceiling.
 4. ``exit_code``: 0 pass, 1 a failed gate, 2 bad input (no row in common with the baseline).
 
@@ -44,8 +48,12 @@ PASS, FASTER, REGRESSION, BELOW_FLOOR, NEW, ONE_DEVICE, SIZE_DIFFERS = (
     "ok", "faster", "REGRESSION", "BELOW FLOOR", "new", "one device", "bytes differ")
 MISSING, MISSING_ALLOWED = "MISSING", "missing"      # fails closed; "missing" with --allow-missing
 NOT_SIGNIFICANT = "ok (drop not significant)"        # beyond the tolerance, but within the noise
+NOT_CONFIRMED = "ok (not confirmed)"                 # failed, but its confirmation pass passed
 LINK_LOST, BELOW_CEILING, NO_CEILING = "LINK LOST", "BELOW CEILING", "NO CEILING"
 FAILING = (REGRESSION, BELOW_FLOOR, MISSING, LINK_LOST, BELOW_CEILING, NO_CEILING)
+# The verdicts on a measured figure: with --repeat auto such a row is measured again (the
+# confirmation pass) before it fails. Missing rows, lost links and missing ceilings are not noise.
+CONFIRMED_GATES = (REGRESSION, BELOW_FLOOR, BELOW_CEILING)
 
 
 class BaselineMismatchError(ConfigError):
@@ -314,43 +322,84 @@ def _judge(row: Row, b_gbps: float | None, b_samples: tuple, tolerance_pct: floa
                    beyond and (p_value is None or p_value < significance))
 
 
+def _units(key: tuple, n_rows: list[Row], pool: bool, confirmations: list[dict]
+           ) -> tuple[list[Row], list[Row]]:
+    """What is judged of one key: the first pass's units (its repeats, or their pooled sample
+    with ``pool``) and one pooled unit per confirmation pass that measured the key again."""
+    first = ([pooled(n_rows)] if pool else list(n_rows)) if n_rows else []
+    return first, [pooled(g[key]) for g in confirmations if g.get(key)]
+
+
+def _pass_text(label: str, first: str, again: list[str], confirmed: bool) -> str:
+    """``local mlp cpu x2: first pass -22.2 % (p 8e-13), confirmation pass 1 -1.0 % (p 0.6):
+    not confirmed``: what each pass measured, for the note of a row measured again."""
+    passes = [f"first pass {first}"] + [f"confirmation pass {i + 1} {t}"
+                                        for i, t in enumerate(again)]
+    return f"{label}: " + ", ".join(passes) + (": confirmed" if confirmed else ": not confirmed")
+
+
+def _change_text(j: _Judged) -> str:
+    text = "-" if j.change_pct is None else f"{j.change_pct:+.1f} %"
+    return text + ("" if j.p_value is None else f" (p {j.p_value:.2g})")
+
+
 def compare(baseline_rows: list[Row], current_rows: list[Row], tolerance_pct: float,
             min_gbps: float | None = None, *, allow_missing: bool = False, pool: bool = False,
-            significance: float = stats.SIGNIFICANCE) -> list[Diff]:
+            significance: float = stats.SIGNIFICANCE,
+            confirmations: list[list[Row]] = ()) -> list[Diff]:
     """One Diff per key found on either side: the baseline's rows first, in their order, then the
-    rows new in this run. See the module docstring for the rules."""
+    rows new in this run. ``confirmations``: the rows of each confirmation pass (--repeat auto),
+    each pass pooled and judged alone. See the module docstring for the rules."""
     base, now = _group(baseline_rows), _group(current_rows)
+    again_groups = [_group(rows) for rows in confirmations]
     diffs = []
     for key in list(base) + [k for k in now if k not in base]:
         b_rows, n_rows = base.get(key, []), now.get(key, [])
         sample = (b_rows or n_rows)[0]
         b_gbps = statistics.median(r.busbw_gbps for r in b_rows) if b_rows else None
         b_samples = tuple(x for r in b_rows for x in usable_samples(r))
-        repeats = [pooled(n_rows)] if pool and n_rows else n_rows
-        judged = [_judge(r, b_gbps, b_samples, tolerance_pct, significance) for r in repeats]
-        # As fleet health checks: a row passes if any repeat passes; the best such repeat is shown
-        # (the best of all where none passes).
-        passing = [j for j in judged if not j.regressed]
+        first, again = _units(key, n_rows, pool, again_groups)
+        judge = lambda r: _judge(r, b_gbps, b_samples, tolerance_pct, significance)  # noqa: E731
+        judged_first, judged_again = [judge(r) for r in first], [judge(r) for r in again]
+        judged = judged_first + judged_again
+        # As fleet health checks: a row passes if any repeat (or pass) passes; the best such one
+        # is shown (the best of all where none passes).
+        passing = [j for j in judged if not j.regressed and not _below(j.row, min_gbps)]
         chosen = max(passing or judged, key=lambda j: j.row.busbw_gbps, default=None)
-        verdict = _verdict(b_rows, n_rows, chosen, tolerance_pct, min_gbps, allow_missing)
+        verdict = _verdict(b_rows, n_rows, chosen, tolerance_pct, min_gbps, allow_missing,
+                           first + again)
+        note = chosen.note if chosen and b_rows and verdict not in (SIZE_DIFFERS, ONE_DEVICE) \
+            else None
+        first_failed = bool(judged_first) and all(
+            j.regressed or _below(j.row, min_gbps) for j in judged_first)
+        if judged_again and first_failed and verdict not in (SIZE_DIFFERS, ONE_DEVICE):
+            confirmed = verdict in FAILING
+            if not confirmed:
+                verdict = NOT_CONFIRMED
+            first_best = max(judged_first, key=lambda j: j.row.busbw_gbps)
+            note = _pass_text(_label(sample), _change_text(first_best),
+                              [_change_text(j) for j in judged_again], confirmed)
         row = chosen.row if chosen else None
         diffs.append(Diff(
-            _label(sample), key, b_gbps, row.busbw_gbps if row else None, len(n_rows),
+            _label(sample), key, b_gbps, row.busbw_gbps if row else None,
+            len(n_rows) + sum(len(g.get(key, ())) for g in again_groups),
             chosen.change_pct if chosen else None, verdict,
             chosen.p_value if chosen else None,
-            stats.spread(usable_samples(row)) if row else None,
-            chosen.note if chosen and b_rows and verdict not in (SIZE_DIFFERS, ONE_DEVICE)
-            else None))
+            stats.spread(usable_samples(row)) if row else None, note))
     return diffs
 
 
+def _below(row: Row, min_gbps: float | None) -> bool:
+    return min_gbps is not None and row.n >= 2 and row.busbw_gbps < min_gbps
+
+
 def _verdict(b_rows, n_rows, chosen: _Judged | None, tolerance_pct, min_gbps,
-             allow_missing) -> str:
+             allow_missing, units: list[Row]) -> str:
     if not n_rows:
         return MISSING_ALLOWED if allow_missing else MISSING
     if n_rows[0].n < 2:
         return ONE_DEVICE           # busbw 0 by definition: nothing to compare or floor
-    if min_gbps is not None and max(r.busbw_gbps for r in n_rows) < min_gbps:
+    if min_gbps is not None and max(r.busbw_gbps for r in units) < min_gbps:
         return BELOW_FLOOR
     if not b_rows:
         return NEW
@@ -365,27 +414,44 @@ def _verdict(b_rows, n_rows, chosen: _Judged | None, tolerance_pct, min_gbps,
     return FASTER if chosen.change_pct > tolerance_pct else PASS
 
 
-def check_floor(rows: list[Row], min_gbps: float, pool: bool = False) -> list[Diff]:
+def check_floor(rows: list[Row], min_gbps: float, pool: bool = False,
+                confirmations: list[list[Row]] = ()) -> list[Diff]:
     """The floor alone, without a baseline: each key's best repeat (the pooled repeats with
-    ``pool``) against ``min_gbps``."""
+    ``pool``; or the best pass, with confirmation passes) against ``min_gbps``."""
     diffs = []
+    again_groups = [_group(r) for r in confirmations]
     for key, n_rows in _group(rows).items():
-        best = pooled(n_rows) if pool else max(n_rows, key=lambda r: r.busbw_gbps)
+        first, again = _units(key, n_rows, pool, again_groups)
+        best = max(first + again, key=lambda r: r.busbw_gbps)
         verdict = ONE_DEVICE if best.n < 2 else \
             BELOW_FLOOR if best.busbw_gbps < min_gbps else PASS
-        diffs.append(Diff(_label(best), key, None, best.busbw_gbps, len(n_rows), None, verdict,
-                          spread=stats.spread(usable_samples(best)), gate="floor"))
+        note = None
+        if again and verdict != ONE_DEVICE and \
+                max(r.busbw_gbps for r in first) < min_gbps:
+            confirmed = verdict == BELOW_FLOOR
+            verdict = verdict if confirmed else NOT_CONFIRMED
+            gbps = lambda r: f"{r.busbw_gbps:.3f} GB/s"  # noqa: E731
+            note = _pass_text(_label(best), gbps(max(first, key=lambda r: r.busbw_gbps)),
+                              [gbps(r) for r in again], confirmed)
+        diffs.append(Diff(_label(best), key, None, best.busbw_gbps,
+                          len(n_rows) + sum(len(g.get(key, ())) for g in again_groups), None,
+                          verdict, spread=stats.spread(usable_samples(best)), note=note,
+                          gate="floor"))
     return diffs
 
 
 def check_ceiling(rows: list[Row], min_pct: float, allow_missing: bool = False,
-                  pool: bool = False) -> list[Diff]:
-    """``--min-percent-of-ceiling P``: each key's best repeat against P % of the ceiling measured
-    in the same run. A row of two or more devices without a usable ceiling (none measured, or
-    the probe was not a bound at its size) fails closed (NO CEILING) unless ``allow_missing``."""
+                  pool: bool = False, confirmations: list[list[Row]] = ()) -> list[Diff]:
+    """``--min-percent-of-ceiling P``: each key's best repeat (or pass, with confirmation passes)
+    against P % of the ceiling measured in the same run. A row of two or more devices without a
+    usable ceiling (none measured, or the probe was not a bound at its size) fails closed
+    (NO CEILING) unless ``allow_missing``."""
     diffs = []
+    again_groups = [_group(r) for r in confirmations]
     for key, n_rows in _group(rows).items():
-        best = pooled(n_rows) if pool else max(n_rows, key=lambda r: r.busbw_gbps)
+        first, again = _units(key, n_rows, pool, again_groups)
+        share = lambda r: -1.0 if r.pct_of_ceiling is None else r.pct_of_ceiling  # noqa: E731
+        best = max(first + again, key=share)
         pct = best.pct_of_ceiling
         threshold = None if pct is None else best.ceiling_gbps * min_pct / 100.0
         if best.n < 2:
@@ -396,13 +462,20 @@ def check_ceiling(rows: list[Row], min_pct: float, allow_missing: bool = False,
         else:
             verdict = BELOW_CEILING if pct < min_pct else PASS
             note = f"{pct:.1f} % of {best.ceiling_gbps:.3f} GB/s ({best.ceiling_name})"
+            if again and max(share(r) for r in first) < min_pct:
+                confirmed = verdict == BELOW_CEILING
+                verdict = verdict if confirmed else NOT_CONFIRMED
+                pct_text = lambda r: f"{share(r):.1f} %"  # noqa: E731
+                note += "; " + _pass_text(_label(best), pct_text(max(first, key=share)),
+                                          [pct_text(r) for r in again], confirmed)
         diffs.append(Diff(_label(best), ("ceiling",) + key, threshold, best.busbw_gbps,
-                          len(n_rows), None if pct is None else pct - 100.0, verdict,
+                          len(n_rows) + sum(len(g.get(key, ())) for g in again_groups),
+                          None if pct is None else pct - 100.0, verdict,
                           spread=stats.spread(usable_samples(best)), note=note, gate="ceiling"))
     return diffs
 
 
-ROW_VERDICTS = (PASS, FASTER, NOT_SIGNIFICANT, REGRESSION)
+ROW_VERDICTS = (PASS, FASTER, NOT_SIGNIFICANT, NOT_CONFIRMED, REGRESSION)
 
 
 def exit_code(diffs: list[Diff], baseline_given: bool = True) -> int:
@@ -525,7 +598,7 @@ class Gates:
 def check(current_rows: list[Row], baseline_doc: dict | None = None, tolerance_pct: float = 10.0,
           min_gbps: float | None = None, *, fingerprints: dict[str, dict] | None = None,
           force: bool = False, baseline_name: str = "the baseline",
-          gates: Gates | None = None) -> Check:
+          gates: Gates | None = None, confirmations: list[list[Row]] = ()) -> Check:
     """The whole check of this run's rows (all repeats so far): the hardware of every entry of
     ``fingerprints`` (``{"this machine": fingerprint(environment)}``, or one per file) against the
     baseline's, then ``compare`` with the floor, or the floor alone without a baseline; the
@@ -533,7 +606,9 @@ def check(current_rows: list[Row], baseline_doc: dict | None = None, tolerance_p
     other hardware unless ``force``; a link that lost NVLinks or lanes is a failing gate.
 
     ``--repeat N`` in measure.py: run, add the rows to ``current_rows``, call this, and stop at
-    the first ``exit_code == 0`` or after N runs (health checks pass on the first good repeat)."""
+    the first ``exit_code == 0`` or after N runs (health checks pass on the first good repeat).
+    ``--repeat auto``: ``current_rows`` are the first pass's repeats (pooled), ``confirmations``
+    the rows of each confirmation pass (``confirm_keys`` says which rows to measure again)."""
     g = gates or Gates(tolerance_pct, min_gbps)
     notes: list[str] = []
     diffs: list[Diff] = []
@@ -552,19 +627,27 @@ def check(current_rows: list[Row], baseline_doc: dict | None = None, tolerance_p
         baseline_rows = rows_from_document(baseline_doc, baseline_name)
         diffs = compare(baseline_rows, current_rows, g.tolerance_pct, g.min_gbps,
                         allow_missing=g.allow_missing, pool=g.pool,
-                        significance=g.significance) + diffs
+                        significance=g.significance, confirmations=confirmations) + diffs
     elif g.min_gbps is not None:
-        diffs = check_floor(current_rows, g.min_gbps, g.pool)
+        diffs = check_floor(current_rows, g.min_gbps, g.pool, confirmations)
     elif g.min_pct_of_ceiling is None:
         raise ConfigError("a regression check needs --baseline FILE, --min-gbps X or "
                           "--min-percent-of-ceiling P")
     if g.min_pct_of_ceiling is not None:
-        diffs += check_ceiling(current_rows, g.min_pct_of_ceiling, g.allow_missing, g.pool)
+        diffs += check_ceiling(current_rows, g.min_pct_of_ceiling, g.allow_missing, g.pool,
+                               confirmations)
     given = baseline_doc is not None
     lines = [f"# {n}" for n in notes] + diff_table(
         diffs, g.tolerance_pct if given else None, g.min_gbps, baseline_name,
         g.min_pct_of_ceiling, g.significance)
     return Check(diffs, notes, lines, exit_code(diffs, given))
+
+
+def confirm_keys(result: Check) -> set[tuple]:
+    """The row keys (Row.key) whose verdict is a failed measured gate (CONFIRMED_GATES): the rows
+    a confirmation pass measures again."""
+    return {d.key[1:] if d.gate == "ceiling" else d.key for d in result.diffs
+            if d.verdict in CONFIRMED_GATES}
 
 
 def gate_records(result: Check, gates: Gates, baseline_given: bool):

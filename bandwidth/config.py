@@ -86,6 +86,8 @@ class Job:
     repeat_auto: bool = False              # --repeat auto: until the median is known well enough
     ci_width_pct: float = 5.0              # ... its 95 % interval narrower than this, in %
     time_budget_s: float = 300.0           # ... or this much time has passed
+    confirm: int = 2                       # ... then a failed row is measured again this often
+    confirm_interval_s: float = 10.0       # ... each pass this long after the last one began
     allow_missing: bool = False            # baseline rows missing from the run pass
     min_pct_of_ceiling: float | None = None
     junit_path: str | None = None
@@ -310,6 +312,13 @@ def build_parser() -> argparse.ArgumentParser:
     ci.add_argument("--time-budget", default=300.0, type=float, metavar="S",
                     help="--repeat auto: start no repeat that would end after S seconds "
                          "(default 300)")
+    ci.add_argument("--confirm", default="2", metavar="N",
+                    help="--repeat auto: a row that fails a gate on its figure is measured again "
+                         "(the same rule and budget) up to N times, and fails only if every pass "
+                         "fails (default 2; 0: fail on the first pass)")
+    ci.add_argument("--confirm-interval", default=10.0, type=float, metavar="S",
+                    help="--confirm: start each pass S seconds after the one before it began "
+                         "(default 10)")
     ci.add_argument("--allow-missing", action="store_true",
                     help="let baseline rows this run did not measure pass (default: they fail)")
     ci.add_argument("--min-percent-of-ceiling", default=None, metavar="P",
@@ -367,9 +376,24 @@ def _check_scalars(args: argparse.Namespace) -> None:
     if not (math.isfinite(args.ci_width) and 0 < args.ci_width < 100):
         raise ConfigError(f"--ci-width must be a percentage above 0 and below 100; got "
                           f"{args.ci_width:g}")
+    if not (math.isfinite(args.confirm_interval) and 0 <= args.confirm_interval <= 3600):
+        raise ConfigError(f"--confirm-interval must be a number of seconds from 0 to 3600; got "
+                          f"{args.confirm_interval:g}")
     if not (math.isfinite(args.time_budget) and 0 < args.time_budget < 1e7):
         raise ConfigError(f"--time-budget must be a positive number of seconds; got "
                           f"{args.time_budget:g}")
+
+
+def parse_confirm(text: str) -> int:
+    """``--confirm N``: confirmation passes of --repeat auto, a whole number from 0 to 10."""
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 10:
+        raise ConfigError(f"--confirm must be a whole number of confirmation passes from 0 to 10 "
+                          f"(0: none); got {str(text)[:40]!r}")
+    return value
 
 
 def _device_sets(args: argparse.Namespace) -> list[tuple[tuple[int, ...] | None, int | None]]:
@@ -495,6 +519,7 @@ def job_from_args(args: argparse.Namespace) -> Job:
                force=args.force, baseline_row=args.baseline_row, speedup=args.speedup,
                network_ceiling=matrix, repeat_auto=auto, ci_width_pct=args.ci_width,
                time_budget_s=args.time_budget, allow_missing=args.allow_missing,
+               confirm=parse_confirm(args.confirm), confirm_interval_s=args.confirm_interval,
                min_pct_of_ceiling=None if args.min_percent_of_ceiling is None
                else parse_min_percent(args.min_percent_of_ceiling),
                junit_path=args.junit_path, summary_md=args.summary_md,

@@ -46,7 +46,7 @@ from bandwidth.bounds import BoundCache  # noqa: E402
 from bandwidth.progress import Progress  # noqa: E402
 from bandwidth.protocol import Summary  # noqa: E402
 from bandwidth.stats import ci_width_pct  # noqa: E402
-from bandwidth.results import devices_label, fingerprint, rows_from_document  # noqa: E402
+from bandwidth.results import Row, devices_label, fingerprint, rows_from_document  # noqa: E402
 from bandwidth.run import (Plan, Result, can_run_together, make_plan, run,  # noqa: E402
                            run_together, size_line)
 
@@ -204,6 +204,11 @@ def execute(job: Job, role=None) -> int:
                 break                      # as fleet health checks: the first good repeat passes
         if job.repeat_auto:
             break                          # precise enough, or out of time: judged once
+    if job.repeat_auto and verdict is not None and verdict.exit_code == 1 and job.confirm:
+        verdict, passes = confirm(job, plans, runs[0], bounds, environment, base, every_row,
+                                  gates, verdict, started)
+        if passes:
+            doc["confirmations"] = passes
     rows = rows_from_document(doc, "this run")
     print_tables(job, rows)
     status = 0
@@ -224,6 +229,72 @@ def execute(job: Job, role=None) -> int:
         print("measure.py: the ceiling measurement (--ceiling) failed in part: see FAILED above",
               file=sys.stderr)
     return max(status, ceiling_status)
+
+
+def confirm(job: Job, plans: list[Plan], first: list[Result], bounds: BoundCache,
+            environment: dict, base: dict | None, every_row: list, gates: baseline.Gates,
+            verdict: baseline.Check, last_start: float
+            ) -> tuple[baseline.Check, list[list[dict]]]:
+    """--repeat auto's confirmation passes (--confirm N): the rows whose measured gate failed
+    (baseline.CONFIRMED_GATES) are measured again, by the same --ci-width / --time-budget rule
+    (a budget of its own), and judged on that pass's iterations alone; a row fails only if every
+    pass fails. Each pass starts --confirm-interval seconds after the one before it began
+    (``last_start``: when the first pass began), so that one burst of other load on the host
+    does not span every pass. Stops at the first pass after which nothing fails. Returns the
+    last verdict and each pass's results (as the document's "results")."""
+    keys = [rows_from_document(document([r], environment), "")[0].key for r in first]
+    passes: list[list[Row]] = []
+    docs: list[list[dict]] = []
+    for number in range(1, job.confirm + 1):
+        again = baseline.confirm_keys(verdict)
+        chosen = [plan for plan, key in zip(plans, keys) if key in again]
+        if not chosen:
+            break
+        wait = max(0.0, last_start + job.confirm_interval_s - time.perf_counter())
+        print(f"# confirmation pass {number} of at most {job.confirm}: measuring again "
+              f"{', '.join(plan_label(p) for p in chosen)} (failed above) in {wait:.1f} s "
+              f"(--confirm-interval {job.confirm_interval_s:g} s after the last pass began); "
+              f"the row fails only if this pass fails too", flush=True)
+        time.sleep(wait)
+        last_start = time.perf_counter()
+        runs = auto_pass(job, chosen, bounds, environment, f"confirmation {number}")
+        results = merged(runs)
+        passes.append([row for k, repeat in enumerate(runs) for row in rows_from_document(
+            document(repeat, environment), f"confirmation {number} repeat {k + 1}")])
+        docs.append(document(results, environment)["results"])
+        verdict = baseline.check(every_row, base,
+                                 fingerprints={"this machine": fingerprint(environment)},
+                                 force=job.force, baseline_name=job.baseline or "", gates=gates,
+                                 confirmations=passes)
+        if verdict.exit_code != 1:
+            break
+    return verdict, docs
+
+
+def auto_pass(job: Job, plans: list[Plan], bounds: BoundCache, environment: dict,
+              tag: str) -> list[list[Result]]:
+    """Repeats of ``plans`` until every median's 95 % interval is within --ci-width or the next
+    repeat would end after --time-budget (counted from this pass's start); the results of each."""
+    runs: list[list[Result]] = []
+    started = time.perf_counter()
+    while True:
+        round_start = time.perf_counter()
+        bar = Progress(len(plans))
+        try:
+            runs.append([measure_one(job, plan, bounds, bar, index, len(plans), len(runs),
+                                     tag=tag) for index, plan in enumerate(plans)])
+        finally:
+            bar.close()
+        width = max(ci_width_pct(row.samples) for row in
+                    rows_from_document(document(merged(runs), environment), "pooled"))
+        now = time.perf_counter()
+        out_of_time = now + (now - round_start) > started + job.time_budget_s
+        if (width <= job.ci_width_pct or out_of_time) or len(runs) >= job.repeat:
+            print(f"# {tag}: {len(runs)} repeat{'s' if len(runs) > 1 else ''} in "
+                  f"{now - started:.1f} s; widest 95 % interval of a median: {width:.1f} % "
+                  + (f"(within {job.ci_width_pct:g} %)" if width <= job.ci_width_pct else
+                     f"(--time-budget {job.time_budget_s:g} s ended first)"), flush=True)
+            return runs
 
 
 def merged(runs: list[list[Result]]) -> list[Result]:
@@ -308,13 +379,13 @@ def measure_together(job: Job, group: list[Plan], bounds: BoundCache, bar: Progr
 
 
 def measure_one(job: Job, plan: Plan, bounds: BoundCache, bar: Progress | None, index: int,
-                total: int, repeat: int) -> Result:
+                total: int, repeat: int, tag: str = "") -> Result:
     """One configuration: MXNet's lines for a single one, the progress bar in a sweep (or with
-    --repeat)."""
+    --repeat; ``tag`` names a confirmation pass)."""
     if bar is not None:
         of = "auto" if job.repeat_auto else job.repeat
-        label = (f"(repeat {repeat + 1}/{of}) " if job.repeat > 1 else "") \
-            + plan_label(plan)
+        label = (f"({tag + ', ' if tag else ''}repeat {repeat + 1}/{of}) " if job.repeat > 1
+                 else "") + plan_label(plan)
         bar.start(index, label)
         result = run(plan.config, plan=plan, bounds=bounds)
         bar.finish(index + 1, f"{label}: {result_text(result)}")

@@ -60,14 +60,14 @@ def _u_counts(n: int, m: int) -> np.ndarray:
 
 
 def smallest_p(n: int, m: int) -> float:
-    """The least one-sided p-value the test can give with samples of n and m values."""
+    """The least one-sided p-value the test can give with samples of n and m values: 1 / C(n+m,
+    n), in logarithms (the count does not fit a float from about 1,030 values on)."""
     if n == 0 or m == 0:
         return 1.0
-    return math.exp(-_log_comb(n + m, n))          # 1 / C(n+m, n), 0.0 once it underflows
+    return math.exp(-_log_comb(n + m, n))
 
 
 def _log_comb(n: int, k: int) -> float:
-    """log C(n, k), finite for any size (C(n, k) itself overflows a float from n of about 1030)."""
     return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
 
 
@@ -120,6 +120,8 @@ def median_ci(samples, confidence: float = 0.95) -> tuple[float, float] | None:
     tail = (1.0 - confidence) / 2.0
     cdf, k = 0.0, 0
     while k < n // 2:
+        # P(X = k) in logarithms: 2 ** n overflows a float from n = 1024 (a --repeat auto run
+        # pools that many iterations within seconds on a fast host)
         nxt = cdf + math.exp(_log_comb(n, k) - n * math.log(2.0))
         if nxt > tail:
             break

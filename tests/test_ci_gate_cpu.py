@@ -1,8 +1,9 @@
 """measure.py as a CI gate on CPU devices (issue 20, items 1, 2 and 4), real processes throughout:
 --repeat auto with a baseline saved the same way; an unchanged rerun passes, a run slowed for real
 by competing processes on the same cores is caught, every iteration is kept in --json, and the
-JUnit and markdown reports are written. The 20-of-20 version of the same check is
-benchmarks/ci_gate.py (too slow for CI)."""
+JUnit and markdown reports are written; a failed row is measured again (the confirmation pass)
+before it fails. The 20-of-20 version of the same check is benchmarks/ci_gate_cpu.py (too slow for
+CI)."""
 
 import json
 import re
@@ -92,13 +93,25 @@ def test_a_baseline_far_above_the_run_fails_by_tolerance_and_rank_test(base, cli
     fast = tmp_path / "fast.json"
     fast.write_text(json.dumps(doc))
     proc = cli(*TINY, *AUTO, "--baseline", str(fast), "--junit", str(tmp_path / "j.xml"),
-               timeout=120)
+               "--confirm", "1", "--confirm-interval", "1", timeout=120)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "REGRESSION" in proc.stdout and "# FAILED: 1 of 1 gates (1 regression)" in proc.stdout
     assert re.search(r"-100\.0 +\d(\.\d+)?e-\d+ ", proc.stdout), proc.stdout   # the test's p, as 2e-29 or 1.5e-07
     failure = ET.parse(tmp_path / "j.xml").getroot().find(".//testcase/failure")
     assert failure.get("type") == "REGRESSION"
     _agree(proc, tmp_path / "j.xml")
+    # --repeat auto measured the failed row again before failing it (--confirm 1; 2 by default)
+    assert re.search(r"# confirmation pass 1 of at most 1: measuring again local mlp cpu x2 "
+                     r"\(failed above\) in [01]\.\d s \(--confirm-interval 1 s after the last "
+                     r"pass began\)", proc.stdout), proc.stdout
+    assert re.search(r"# confirmation 1: \d+ repeats? in ", proc.stdout), proc.stdout
+    assert re.search(r"# note: local mlp cpu x2: first pass -100\.0 % \(p \S+\), confirmation "
+                     r"pass 1 -100\.0 % \(p \S+\): confirmed", proc.stdout), proc.stdout
+    assert "confirmation pass 1 -100.0 %" in failure.get("message")
+    # --confirm 0: the first pass decides
+    proc = cli(*TINY, "--repeat", "auto", "--time-budget", "2", "--confirm", "0",
+               "--baseline", str(fast), timeout=120)
+    assert proc.returncode == 1 and "confirmation" not in proc.stdout, proc.stdout
 
 
 def test_competing_processes_end_on_every_way_out():
@@ -113,6 +126,10 @@ def test_competing_processes_end_on_every_way_out():
 
 def test_a_baseline_row_the_run_lacks_fails_unless_allowed(base, cli, tmp_path):
     doc = json.loads(base.read_text())
+    for result in doc["results"]:          # far below any run, stalled or not: the row passes
+        for it in result["iterations"]:
+            it["busbw_gbps"] *= 1e-6
+        result["summary"]["busbw_median"] *= 1e-6
     extra = json.loads(json.dumps(doc["results"][0]))
     extra["network"]["name"] = "lenet"
     doc["results"].append(extra)

@@ -47,6 +47,11 @@ def test_kvstore_spellings_and_optimizer_none_string():
     (["--gc-type", "2bit"], "gradient compression is not implemented"),
     (["--tolerance", "ten"], "--tolerance"),
     (["--repeat", "0"], "--repeat must be a whole number of runs, 1 or more, or auto"),
+    (["--confirm", "-1"], "--confirm must be a whole number of confirmation passes from 0 to 10"),
+    (["--confirm", "x"], "--confirm must be a whole number of confirmation passes from 0 to 10"),
+    (["--confirm", "11"], "--confirm must be a whole number of confirmation passes from 0 to 10"),
+    (["--confirm-interval", "-1"], "--confirm-interval must be a number of seconds from 0 to 3600"),
+    (["--confirm-interval", "nan"], "--confirm-interval must be a number of seconds"),
     (["--network", "flat", "-b", "1X"], "a size must be a positive number of bytes"),
     (["--network", "flat", "-b", "1G", "-e", "1M"], "is smaller than -b"),
     (["--scaling", "--gpus", "0,1", "2,3"], "--scaling takes one --gpus list"),
@@ -54,6 +59,12 @@ def test_kvstore_spellings_and_optimizer_none_string():
 def test_bad_values_name_the_rule(argv, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         job(*argv)
+
+
+def test_confirmation_passes_default_to_two():
+    assert job().confirm == 2 and job("--confirm", "0").confirm == 0
+    assert job().confirm_interval_s == 10.0
+    assert job("--confirm-interval", "0").confirm_interval_s == 0
 
 
 def test_parsers():
