@@ -38,7 +38,13 @@ STATE_ROOT = Path("/run/bandwidth-netlab")
 BENCHMARK_RANGE = ipaddress.ip_network("198.18.0.0/15")
 DEFAULT_NAME = "bwlab"
 DEFAULT_SUBNET = "198.18.0.0/24"
-TBF_LATENCY_MS = 50                 # queueing a tbf allows before it drops
+# Queueing a tbf allows before it drops. Shallow, as a switch port's or a NIC's queue under
+# fq_codel is: tbf's queue is one FIFO (and this kernel has no fq/fq_codel to put under it), so a
+# deep one holds a host's ACKs behind its own bulk data and the other direction of the duplex link
+# starves. Measured between two lab hosts with iperf3 --bidir at 1 Gbit/s: 962 and 217 Mbit/s with
+# 50 ms of queue, 930 and 927 with 2 ms; dist_sync 2 x 2 resnet-50 at 2.5 Gbit/s: 61 % of link
+# with 50 ms, 85-87 % with 2 ms (BENCHMARKS.md, 2026-11-23).
+TBF_LATENCY_MS = 2
 _NAME = re.compile(r"^[a-z][a-z0-9]{0,7}$")
 
 
