@@ -7,7 +7,8 @@ value. Receives for all workers and messages of an iteration are posted at once,
 keys are served concurrently; a message is answered as soon as all its pushes are in.
 
 Async: every push is applied at once with the optimizer and answered with the stored value at
-that moment (one thread per worker; updates are serialised by a lock).
+that moment (one thread per worker, its receives for a step all posted at once and its answers
+sent without waiting for each other; updates are serialised by a lock).
 """
 
 from __future__ import annotations
@@ -76,12 +77,20 @@ def _serve_async(store, inbox, mine, optimizer, iterations: int, groups) -> None
         reply = torch.empty_like(store)
         try:
             for _ in range(iterations):
-                for tag, s, e in mine:
-                    dist.recv(inbox[w][s:e], src=w, tag=tag, group=push_group)
+                # Every receive of the step is posted at once (Gloo moves a message only once its
+                # receive is posted), and answers leave without waiting: a blocking recv/send per
+                # message let the worker's pushes to this server stop while each answer went out.
+                pushes = [dist.irecv(inbox[w][s:e], src=w, tag=tag, group=push_group)
+                          for tag, s, e in mine]
+                answers = []
+                for (tag, s, e), push in zip(mine, pushes):
+                    push.wait()
                     with lock:
                         optimizer.apply(store[s:e], inbox[w][s:e])
                         reply[s:e].copy_(store[s:e])
-                    dist.send(reply[s:e], dst=w, tag=tag, group=pull_group)
+                    answers.append(dist.isend(reply[s:e], dst=w, tag=tag, group=pull_group))
+                for work in answers:
+                    work.wait()
         except BaseException as exc:          # reported by the main thread, never lost
             failures.append(exc)
 

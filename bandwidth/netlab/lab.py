@@ -38,7 +38,15 @@ STATE_ROOT = Path("/run/bandwidth-netlab")
 BENCHMARK_RANGE = ipaddress.ip_network("198.18.0.0/15")
 DEFAULT_NAME = "bwlab"
 DEFAULT_SUBNET = "198.18.0.0/24"
-TBF_LATENCY_MS = 50                 # queueing a tbf allows before it drops
+TBF_LATENCY_MS = 10                 # queueing a tbf allows before it drops
+# TCP Small Queues' per-socket limit inside every host (net.ipv4.tcp_limit_output_bytes, per
+# namespace; this kernel's default is 4 MiB). tbf's queue is one FIFO (fq and fq_codel, which keep
+# a real host's NIC queue short and fair, are missing from our kernel), so with a socket allowed
+# MiBs in it a host's ACKs waited behind its own outgoing data and the other direction of the
+# duplex link starved: iperf3 --bidir between two lab hosts at 1 Gbit/s, 962 and 217 Mbit/s; with
+# 128 KiB, 954 and 954. A shallower tbf instead (2 ms) dropped packets and cost 200 ms
+# retransmission timeouts. Measured effect on dist_sync 2 x 2 resnet-50: BENCHMARKS.md, 2026-11-23.
+TSQ_BYTES = 128 * 1024
 _NAME = re.compile(r"^[a-z][a-z0-9]{0,7}$")
 
 
@@ -193,6 +201,8 @@ def make_network(lab: Lab) -> None:
            host.interface)
         sh("ip", "-n", host.namespace, "link", "set", host.interface, "up")
         sh("ip", "-n", host.namespace, "link", "set", "lo", "up")
+        sh("ip", "netns", "exec", host.namespace, "sh", "-c",
+           f"echo {TSQ_BYTES} > /proc/sys/net/ipv4/tcp_limit_output_bytes", check=False)
         shape(host.interface, host.rate_bits, host.namespace)     # what the host sends
         shape(host.port, host.rate_bits)                          # what it receives
 
