@@ -26,6 +26,6 @@ setup(
     entry_points={"console_scripts": [
         "bandwidth-measure = bandwidth.measure:main",
         "bandwidth-launch = bandwidth.launch.cli:main",
-        "bandwidth-ceiling = bandwidth.ceiling:main",
+        "bandwidth-ceiling = bandwidth.ceiling.cli:main",
     ]},
 )

@@ -32,12 +32,12 @@ import os
 import sys
 from pathlib import Path
 
-from bandwidth import baseline as bl
-from bandwidth import gatereport as gr
+from bandwidth.report import baseline as bl
+from bandwidth.report import gatereport as gr
 from bandwidth.cliparse import OneLineParser
 from bandwidth.errors import BandwidthError, ConfigError
-from bandwidth.results import Row, load_document, rows_from_document
-from bandwidth.table import report_lines, write_csv
+from bandwidth.results.document import Row, load_document, rows_from_document
+from bandwidth.report.table import report_lines, write_csv
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -131,7 +131,7 @@ def _compare(args: argparse.Namespace) -> int:
         write_csv(rows, args.csv)
         print(f"# wrote {args.csv}")
     if args.plot:
-        from bandwidth.plot import plot_rows
+        from bandwidth.report.plot import plot_rows
 
         kind = plot_rows(rows, args.plot)
         print(f"# wrote {args.plot} ({kind} plot)")

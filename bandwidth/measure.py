@@ -35,18 +35,20 @@ from dataclasses import replace  # noqa: E402
 import torch  # noqa: E402
 
 import networks  # noqa: E402
-from bandwidth.config import Job, build_parser, job_from_args  # noqa: E402
-from bandwidth.environment import describe as describe_environment  # noqa: E402
+from bandwidth.config.options import Job, build_parser, job_from_args  # noqa: E402
+from bandwidth.hardware.environment import describe as describe_environment  # noqa: E402
 from bandwidth.errors import BandwidthError, ConfigError  # noqa: E402
-from bandwidth.kvstores import KVSTORES  # noqa: E402
-from bandwidth.report import (array_table, discard_stdout, document,  # noqa: E402
-                              preamble, summary_lines, worker_lines, write_document)
-from bandwidth import baseline, gatereport, table  # noqa: E402
-from bandwidth.bounds import BoundCache  # noqa: E402
-from bandwidth.progress import Progress  # noqa: E402
-from bandwidth.protocol import Summary  # noqa: E402
-from bandwidth.stats import ci_width_pct  # noqa: E402
-from bandwidth.results import Row, devices_label, fingerprint, rows_from_document  # noqa: E402
+from bandwidth.stores.registry import KVSTORES  # noqa: E402
+from bandwidth.report.text import (array_table, discard_stdout, document,  # noqa: E402
+                                   preamble, summary_lines, worker_lines, write_document)
+from bandwidth.report import baseline  # noqa: E402
+from bandwidth.report import gatereport  # noqa: E402
+from bandwidth.report import table  # noqa: E402
+from bandwidth.ceiling.bounds import BoundCache  # noqa: E402
+from bandwidth.report.progress import Progress  # noqa: E402
+from bandwidth.measurement.protocol import Summary  # noqa: E402
+from bandwidth.report.stats import ci_width_pct  # noqa: E402
+from bandwidth.results.document import Row, devices_label, fingerprint, rows_from_document  # noqa: E402
 from bandwidth.run import (Plan, Result, can_run_together, make_plan, run,  # noqa: E402
                            run_together, size_line)
 
@@ -138,7 +140,7 @@ def execute(job: Job, role=None) -> int:
     if any(KVSTORES[c.kv_store].distributed for c in job.configs):
         return execute_distributed(job, role)
     if role is not None:                   # under launch.py: refuse servers before importing mxnet
-        from bandwidth.distributed import check_single_host
+        from bandwidth.processes.distributed import check_single_host
         check_single_host(list(dict.fromkeys(c.kv_store for c in job.configs)), role)
     plans = [make_plan(config) for config in job.configs]     # every configuration checked first
     if job.dry_run:
@@ -316,8 +318,8 @@ def check_busy(devices, force: bool, gating: bool) -> list[str]:
     a gate (--baseline, --min-gbps, ...) refuses it unless --force. Returns ``#`` lines."""
     if not devices.is_cuda:
         return []
-    from bandwidth.busy import busy_reasons, read_states
-    from bandwidth.rawcopy import pci_bus_id
+    from bandwidth.hardware.busy import busy_reasons, read_states
+    from bandwidth.hardware.rawcopy import pci_bus_id
 
     states, why_not = read_states(list(devices.ids), [pci_bus_id(g) for g in devices.ids])
     if states is None:
@@ -424,7 +426,7 @@ def outputs(job: Job, doc: dict, rows) -> None:
         table.write_csv(rows, job.csv_path)
         print(f"# wrote {job.csv_path}")
     if job.plot_path:
-        from bandwidth import plot
+        from bandwidth.report import plot
 
         kind = plot.plot_rows(rows, job.plot_path)
         print(f"# wrote {job.plot_path} ({kind})")
@@ -436,7 +438,7 @@ def execute_distributed(job: Job, role) -> int:
     if job.configs[0].backend == "mxnet":      # MXNet's ps-lite roles (mxnet imported there)
         from bandwidth.backends.mxnet_session import check_role, run_distributed
     else:
-        from bandwidth.distributed import check_role, run_distributed
+        from bandwidth.processes.distributed import check_role, run_distributed
 
     if job.is_sweep:
         raise ConfigError(f"the distributed modes measure one configuration per launch, not "
@@ -471,7 +473,7 @@ def execute_distributed(job: Job, role) -> int:
 
 def measured_host_ceiling(matrix, result: Result):
     """--network-ceiling: the run's workers against the matrix's cells between its hosts."""
-    from bandwidth.hostceiling import HostCeiling, host_ceiling
+    from bandwidth.ceiling.hostmatrix import HostCeiling, host_ceiling
 
     if not result.worker_hosts:             # --backend mxnet: ps-lite does not say where
         return HostCeiling(matrix.file, None, None, None,
@@ -481,8 +483,8 @@ def measured_host_ceiling(matrix, result: Result):
 
 
 def measured_link_bound(rate_bits: int, result: Result):
-    """--link-rate: the full-duplex bound of a step on this job's hosts (bandwidth.linkbound)."""
-    from bandwidth.linkbound import link_bound, ps_host_bytes, ring_host_bytes
+    """--link-rate: the full-duplex bound of a step on this job's hosts (bandwidth.ceiling.linkbound)."""
+    from bandwidth.ceiling.linkbound import link_bound, ps_host_bytes, ring_host_bytes
 
     if not result.worker_hosts:             # --backend mxnet: ps-lite does not say where
         return None
@@ -499,7 +501,7 @@ def measured_link_bound(rate_bits: int, result: Result):
 def host_ceilings(plan: Plan) -> tuple[dict, int]:
     """--ceiling: python -m bandwidth.ceiling on this job's widest device set, printed; returns
     its document (the --json "ceiling" key) and the status it exits with (1: a part failed)."""
-    from bandwidth.ceiling import CeilingOptions, measure_ceilings
+    from bandwidth.ceiling.suite import CeilingOptions, measure_ceilings
     from bandwidth.ceiling.render import lines
 
     ceilings = measure_ceilings(plan.devices, CeilingOptions(),

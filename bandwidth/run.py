@@ -9,20 +9,21 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
 
 import networks
-from bandwidth import backends, protocol
-from bandwidth.bounds import Bound, BoundCache, judged
-from bandwidth.config import Config
-from bandwidth.devices import DeviceSet, free_bytes, resolve
-from bandwidth.environment import describe as describe_environment
+from bandwidth import backends
+from bandwidth.measurement import protocol
+from bandwidth.ceiling.bounds import Bound, BoundCache, judged
+from bandwidth.config.options import Config
+from bandwidth.hardware.devices import DeviceSet, free_bytes, resolve
+from bandwidth.hardware.environment import describe as describe_environment
 from bandwidth.errors import ConfigError, OutOfMemoryError, UnsupportedError
-from bandwidth.group import LocalGroup
-from bandwidth.hostceiling import HostCeiling
-from bandwidth.kvstores import KVSTORES, KVStore
-from bandwidth.layout import DTYPE_BYTES
-from bandwidth.lifeline import Watchdog
-from bandwidth.protocol import Report, Sample, Summary
-from bandwidth.session import Session, launch_of
-from bandwidth.spawn import run_ranks
+from bandwidth.processes.group import LocalGroup
+from bandwidth.ceiling.hostmatrix import HostCeiling
+from bandwidth.stores.registry import KVSTORES, KVStore
+from bandwidth.plan.layout import DTYPE_BYTES
+from bandwidth.processes.lifeline import Watchdog
+from bandwidth.measurement.protocol import Report, Sample, Summary
+from bandwidth.measurement.session import Session, launch_of
+from bandwidth.processes.spawn import run_ranks
 
 # Scratch for the chunked data generation and error check (int64 and float64 temporaries).
 CHECK_SCRATCH_BYTES = 6 * 8 * (1 << 22)

@@ -40,12 +40,12 @@ from pathlib import Path
 import torch
 
 import networks
-from bandwidth.bounds import PROBE_BYTES, one_gpu_rates
+from bandwidth.ceiling.bounds import PROBE_BYTES, one_gpu_rates
 from bandwidth.ceiling.host import duplex_host_gbps, host_link_gbps
-from bandwidth.config import Config
+from bandwidth.config.options import Config
 from bandwidth.errors import BandwidthError
 from bandwidth.formulas import one_gpu_device_bound_gbps
-from bandwidth.layout import DTYPE_BYTES
+from bandwidth.plan.layout import DTYPE_BYTES
 from bandwidth.run import check_memory, make_plan, run
 
 MIN_NETWORK_BYTES = 16 * 10**6
@@ -287,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
             bound, bound_name = None, ""
             if gpus == 1 and label.startswith("device"):
                 # A bound is an upper bound: the fastest rates of the run (others only slow a
-                # probe down), as bandwidth.bounds takes the fastest of its repeats.
+                # probe down), as bandwidth.ceiling.bounds takes the fastest of its repeats.
                 every = round_rates + warm_rates
                 bound = one_gpu_device_bound_gbps(2, max(rr[0]["copy"] for rr in every),
                                                   max(rr[0]["add"] for rr in every))

@@ -1,6 +1,6 @@
 """The ``local`` mode against the path it runs on, measured in the same process: on one GPU the
 duplex host path (device->host and host->device at once, bandwidth.ceiling.host.duplex_host_gbps),
-on CPU devices the host-memory bound of bandwidth.bounds.cpu_local_gbps. Every network runs
+on CPU devices the host-memory bound of bandwidth.ceiling.bounds.cpu_local_gbps. Every network runs
 ``--runs`` times; the table shows the median of the runs' medians, their spread (max / min) and
 the ratio to the ceiling. Issue 17's targets: >= 0.85 of the duplex path for networks of 64 MB or
 more, >= 0.6 for 16-64 MB, spread <= 1.05.
@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 import networks
-from bandwidth.bounds import BoundCache, cpu_local_gbps
-from bandwidth.config import Config
+from bandwidth.ceiling.bounds import BoundCache, cpu_local_gbps
+from bandwidth.config.options import Config
 from bandwidth.run import make_plan, run
 
 MIN_MB, MAX_MB = 16, 2000

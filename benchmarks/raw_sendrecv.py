@@ -8,7 +8,7 @@ isend/irecv, nothing else (no summation, no copies to or from devices).
     PYTHONPATH=$PWD python launch.py -n 2 -s 2 python benchmarks/raw_sendrecv.py --network resnet --num-layers 200
 
 With --network the bytes are split over the servers as the modes split that network (MXNet's
-rule, bandwidth.kvstores.dist.ps_layout); with --bytes evenly. Ranks as launch.py numbers them:
+rule, bandwidth.stores.dist.ps_layout); with --bytes evenly. Ranks as launch.py numbers them:
 the workers, then the servers. Worker 0 prints each worker's median time and GB/s each way (the
 bytes it sends per second, = bytes it receives), the slowest worker's figure (what a synchronous
 step waits for), and with --json writes them ("seconds" and "gbps": the slowest worker's, as
@@ -29,8 +29,8 @@ import torch
 import torch.distributed as dist
 
 import networks
-from bandwidth.kvstores.dist import ps_layout, split_evenly
-from bandwidth.layout import chunk_ranges
+from bandwidth.stores.dist import ps_layout, split_evenly
+from bandwidth.plan.layout import chunk_ranges
 from bandwidth.launch.contract import SERVER, WORKER, ContractError, Role, join_store
 
 

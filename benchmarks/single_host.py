@@ -28,12 +28,13 @@ from pathlib import Path
 import torch
 
 import networks
-from bandwidth.ceiling import host_path, p2p_copy_gbps
-from bandwidth.config import Config
-from bandwidth.devices import DeviceSet
-from bandwidth.group import LocalGroup
+from bandwidth.ceiling.host import host_path
+from bandwidth.ceiling.p2p import p2p_copy_gbps
+from bandwidth.config.options import Config
+from bandwidth.hardware.devices import DeviceSet
+from bandwidth.processes.group import LocalGroup
 from bandwidth.run import run
-from bandwidth.session import Session
+from bandwidth.measurement.session import Session
 
 
 def enqueue_seconds(shapes, gpus, chunk_mb: float, repeats: int = 10) -> tuple[float, float]:

@@ -1,4 +1,4 @@
-"""Result documents (bandwidth.results, schema version 1) built by hand for the reporting tests."""
+"""Result documents (bandwidth.results.document, schema version 1) built by hand for the reporting tests."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def make_document(results: list[dict], device_name: str = "NVIDIA H200", device_
         "peer_access": [[True] * device_count for _ in range(device_count)],
         "links": links,
     }
-    from bandwidth.results import fingerprint
+    from bandwidth.results.document import fingerprint
 
     return {"schema_version": 1, "tool": "bandwidth 0.1.0", "created": "2026-11-22T05:00:00Z",
             "environment": environment, "fingerprint": fingerprint(environment),
@@ -120,5 +120,5 @@ def measure_document(path: Path) -> dict:
     doc = json.loads(path.read_text())
     if "results" not in doc:
         pytest.skip("measure.py --json still writes a single result object, not the schema-v1 "
-                    "document with 'results' (bandwidth/results.py)")
+                    "document with 'results' (bandwidth/results/document.py)")
     return doc

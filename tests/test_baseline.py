@@ -6,9 +6,9 @@ import json
 import pytest
 from resultdocs import doctor, h200_links, make_document, make_result, three_modes, write_document
 
-from bandwidth import baseline as bl
+from bandwidth.report import baseline as bl
 from bandwidth.errors import ConfigError
-from bandwidth.results import fingerprint, rows_from_document
+from bandwidth.results.document import fingerprint, rows_from_document
 
 
 def rows_of(doc, source="now"):

@@ -7,10 +7,11 @@ import re
 
 import pytest
 
-from bandwidth import bounds, cputhreads
-from bandwidth.bounds import Bound, BoundCache, judged, probe_nbytes
-from bandwidth.config import Config
-from bandwidth.protocol import Sample, Summary
+from bandwidth.ceiling import bounds
+from bandwidth import cputhreads
+from bandwidth.ceiling.bounds import Bound, BoundCache, judged, probe_nbytes
+from bandwidth.config.options import Config
+from bandwidth.measurement.protocol import Sample, Summary
 from bandwidth.run import make_plan
 
 LENET = dict(network="lenet", image_shape=(1, 28, 28), num_classes=10)

@@ -7,7 +7,7 @@ import types
 
 import pytest
 
-from bandwidth.busy import GpuState, busy_reasons, read_states
+from bandwidth.hardware.busy import GpuState, busy_reasons, read_states
 from bandwidth.errors import ConfigError
 
 # An H100 SXM's SM clocks: 1980 MHz maximum (NVML's max clock and default application clock).
@@ -80,11 +80,11 @@ def test_states_are_read_through_nvml(monkeypatch):
 
 def test_a_gate_refuses_a_busy_gpu_unless_forced(monkeypatch):
     from bandwidth import measure
-    from bandwidth.devices import DeviceSet
+    from bandwidth.hardware.devices import DeviceSet
 
     facts = {0: {"procs": [(77, 3 << 30)], "app": 1980, "mask": 0}}
     monkeypatch.setitem(sys.modules, "pynvml", _fake_nvml(facts))
-    monkeypatch.setattr("bandwidth.rawcopy.pci_bus_id", lambda gpu: None)
+    monkeypatch.setattr("bandwidth.hardware.rawcopy.pci_bus_id", lambda gpu: None)
     gpus = DeviceSet("cuda", (0,))
     with pytest.raises(ConfigError, match=r"^busy GPU before measuring: GPU 0: used by 1 other "
                                           r"process \(pid 77 \(3.0 GiB\)\); .* use --force$"):

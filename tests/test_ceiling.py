@@ -11,14 +11,16 @@ import pytest
 import torch
 from conftest import ROOT, requires_cuda
 
-from bandwidth.ceiling import CeilingOptions, Ceilings, measure_ceilings, render
+from bandwidth.ceiling.suite import CeilingOptions, measure_ceilings
+from bandwidth.ceiling.model import Ceilings
+from bandwidth.ceiling import render
 from bandwidth.ceiling.collectives import COLLECTIVES, aligned_numel, figures
 from bandwidth.ceiling.model import MATRICES, Matrix
 from bandwidth.ceiling.timing import median_seconds
-from bandwidth.config import parse_size, size_sweep
-from bandwidth.devices import DeviceSet
+from bandwidth.config.options import parse_size, size_sweep
+from bandwidth.hardware.devices import DeviceSet
 from bandwidth.errors import ConfigError
-from bandwidth.topology import Topology, normalise_bus_id, read_topology
+from bandwidth.hardware.topology import Topology, normalise_bus_id, read_topology
 
 SMALL = CeilingOptions(nbytes=8 * 10**6, p2p_nbytes=8 * 10**6, p2p_burst=2, repeats=2, burst=2,
                        latency_repeat=10,

@@ -3,9 +3,9 @@ from pathlib import Path
 
 import pytest
 
-from bandwidth.baseline import parse_tolerance
-from bandwidth.config import (build_parser, job_from_args, parse_gpus, parse_image_shape,
-                              parse_size, size_sweep)
+from bandwidth.report.baseline import parse_tolerance
+from bandwidth.config.options import (build_parser, job_from_args, parse_gpus, parse_image_shape,
+                                      parse_size, size_sweep)
 from bandwidth.errors import ConfigError
 
 
@@ -124,8 +124,8 @@ def test_a_gpu_listed_twice_is_two_replicas_on_it():
 
 
 def test_nccl_modes_refuse_one_gpu_twice_and_say_why():
-    from bandwidth.devices import DeviceSet
-    from bandwidth.kvstores import KVSTORES
+    from bandwidth.hardware.devices import DeviceSet
+    from bandwidth.stores.registry import KVSTORES
 
     shared = DeviceSet("cuda", (0, 0))
     assert shared.shares_gpu and not DeviceSet("cuda", (0, 1)).shares_gpu
@@ -138,9 +138,9 @@ def test_nccl_modes_refuse_one_gpu_twice_and_say_why():
 
 
 def test_launch_defaults_to_auto_on_gpus_for_the_modes_that_capture():
-    from bandwidth.devices import DeviceSet
-    from bandwidth.kvstores import KVSTORES
-    from bandwidth.session import launch_of
+    from bandwidth.hardware.devices import DeviceSet
+    from bandwidth.stores.registry import KVSTORES
+    from bandwidth.measurement.session import launch_of
 
     gpus, cpus = DeviceSet("cuda", (0, 0)), DeviceSet("cpu", (0, 1))
     assert [launch_of(KVSTORES[m], gpus, None) for m in ("device", "nccl")] == ["auto"] * 2

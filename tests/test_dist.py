@@ -15,9 +15,9 @@ import pytest
 
 from conftest import ROOT
 
-from bandwidth.bounds import Bound, bound
-from bandwidth.config import Config
-from bandwidth.protocol import Sample, Summary
+from bandwidth.ceiling.bounds import Bound, bound
+from bandwidth.config.options import Config
+from bandwidth.measurement.protocol import Sample, Summary
 from bandwidth.run import make_plan
 
 LAUNCH = ROOT / "launch.py"
@@ -114,7 +114,7 @@ def test_dist_nccl_all_reduces_over_every_device_of_every_worker(tmp_path):
     # The reference and ceiling: one flat all-reduce of the same bytes over the same 4 processes.
     assert proc.stdout.count("# summary:") == 1
     # A percentage, or n/a where this tiny exchange happened to beat its reference by over 10 %
-    # on a loaded machine (bandwidth.bounds.judged): either way the reference was measured.
+    # on a loaded machine (bandwidth.ceiling.bounds.judged): either way the reference was measured.
     assert re.search(r"ceiling: ([0-9.]+ % of [0-9.]+ GB/s \(flat all-reduce of the same bytes, "
                      r"same run\)|n/a \(timing noise)", proc.stdout), proc.stdout
     assert "reference, one flat all-reduce of the same bytes: busbw" in proc.stdout

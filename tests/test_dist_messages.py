@@ -1,6 +1,6 @@
-"""How the parameter-server modes cut a push into messages (bandwidth/kvstores/dist.py)."""
+"""How the parameter-server modes cut a push into messages (bandwidth/stores/dist.py)."""
 
-from bandwidth.kvstores.dist import messages, ramped_ranges
+from bandwidth.stores.dist import messages, ramped_ranges
 
 
 def test_ramped_ranges_cover_the_range_growing_and_shrinking():

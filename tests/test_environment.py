@@ -5,9 +5,9 @@ changes."""
 import stat
 import sys
 
-from bandwidth import environment
-from bandwidth.devices import DeviceSet
-from bandwidth.topology import GpuLinks, Topology, compact_links, nvlink_count
+from bandwidth.hardware import environment
+from bandwidth.hardware.devices import DeviceSet
+from bandwidth.hardware.topology import GpuLinks, Topology, compact_links, nvlink_count
 
 PROC_TEXT = ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  "
              "(dvs-builder@U16-I3-B03-4-3)  Thu Sep 18 00:00:00 UTC 2025\n"
@@ -76,7 +76,7 @@ def test_links_without_nvml_are_none(monkeypatch):
 
 
 def test_the_preamble_shows_the_links():
-    from bandwidth.report import links_text
+    from bandwidth.report.text import links_text
 
     assert links_text({"nvlinks": {"0-1": 18}, "pcie": {"0": {"gen": 5, "width": 16},
                                                         "1": {"gen": None, "width": 8}}}) == \

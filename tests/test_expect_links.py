@@ -9,7 +9,7 @@ import pytest
 
 from conftest import ROOT
 
-from bandwidth.expect import expectations, link_gates
+from bandwidth.ceiling.expect import expectations, link_gates
 
 
 def gpu(i, name="NVIDIA H100 80GB HBM3", gen=5, width=16, width_max=16, nvlinks=18, nvgen=4):

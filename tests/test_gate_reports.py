@@ -18,9 +18,9 @@ import pytest
 from conftest import ROOT
 from resultdocs import h200_links, make_document, make_result, write_document
 
-from bandwidth import baseline as bl
-from bandwidth import stats
-from bandwidth.results import rows_from_document
+from bandwidth.report import baseline as bl
+from bandwidth.report import stats
+from bandwidth.results.document import rows_from_document
 
 XSD = Path(__file__).with_name("junit-10.xsd")
 
@@ -221,7 +221,7 @@ def test_an_even_count_of_scattered_iterations_keeps_its_samples():
     from dataclasses import replace
 
     from bandwidth.formulas import busbw_gbps
-    from bandwidth.results import Row
+    from bandwidth.results.document import Row
 
     times = [1.0, 1.0, 2.0, 10.0]
     samples = tuple(busbw_gbps(1e9, t, 1.0) for t in times)

@@ -6,13 +6,15 @@ count that untimed trial steps found fastest (bandwidth.cputhreads), or --cpu-th
 import pytest
 import torch
 
-from bandwidth import bounds, cputhreads, protocol
-from bandwidth.bounds import Bound, BoundCache, judged
-from bandwidth.config import Config
-from bandwidth.devices import DeviceSet
-from bandwidth.group import LocalGroup
+from bandwidth.ceiling import bounds
+from bandwidth import cputhreads
+from bandwidth.measurement import protocol
+from bandwidth.ceiling.bounds import Bound, BoundCache, judged
+from bandwidth.config.options import Config
+from bandwidth.hardware.devices import DeviceSet
+from bandwidth.processes.group import LocalGroup
 from bandwidth.run import can_run_together, make_plan, run_together
-from bandwidth.session import Session
+from bandwidth.measurement.session import Session
 
 LENET = dict(network="lenet", image_shape=(1, 28, 28), num_classes=10)
 

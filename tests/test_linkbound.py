@@ -1,9 +1,9 @@
-"""The link bound of a distributed step (bandwidth/linkbound.py, docs/formulas.md)."""
+"""The link bound of a distributed step (bandwidth/ceiling/linkbound.py, docs/formulas.md)."""
 
 import pytest
 
 from bandwidth.errors import ConfigError
-from bandwidth.linkbound import link_bound, parse_rate, ps_host_bytes, ring_host_bytes
+from bandwidth.ceiling.linkbound import link_bound, parse_rate, ps_host_bytes, ring_host_bytes
 
 
 def test_parse_rate():

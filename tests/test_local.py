@@ -7,14 +7,15 @@ import math
 import pytest
 import torch
 
-from bandwidth import bounds, protocol
-from bandwidth.config import Config
-from bandwidth.data import expected_sum
-from bandwidth.devices import DeviceSet
-from bandwidth.group import LocalGroup
-from bandwidth.kvstores.local import default_chunk_bytes
+from bandwidth.ceiling import bounds
+from bandwidth.measurement import protocol
+from bandwidth.config.options import Config
+from bandwidth.plan.data import expected_sum
+from bandwidth.hardware.devices import DeviceSet
+from bandwidth.processes.group import LocalGroup
+from bandwidth.stores.local import default_chunk_bytes
 from bandwidth.run import make_plan, run
-from bandwidth.session import Session
+from bandwidth.measurement.session import Session
 
 # 250,007 elements: chunks of 0.1 MB (25,000 float32) split it into 11 pieces; the small keys
 # share chunks, one of them straddles a boundary.

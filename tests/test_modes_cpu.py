@@ -6,16 +6,16 @@ import math
 import pytest
 import torch
 
-from bandwidth import protocol
-from bandwidth.config import Config
-from bandwidth.data import expected_sum, fill_gradient
-from bandwidth.devices import DeviceSet
-from bandwidth.group import LocalGroup
-from bandwidth import devices as dev
-from bandwidth.kvstores.device import DeviceStore, assign_owners, peer_warning
-from bandwidth.layout import Layout
+from bandwidth.measurement import protocol
+from bandwidth.config.options import Config
+from bandwidth.plan.data import expected_sum, fill_gradient
+from bandwidth.hardware.devices import DeviceSet
+from bandwidth.processes.group import LocalGroup
+from bandwidth.hardware import devices as dev
+from bandwidth.stores.device import DeviceStore, assign_owners, peer_warning
+from bandwidth.plan.layout import Layout
 from bandwidth.run import run
-from bandwidth.session import Session
+from bandwidth.measurement.session import Session
 
 SHAPES = [("fc1_weight", (64, 100)), ("fc1_bias", (64,)), ("fc2_weight", (300, 64)),
           ("fc2_bias", (300,)), ("odd", (7, 3))]
@@ -114,7 +114,7 @@ def test_nccl_mode_runs_gloo_processes_on_cpu_devices():
 
 
 def test_chunks_are_equal_and_cover_the_range():
-    from bandwidth.layout import chunk_ranges
+    from bandwidth.plan.layout import chunk_ranges
     assert chunk_ranges(10, 20, 4) == [(10, 13), (13, 16), (16, 20)]
     assert chunk_ranges(0, 5, 100) == [(0, 5)]
     assert chunk_ranges(3, 3, 4) == []
@@ -146,7 +146,7 @@ def test_peer_warning_names_the_pairs_without_access():
 def test_device_mode_logs_the_warning_once_before_the_iterations(monkeypatch, caplog):
     # A logged warning: measure.py's logging configuration sends it to stderr.
     monkeypatch.setattr(dev, "peer_matrix", lambda devices: PEERS)
-    with caplog.at_level(logging.WARNING, logger="bandwidth.kvstores.device"):
+    with caplog.at_level(logging.WARNING, logger="bandwidth.stores.device"):
         s = session("device", 3)
         at_start = [r.getMessage() for r in caplog.records]
         assert errors(s) == [0.0, 0.0, 0.0]

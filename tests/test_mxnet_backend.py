@@ -18,8 +18,8 @@ import pytest
 from conftest import ROOT, run_cli
 from resultdocs import make_document, make_result, write_document
 
-from bandwidth import table
-from bandwidth.results import rows_from_document
+from bandwidth.report import table
+from bandwidth.results.document import rows_from_document
 
 LAUNCH = ROOT / "launch.py"
 LENET = ["--network", "lenet", "--image-shape", "1,28,28", "--num-classes", "10"]
@@ -208,7 +208,7 @@ def test_a_single_host_mode_under_servers_and_a_scheduler_is_refused_at_once(bac
 
 
 def test_workers_alone_may_run_a_single_host_mode_each():
-    from bandwidth.distributed import check_single_host
+    from bandwidth.processes.distributed import check_single_host
     from bandwidth.errors import ConfigError
     from bandwidth.launch.contract import Job
 
@@ -291,9 +291,9 @@ def test_where_mxnet_would_fail_one_line_says_so(argv, message):
 
 @needs_mxnet
 def test_gpu_contexts_on_a_cpu_build_say_what_to_use():
-    code = ("from bandwidth.devices import DeviceSet\n"
+    code = ("from bandwidth.hardware.devices import DeviceSet\n"
             "from bandwidth.backends.mxnet_backend import store_class\n"
-            "from bandwidth.config import Config\n"
+            "from bandwidth.config.options import Config\n"
             "cls = store_class(Config(backend='mxnet', kv_store='device'))\n"
             "print(cls.unavailable(DeviceSet('cuda', (0,)), 'float32'))\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,

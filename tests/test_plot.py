@@ -9,9 +9,9 @@ import pytest
 from conftest import ROOT
 from resultdocs import flat_sweep, make_document, make_result, scaling, three_modes
 
-from bandwidth import plot
+from bandwidth.report import plot
 from bandwidth.errors import ConfigError
-from bandwidth.results import rows_from_document
+from bandwidth.results.document import rows_from_document
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -103,8 +103,8 @@ def run_python(code: str):
 
 def test_reporting_modules_do_not_import_matplotlib_until_a_plot_is_asked():
     proc = run_python("import sys\n"
-                      "import bandwidth.compare, bandwidth.baseline, bandwidth.table, "
-                      "bandwidth.plot\n"
+                      "import bandwidth.compare, bandwidth.report.baseline, bandwidth.report.table, "
+                      "bandwidth.report.plot\n"
                       "assert 'matplotlib' not in sys.modules, 'matplotlib imported'\n")
     assert proc.returncode == 0, proc.stderr
 
@@ -114,8 +114,8 @@ def test_without_matplotlib_a_plot_is_an_unsupported_error_naming_the_fix(tmp_pa
                       "sys.modules['matplotlib'] = None   # as if not installed\n"
                       "sys.path.insert(0, 'tests')\n"
                       "from resultdocs import make_document, three_modes\n"
-                      "from bandwidth.results import rows_from_document\n"
-                      "from bandwidth.plot import plot_rows\n"
+                      "from bandwidth.results.document import rows_from_document\n"
+                      "from bandwidth.report.plot import plot_rows\n"
                       "from bandwidth.errors import UnsupportedError\n"
                       "rows = rows_from_document(make_document(three_modes()), 'x')\n"
                       "try:\n"

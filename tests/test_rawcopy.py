@@ -4,7 +4,7 @@ a copy bit for bit, whatever the dtype (runs on CPU tensors too)."""
 import pytest
 import torch
 
-from bandwidth.rawcopy import kernel_copy
+from bandwidth.hardware.rawcopy import kernel_copy
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from bandwidth.config import Config
+from bandwidth.config.options import Config
 from bandwidth.errors import WorkerError
-from bandwidth.spawn import run_ranks
+from bandwidth.processes.spawn import run_ranks
 
 
 def _alive(pids: list[int]) -> list[int]:
@@ -27,10 +27,10 @@ def _alive(pids: list[int]) -> list[int]:
 
 @pytest.fixture
 def started(monkeypatch):
-    """The pids of every worker process bandwidth.spawn starts during the test."""
+    """The pids of every worker process bandwidth.processes.spawn starts during the test."""
     import subprocess
 
-    import bandwidth.spawn
+    import bandwidth.processes.spawn
 
     pids = []
     real = subprocess.Popen
@@ -40,7 +40,7 @@ def started(monkeypatch):
         pids.append(proc.pid)
         return proc
 
-    monkeypatch.setattr(bandwidth.spawn.subprocess, "Popen", recording)
+    monkeypatch.setattr(bandwidth.processes.spawn.subprocess, "Popen", recording)
     return pids
 
 

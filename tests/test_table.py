@@ -13,9 +13,9 @@ from resultdocs import (
     three_modes,
 )
 
-from bandwidth import table
+from bandwidth.report import table
 from bandwidth.errors import ConfigError
-from bandwidth.results import rows_from_document
+from bandwidth.results.document import rows_from_document
 
 
 def rows_of(results, source="run.json", **doc_args):

@@ -176,7 +176,7 @@ def test_a_rank_killed_mid_run_ends_the_job_and_leaves_nothing():
         everyone = descendants(proc.pid)
         ranks = [p for p in everyone if b"bandwidth.measure" in
                  Path(f"/proc/{p}/cmdline").read_bytes()]
-        workers = [p for p in everyone if b"bandwidth.worker" in
+        workers = [p for p in everyone if b"bandwidth.processes.worker" in
                    Path(f"/proc/{p}/cmdline").read_bytes()]
         assert len(ranks) == 2 and len(workers) == 2, (ranks, workers)
         os.kill(max(ranks), signal.SIGKILL)

@@ -25,9 +25,9 @@ import warnings
 from dataclasses import dataclass
 from typing import ClassVar
 
-from bandwidth.config import Config
+from bandwidth.config.options import Config
 from bandwidth.errors import ConfigError, UnsupportedError
-from bandwidth.kvstores import KVSTORES, KVStore
+from bandwidth.stores.registry import KVSTORES, KVStore
 
 INSTALL = "pip install 'mxnet==1.9.1' 'numpy<1.24'"
 NOT_INSTALLED = f"MXNet is not installed: {INSTALL}"

@@ -5,11 +5,11 @@
         --kv-store dist_sync --cpus 2 --network lenet
 
 Arrays: one NDArray per key and device, on ``mx.cpu(i)`` or ``mx.gpu(i)``, holding the closed-form
-test data of ``bandwidth.data`` for the global replica ``worker * devices + device``. Each step
+test data of ``bandwidth.plan.data`` for the global replica ``worker * devices + device``. Each step
 pushes and then pulls every key with its own call and ``priority = key``, as MXNet's
 ``tools/bandwidth/measure.py`` did (MXNet's Python overhead is in the time, as it was there); the
-step ends when ``mx.nd.waitall()`` returns. Timing and reports are ``bandwidth.protocol``'s, the
-error is ``bandwidth.data.Reference``'s (with sgd: ``-steps x lr x sum``, MXNet's SGD with
+step ends when ``mx.nd.waitall()`` returns. Timing and reports are ``bandwidth.measurement.protocol``'s, the
+error is ``bandwidth.plan.data.Reference``'s (with sgd: ``-steps x lr x sum``, MXNet's SGD with
 rescale_grad 1 and no weight decay).
 
 Under launch.py (``--scheduler``): the scheduler and the servers import mxnet, which runs
@@ -34,12 +34,12 @@ from typing import Callable, NoReturn
 import numpy as np
 import torch
 
-from bandwidth import optimizers
+from bandwidth.plan import optimizers
 from bandwidth.backends.mxnet_backend import import_mxnet
-from bandwidth.data import Reference, fill_gradient
+from bandwidth.plan.data import Reference, fill_gradient
 from bandwidth.errors import BandwidthError, UnsupportedError
-from bandwidth.group import LocalGroup
-from bandwidth.layout import Layout
+from bandwidth.processes.group import LocalGroup
+from bandwidth.plan.layout import Layout
 from bandwidth.launch.contract import SCHEDULER, SERVER, Role, join_store
 from bandwidth.run import Plan, Result, measure_session
 
@@ -55,7 +55,7 @@ class MXNetFailed(BandwidthError):
 
 class MXNetSession:
     """One process's part: its devices' arrays, MXNet's kvstore exchanging them, and the error
-    check. It plugs into ``bandwidth.protocol.measure`` like ``bandwidth.session.Session``."""
+    check. It plugs into ``bandwidth.measurement.protocol.measure`` like ``bandwidth.measurement.session.Session``."""
 
     def __init__(self, mx, plan: Plan, group, *, first_replica: int = 0,
                  replicas: int | None = None, on_progress: Callable[[str], None] | None = None):
@@ -225,8 +225,8 @@ def _work(plan: Plan, role: Role, store, on_report, watchdog: Watchdog) -> Resul
     import torch.distributed as dist
     from torch.distributed import PrefixStore
 
-    from bandwidth.distributed import _result
-    from bandwidth.group import DistGroup
+    from bandwidth.processes.distributed import _result
+    from bandwidth.processes.group import DistGroup
 
     c, workers = plan.config, role.job.num_workers
     watchdog.kick("joining the other workers")

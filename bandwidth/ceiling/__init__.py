@@ -12,7 +12,7 @@ memory and Gloo collectives; the rest is ``n/a`` with its reason.
 
 Programmatic use::
 
-    from bandwidth.ceiling import CeilingOptions, measure_ceilings
+    from bandwidth.ceiling.suite import CeilingOptions, measure_ceilings
     ceilings = measure_ceilings(DeviceSet("cuda", (0, 1)), CeilingOptions())
     doc["ceilings"] = ceilings.to_dict()
 
@@ -20,12 +20,3 @@ Modules: ``timing`` (the protocol), ``p2p`` (+ ``unpeered``, its P2P=Disabled ch
 ``collectives``, ``model`` (result tree, JSON), ``render`` (text), ``suite`` (measure_ceilings),
 ``cli``. ``p2p_copy_gbps`` and ``host_path`` are the single-host benchmark's ceilings.
 """
-
-from bandwidth.ceiling.cli import main
-from bandwidth.ceiling.host import HostPath, host_path
-from bandwidth.ceiling.model import Ceilings
-from bandwidth.ceiling.p2p import p2p_copy_gbps
-from bandwidth.ceiling.suite import CeilingOptions, measure_ceilings
-
-__all__ = ["CeilingOptions", "Ceilings", "HostPath", "host_path", "main", "measure_ceilings",
-           "p2p_copy_gbps"]

@@ -12,8 +12,8 @@ import torch
 
 from bandwidth.ceiling import render
 from bandwidth.ceiling.suite import PARTS, CeilingOptions, measure_ceilings
-from bandwidth.config import check_timeout, parse_gpus, parse_size, size_sweep
-from bandwidth.devices import resolve
+from bandwidth.config.options import check_timeout, parse_gpus, parse_size, size_sweep
+from bandwidth.hardware.devices import resolve
 from bandwidth.errors import BandwidthError, ConfigError
 
 PROG = "python -m bandwidth.ceiling"
@@ -139,8 +139,8 @@ def _expect_args(args, devices, options) -> tuple[float | None, str | None]:
     """--expect-links, --junit and --summary-md checked before anything is measured."""
     import os
 
-    from bandwidth import gatereport
-    from bandwidth.baseline import parse_min_percent
+    from bandwidth.report import gatereport
+    from bandwidth.report.baseline import parse_min_percent
 
     if args.expect_links is None:
         if args.junit or args.summary_md:
@@ -164,9 +164,9 @@ def _expect_args(args, devices, options) -> tuple[float | None, str | None]:
 def _expect(ceilings, pct: float, junit: str | None, summary_md: str | None,
             json_path: str | None) -> int:
     """The --expect-links gate on the measured ceilings: table, verdict, reports; 0 or 1."""
-    from bandwidth import gatereport
-    from bandwidth.expect import link_gates
-    from bandwidth.table import render as render_table
+    from bandwidth.report import gatereport
+    from bandwidth.ceiling.expect import link_gates
+    from bandwidth.report.table import render as render_table
 
     doc = ceilings.to_dict()
     if ceilings.topology is None:

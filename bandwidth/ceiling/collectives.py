@@ -39,10 +39,10 @@ import torch
 import torch.cuda.nccl as nccl
 import torch.distributed as dist
 
-from bandwidth.devices import DeviceSet
+from bandwidth.hardware.devices import DeviceSet
 from bandwidth.formulas import algbw_gbps, allreduce_factor
 from bandwidth.launch.contract import job_store
-from bandwidth.spawn import run_ranks
+from bandwidth.processes.spawn import run_ranks
 
 DTYPE_BYTES = 4              # float32, nccl-tests' default type
 
@@ -137,7 +137,7 @@ def one_process(devices: DeviceSet) -> bool:
     return devices.kind == "cuda" and hasattr(torch._C, "_nccl_all_reduce")
 
 
-# ----- the rank side (bandwidth.worker's "collectives" task) -----
+# ----- the rank side (bandwidth.processes.worker's "collectives" task) -----
 
 def rank_task(spec: dict, rank: int, world_size: int, port: int, timeout_s: float) -> list[dict]:
     if spec.get("one_process"):

@@ -22,7 +22,7 @@ be embedded in other result documents under that key)::
      "topology": {"gpus": [...], "matrix": [["X", "NV18"], ...], "notes": []} | null,
      "not_applicable": {"host_links": "CPU devices: ...", ...},   # why a section is null
      "failures": ["..."],                                       # parts that failed
-     "environment": {...}}                                      # bandwidth.environment
+     "environment": {...}}                                      # bandwidth.hardware.environment
 
 Anything not applicable is null with a reason, never 0.
 """
@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from bandwidth.topology import Topology
+from bandwidth.hardware.topology import Topology
 
 SCHEMA_VERSION = 1
 
@@ -107,7 +107,7 @@ class Ceilings:
     topology: Topology | None
     not_applicable: dict[str, str] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
-    host_path: dict | None = None      # the local mode's stages (bandwidth.ceiling.host_path)
+    host_path: dict | None = None      # the local mode's stages (bandwidth.ceiling.host.host_path)
     environment: dict = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
 

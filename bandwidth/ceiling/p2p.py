@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from bandwidth import rawcopy
+from bandwidth.hardware import rawcopy
 from bandwidth.ceiling.timing import GatedTimer, median_seconds
 
 LATENCY_BYTES = 16         # one int4, as p2pBandwidthLatencyTest

@@ -1,6 +1,6 @@
 """``measure_ceilings(devices, options)``: every ceiling of this host, as one Ceilings tree.
 
-    from bandwidth.devices import DeviceSet
+    from bandwidth.hardware.devices import DeviceSet
     c = measure_ceilings(DeviceSet("cuda", (0, 1)), CeilingOptions(skip=frozenset({"nccl"})))
     c.matrix("unidirectional_enabled").values[0][1]        # GB/s
     json.dumps({"ceilings": c.to_dict()})
@@ -23,22 +23,22 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from bandwidth import rawcopy
+from bandwidth.hardware import rawcopy
 from bandwidth.ceiling import collectives, host, p2p
 from bandwidth.ceiling.model import (
-    MATRICES,
-    Ceilings,
-    CollectiveSweep,
-    HostLink,
-    HostMemory,
-    Matrix,
-)
-from bandwidth.config import size_sweep
-from bandwidth.devices import DeviceSet
-from bandwidth.environment import describe as describe_environment
+                                     MATRICES,
+                                     Ceilings,
+                                     CollectiveSweep,
+                                     HostLink,
+                                     HostMemory,
+                                     Matrix,
+                                     )
+from bandwidth.config.options import size_sweep
+from bandwidth.hardware.devices import DeviceSet
+from bandwidth.hardware.environment import describe as describe_environment
 from bandwidth.errors import BandwidthError, ConfigError
-from bandwidth.spawn import PACKAGE_ROOT
-from bandwidth.topology import read_topology
+from bandwidth.processes.spawn import PACKAGE_ROOT
+from bandwidth.hardware.topology import read_topology
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from dataclasses import asdict
 
 import torch
 
-from bandwidth import rawcopy
+from bandwidth.hardware import rawcopy
 from bandwidth.ceiling.p2p import p2p_matrices
 
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from bandwidth.errors import WorkerError
 from bandwidth.launch.noise import NoiseFilter
-from bandwidth.lifeline import describe_stopped
+from bandwidth.processes.lifeline import describe_stopped
 
 TAIL_LINES = 20          # stderr lines kept per child for the report
 REPORT_LINES = 12        # of which the report shows the last

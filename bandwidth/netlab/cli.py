@@ -19,7 +19,7 @@ import dataclasses
 import sys
 
 from bandwidth.errors import BandwidthError
-from bandwidth.linkbound import parse_rate
+from bandwidth.ceiling.linkbound import parse_rate
 from bandwidth.netlab import lab as labmod
 from bandwidth.netlab import sshd
 from bandwidth.netlab.lab import DEFAULT_NAME, DEFAULT_SUBNET, Lab, NetlabError, format_rate

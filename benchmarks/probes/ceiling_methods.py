@@ -138,7 +138,7 @@ def collectives() -> None:
 
 def p2p_disabled() -> None:
     """Runs in a child process that never enables peer access."""
-    from bandwidth import rawcopy
+    from bandwidth.hardware import rawcopy
     for i, j in ((0, 1), (1, 0)):
         rawcopy.disable_peer_access(i, j)
     nbytes, repeat = 40_000_000 * 4, 5
@@ -199,7 +199,7 @@ def p2p_disabled() -> None:
 
 def _gpu_cpus(gpu: int) -> set[int] | None:
     try:
-        from bandwidth import rawcopy
+        from bandwidth.hardware import rawcopy
         bus = rawcopy.pci_bus_id(gpu).lower()
         with open(f"/sys/bus/pci/devices/{bus}/local_cpulist") as f:
             text = f.read().strip()

@@ -13,9 +13,9 @@ import time
 import torch
 
 import networks
-from bandwidth.devices import DeviceSet
-from bandwidth.group import LocalGroup
-from bandwidth.session import Session
+from bandwidth.hardware.devices import DeviceSet
+from bandwidth.processes.group import LocalGroup
+from bandwidth.measurement.session import Session
 
 
 def main() -> None:

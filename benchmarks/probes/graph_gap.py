@@ -23,10 +23,10 @@ import time
 
 import torch
 
-from bandwidth import rawcopy
+from bandwidth.hardware import rawcopy
 from bandwidth.ceiling.host import duplex_host_gbps
-from bandwidth.config import Config
-from bandwidth.kvstores import device as device_mode
+from bandwidth.config.options import Config
+from bandwidth.stores import device as device_mode
 from bandwidth.run import run
 
 

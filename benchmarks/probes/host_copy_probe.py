@@ -15,7 +15,7 @@ import time
 CHILD = r"""
 import sys, time, torch
 sys.path.insert(0, sys.argv[1])
-from bandwidth.bounds import host_copy_gbps
+from bandwidth.ceiling.bounds import host_copy_gbps
 n = 102_015_648
 def times(k, a, b):
     out = []

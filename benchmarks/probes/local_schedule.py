@@ -11,7 +11,7 @@ import time
 import torch
 
 from bandwidth.ceiling.host import duplex_host_gbps
-from bandwidth.layout import chunk_ranges
+from bandwidth.plan.layout import chunk_ranges
 
 
 def step_fn(dev_in, dev_out, host, chunks, down, up, events, interleaved):

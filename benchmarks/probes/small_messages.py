@@ -151,7 +151,7 @@ def nccl2p() -> None:
 
 
 def latency_child() -> None:
-    from bandwidth import rawcopy
+    from bandwidth.hardware import rawcopy
     from bandwidth.ceiling.timing import GatedTimer, cycles_per_second
     for i, j in ((0, 1), (1, 0)):
         rawcopy.disable_peer_access(i, j)

@@ -4,7 +4,7 @@ from run to run (issue 17's stability target), one probe per hypothesis:
 A. `device --gpus 0,0 --launch graph` on the small networks, rounds alternating over the networks:
    per round a *fresh* session (new buffers and a new graph, as every gpu_bench run) and a *kept*
    session (made once per network: the same addresses and the same graph every round). Each run
-   times 50 steps after 20 warm-up steps exactly as bandwidth/protocol.py (prepare, synchronize,
+   times 50 steps after 20 warm-up steps exactly as bandwidth/measurement/protocol.py (prepare, synchronize,
    perf_counter around step + synchronize, error check after each), and beside the host clock the
    GPU time of the step by CUDA events. Printed: run medians (GB/s, busbw) of each kind, their
    spread, and the buffers' addresses of the fresh runs. If kept runs are steady and fresh ones
@@ -31,10 +31,10 @@ import time
 import torch
 
 from bandwidth.ceiling.host import duplex_host_gbps
-from bandwidth.config import Config
-from bandwidth.group import LocalGroup
+from bandwidth.config.options import Config
+from bandwidth.processes.group import LocalGroup
 from bandwidth.run import make_plan
-from bandwidth.session import Session
+from bandwidth.measurement.session import Session
 
 SMALL = ["mobilenet", "googlenet", "inception-bn", "mlp"]
 LOCAL = ["lenet", "bert-base", "vgg"]

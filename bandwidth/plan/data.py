@@ -1,0 +1,77 @@
+"""Test data whose reduced value is known in closed form, and MXNet's error measure.
+
+Replica r holds, at flat index i, ``g_r[i] = (base[i] + r * delta[i]) / 64`` with integer
+``base`` in [-32, 32] and ``delta`` in {-1, 0, 1}, both a hash of (i, seed). The sum over n replicas
+is therefore ``(n * base + n(n-1)/2 * delta) / 64``: computed from the formula, never by replaying
+the reduction, and exact in float32 (and in float16 up to about 40 replicas, bfloat16 up to 6), so
+every mode must print ``error 0.000000`` in float32. Values are generated chunk by chunk from the
+index alone; the reference sum is built once per device and kept in float32.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from bandwidth.plan.optimizers import Sgd
+
+SCALE = 64.0
+CHUNK_ELEMENTS = 1 << 22
+_MASK = 0xFFFFFFFF
+
+
+def _base_delta(start: int, stop: int, seed: int, device: torch.device):
+    # One 32-bit multiplicative hash of (index, seed) per element: its low 16 bits give base, its
+    # high 16 bits delta. int64 products wrap, which keeps the low 32 bits exact.
+    h = torch.arange(start, stop, dtype=torch.int64, device=device)
+    h.add_(seed * 0x9E3779B1 + 1).mul_(2654435761).bitwise_and_(_MASK)
+    h.bitwise_xor_(h >> 15)
+    base = (h & 0xFFFF).remainder_(65).sub_(32)
+    delta = h.bitwise_right_shift_(16).remainder_(3).sub_(1)
+    return base, delta
+
+
+def _chunks(numel: int):
+    for start in range(0, numel, CHUNK_ELEMENTS):
+        yield start, min(numel, start + CHUNK_ELEMENTS)
+
+
+def fill_gradient(flat: torch.Tensor, rank: int, seed: int) -> None:
+    """Write replica ``rank``'s gradient into ``flat`` (any dtype, any device)."""
+    for start, stop in _chunks(flat.numel()):
+        base, delta = _base_delta(start, stop, seed, flat.device)
+        flat[start:stop] = ((base + rank * delta).to(torch.float32) / SCALE).to(flat.dtype)
+
+
+def expected_sum(start: int, stop: int, replicas: int, seed: int, device) -> torch.Tensor:
+    """Exact sum over ``replicas`` replicas of elements [start, stop), in float64."""
+    base, delta = _base_delta(start, stop, seed, device)
+    pairs = replicas * (replicas - 1) // 2
+    return (replicas * base + pairs * delta).to(torch.float64) / SCALE
+
+
+class Reference:
+    """The exact sum over ``replicas`` replicas, built once on ``device`` from the closed form and
+    kept in float32 (exact: the values are multiples of 1/64 far below 2**24 / 64)."""
+
+    def __init__(self, numel: int, replicas: int, seed: int, device: torch.device):
+        self.sum = torch.empty(numel, dtype=torch.float32, device=device)
+        pairs = replicas * (replicas - 1) // 2
+        for start, stop in _chunks(numel):
+            base, delta = _base_delta(start, stop, seed, device)
+            self.sum[start:stop] = base.mul_(replicas).add_(delta, alpha=pairs).to(torch.float32)
+        self.sum.div_(SCALE)
+        self.abs_total = float(self.sum.abs().sum(dtype=torch.float64))
+
+    def error_terms(self, outputs: list[torch.Tensor], optimizer: Sgd | None,
+                    steps: int) -> tuple[float, float]:
+        """MXNet's error, split for combining across processes: (sum over these outputs of
+        |got - expected|, sum of |expected|); error = first / second, summed over GPUs as MXNet
+        did. With an optimizer the expected weights are ``steps`` updates from zero."""
+        scale = 1.0 if optimizer is None else -optimizer.lr * steps
+        wrong = 0.0
+        for out in outputs:
+            for start, stop in _chunks(out.numel()):
+                expected = self.sum[start:stop] * scale if scale != 1.0 else self.sum[start:stop]
+                diff = out[start:stop].to(torch.float32) - expected
+                wrong += float(diff.abs_().sum(dtype=torch.float64))
+        return wrong, abs(scale) * self.abs_total

@@ -1,0 +1,314 @@
+"""The distributed modes under launch.py: each process's part, chosen by its role.
+
+    python launch.py -n 2 -s 2 python bandwidth/measure.py --kv-store dist_sync --cpus 2
+    python launch.py -n 2 -s 0 python bandwidth/measure.py --kv-store dist_nccl --gpus 0,1
+
+Parameter-server modes: workers and servers join one Gloo group at the launcher's rendezvous
+(ranks and addresses from bandwidth.launch.contract); the workers measure with the usual protocol
+over a group of the workers only, and the servers serve exactly as many steps (warm-up included).
+``dist_nccl``: every worker starts one process per device, and all of them, over all workers, form
+one NCCL (Gloo on CPU devices) all-reduce; they then time one flat all-reduce of the same bytes,
+the reference and ceiling. Every worker measures and prints MXNet's lines; the first gathers every
+worker's own time and what the network carried over the workers' group, and prints the summary.
+"""
+
+from __future__ import annotations
+
+import socket
+import statistics
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from bandwidth.plan import optimizers
+from bandwidth.errors import ConfigError, UnsupportedError
+from bandwidth.processes.group import DistGroup
+from bandwidth.ceiling.bounds import Bound, bound, judged
+from bandwidth.formulas import busbw_gbps
+from bandwidth.stores.dist import Cluster, messages, ps_layout
+from bandwidth.plan.layout import DTYPE_BYTES, TORCH_DTYPES
+from bandwidth.launch.contract import SERVER, WORKER, Role, join_store
+from bandwidth.measurement.protocol import Report, Sample, Summary
+from bandwidth.stores.psserver import serve
+from bandwidth.run import Plan, Result, WorkerTraffic, measure_task, reference_summary
+from bandwidth.processes.spawn import run_ranks
+
+DIST_NCCL_PREFIX = "bandwidth/dist_nccl/"
+DIST_NCCL_WORKERS_PREFIX = "bandwidth/dist_nccl_workers/"
+
+
+def check_role(kv_store: str, role: Role | None, servers_needed: bool) -> None:
+    example = (f"python launch.py -n 2 -s {2 if servers_needed else 0} python "
+               f"bandwidth/measure.py --kv-store {kv_store} ...")
+    torchrun = (f"torchrun --nproc-per-node 4 -m bandwidth.measure --kv-store {kv_store}"
+                f"{' --num-servers 2' if servers_needed else ''} ...")
+    if role is None:
+        raise UnsupportedError(f"--kv-store {kv_store} runs under the launcher, which starts the "
+                               f"workers and servers: {example}, or {torchrun}")
+    if servers_needed and role.job.num_servers < 1:
+        if role.job.cluster in ("torchrun", "env"):
+            raise UnsupportedError(f"--kv-store {kv_store} needs at least one server "
+                                   f"(--num-servers 1): {torchrun}")
+        raise UnsupportedError(f"--kv-store {kv_store} needs at least one server (-s 1): {example}")
+
+
+def check_single_host(kv_stores: list[str], role: Role | None) -> None:
+    """Refuse a single-host mode (local, device, nccl) in a launch with servers or a scheduler.
+
+    Nothing would serve there: under --backend mxnet a server or scheduler process would wait in
+    ps-lite's server loop (entered inside ``import mxnet``) forever, and under the toolkit every
+    process, servers included, would measure on its own at the same time. Every process of such a
+    launch refuses, so the launcher stops the job at once. Workers alone (-s 0) may each measure
+    their own host. Called before anything imports mxnet.
+    """
+    if role is None or (role.name == WORKER and role.job.num_servers == 0
+                        and not role.job.has_scheduler):
+        return
+    started = [f"{role.job.num_servers} server{'s' if role.job.num_servers != 1 else ''}"]
+    if role.job.has_scheduler:
+        started.append("a scheduler")
+    raise ConfigError(f"--kv-store {','.join(kv_stores)} runs on one host: local, device and nccl "
+                      f"need no servers or scheduler, but launch.py started "
+                      f"{' and '.join(started)}; run measure.py "
+                      "without launch.py, or with launch.py -s 0 and no --scheduler")
+
+
+def run_distributed(plan: Plan, role: Role, on_report) -> Result | None:
+    """This process's part; the Result on workers, None on servers and the scheduler."""
+    store_cls = plan.store_cls
+    check_role(plan.config.kv_store, role, servers_needed=not store_cls.process_per_device)
+    if role.name not in (WORKER, SERVER):
+        return None                      # the toolkit's engine needs no scheduler
+    if store_cls.process_per_device:
+        return _dist_nccl(plan, role, on_report)
+    return _parameter_server(plan, role, on_report)
+
+
+def _parameter_server(plan: Plan, role: Role, on_report) -> Result | None:
+    c = plan.config
+    timeout = timedelta(seconds=c.timeout_s)
+    dist.init_process_group("gloo", store=join_store(role, c.timeout_s), rank=role.rank,
+                            world_size=role.world_size, timeout=timeout)
+    try:
+        hosts: list = [None] * role.world_size       # ranks: the workers, then the servers
+        dist.all_gather_object(hosts, role.node_host)
+        workers = dist.new_group(list(range(role.job.num_workers)))
+        # One group per direction, so that pushes and pulls share no Gloo pair (see Cluster).
+        everyone = list(range(role.world_size))
+        cluster = Cluster(role.job.num_workers, role.job.num_servers,
+                          role.task_id if role.name == WORKER else 0,
+                          push_group=dist.new_group(everyone), pull_group=dist.new_group(everyone))
+        raw = _raw_exchange(plan, cluster, role) if c.reference else None
+        if role.name == SERVER:
+            serve(plan.shapes, cluster, role.task_id, devices=1, by_owner=False,
+                  sync=plan.store_cls.sync, optimizer=optimizers.make(c.optimizer),
+                  dtype=c.dtype, iterations=c.warmup + c.num_batches)
+            result = None
+        else:
+            group = DistGroup(torch.device("cpu"), group=workers)
+            per_worker = plan.devices.n
+            measured = measure_task(plan, list(range(per_worker)), group, on_report,
+                                    cluster=cluster, first_replica=role.task_id * per_worker,
+                                    replicas=role.job.num_workers * per_worker)
+            result = _result(plan, measured, group, role.job.num_workers * per_worker)
+            result.worker_hosts = hosts[:role.job.num_workers]
+            result.server_hosts = hosts[role.job.num_workers:]
+            if raw is not None:
+                result.ceiling = _raw_bound(plan, result.summary, group.max(raw))
+        dist.barrier()                   # every worker and server is done
+        return result
+    finally:
+        dist.destroy_process_group()
+
+
+def _raw_bound(plan: Plan, summary: Summary, raw_seconds: float) -> Bound:
+    """The raw exchange of the same run as the ceiling: in busbw where the worker has several
+    devices (MXNet's formula), else in algbw (a worker pushes S and pulls S per step, so algbw
+    is its bytes each way per second), which one device's busbw of 0 cannot show."""
+    name = "raw Gloo send+recv between workers and servers, same bytes and messages, same run"
+    if summary.bus_factor:
+        found = Bound(name, plan.nbytes * summary.bus_factor / raw_seconds / 1e9)
+    else:
+        found = Bound(name + ", algbw", plan.nbytes / raw_seconds / 1e9, of="algbw")
+    return judged(found, found.figure(summary), on_cpu=not plan.devices.is_cuda)
+
+
+def _raw_exchange(plan: Plan, cluster: Cluster, role: Role, repeats: int = 3) -> float | None:
+    """The transport alone: every worker sends each server its share in the same messages and
+    gets it straight back, all at once, as a step does without any reduction or update. Returns
+    the worker's median seconds (None on servers)."""
+    _, ranges = ps_layout(plan.shapes, cluster.num_servers, 1, by_owner=False)
+    element = DTYPE_BYTES[plan.config.dtype]
+    plan_messages = messages(ranges, element)
+    out = torch.ones(plan.numel, dtype=TORCH_DTYPES[plan.config.dtype])
+    back = torch.empty_like(out)
+    inboxes: list[torch.Tensor] = []
+    seconds = []
+    for i in range(repeats + 1):                  # the first one is a warm-up
+        dist.barrier()
+        start = time.perf_counter()
+        if role.name == WORKER:                   # receives first, as a step posts them
+            works = [dist.irecv(back[s:e], src=cluster.server_rank(server), tag=tag,
+                                group=cluster.pull_group)
+                     for tag, (server, s, e) in enumerate(plan_messages)]
+            works += [dist.isend(out[s:e], dst=cluster.server_rank(server), tag=tag,
+                                 group=cluster.push_group)
+                      for tag, (server, s, e) in enumerate(plan_messages)]
+        else:                                     # as a server: all receives posted at once
+            mine = [(tag, s, e) for tag, (server, s, e) in enumerate(plan_messages)
+                    if server == role.task_id]
+            inbox = inboxes or [torch.empty_like(out) for _ in range(cluster.num_workers)]
+            inboxes = inbox
+            arriving = {(w, tag): dist.irecv(inbox[w][s:e], src=w, tag=tag,
+                                             group=cluster.push_group)
+                        for tag, s, e in mine for w in range(cluster.num_workers)}
+            works = []
+            for tag, s, e in mine:
+                for w in range(cluster.num_workers):
+                    arriving[(w, tag)].wait()
+                    works.append(dist.isend(inbox[w][s:e], dst=w, tag=tag,
+                                            group=cluster.pull_group))
+        for work in works:
+            work.wait()
+        if i:
+            seconds.append(time.perf_counter() - start)
+    return statistics.median(seconds) if role.name == WORKER else None
+
+
+def _dist_nccl(plan: Plan, role: Role, on_report) -> Result | None:
+    c = plan.config
+    store = join_store(role, c.timeout_s)        # registers this rank with the launcher
+    if role.name != WORKER:
+        return None
+    # The workers themselves (one process each, not one per device) form a small Gloo group of
+    # their own, through which the first worker gathers the summary.
+    dist.init_process_group("gloo", store=dist.PrefixStore(DIST_NCCL_WORKERS_PREFIX, store),
+                            rank=role.task_id, world_size=role.job.num_workers,
+                            timeout=timedelta(seconds=c.timeout_s))
+    try:
+        hosts: list = [None] * role.job.num_workers
+        dist.all_gather_object(hosts, role.node_host)
+        plan = _own_share(plan, role)
+        c = plan.config
+        per_worker = plan.devices.n
+        replicas = role.job.num_workers * per_worker
+        # The reference: one flat all-reduce of the same bytes over the same world, same run.
+        tasks = ["measure"] + (["reference"] if c.reference and replicas > 1 else [])
+        out = run_ranks({"config": c.to_dict(), "tasks": tasks,
+                         "print_reports": on_report is not None,
+                         "rendezvous": {"host": role.master_addr, "port": role.master_port,
+                                        "secret": role.job.secret, "prefix": DIST_NCCL_PREFIX,
+                                        "first_rank": role.task_id * per_worker,
+                                        "world_size": replicas}},
+                        per_worker, c.timeout_s)
+        result = _result(plan, out["measure"], DistGroup(torch.device("cpu")), replicas,
+                         reference=out.get("reference"))
+        result.worker_hosts = hosts               # dist_nccl's servers take no part
+        return result
+    finally:
+        dist.destroy_process_group()
+
+
+def machine_id() -> str:
+    """This machine, whatever name the hosts file gives it: host name and boot id."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except OSError:
+        boot = ""
+    return f"{socket.gethostname()}/{boot}"
+
+
+def gpu_uuids(ids: tuple[int, ...]) -> tuple[str, ...]:
+    """What identifies each GPU across processes (CUDA_VISIBLE_DEVICES may renumber them)."""
+    out = []
+    for i in ids:
+        uuid = getattr(torch.cuda.get_device_properties(i), "uuid", None)
+        out.append(str(uuid) if uuid is not None else f"index {i}")
+    return tuple(out)
+
+
+def gpu_shares(workers: list[tuple[str, str, tuple[str, ...]]]) -> list[tuple[int, ...]]:
+    """Which of its own GPUs each worker of ``dist_nccl`` uses: ``workers[w]`` is ``(host as
+    launched, machine id, GPU uuids in --gpus order)``; the result holds positions into each
+    worker's list. Workers on one machine whose GPUs overlap split them as torchrun's LOCAL_RANK
+    would: in worker order, equal consecutive shares. ConfigError (one line, naming the workers
+    and the overlap) when the lists differ, do not split evenly, or the shares differ in size
+    over the job (every worker must drive as many devices)."""
+    shares = []
+    for w, (host, machine, uuids) in enumerate(workers):
+        sharing = [v for v, (_, m, u) in enumerate(workers) if m == machine and set(u) & set(uuids)]
+        if len(sharing) == 1:
+            shares.append(tuple(range(len(uuids))))
+            continue
+        names = ", ".join(f"worker {v}" for v in sharing)
+        if any(workers[v][2] != uuids for v in sharing):
+            common = sorted(set.intersection(*(set(workers[v][2]) for v in sharing)))
+            raise ConfigError(f"--kv-store dist_nccl: {names} on {host} use overlapping but "
+                              f"different GPU sets (shared: {', '.join(common)}); give each "
+                              "worker its own GPUs (CUDA_VISIBLE_DEVICES) or the same --gpus "
+                              "list to split")
+        k, g = len(sharing), len(uuids)
+        if g % k:
+            raise ConfigError(f"--kv-store dist_nccl: {names} on {host} share the same {g} "
+                              f"GPU{'s' if g > 1 else ''}, which do not split evenly into {k} "
+                              f"workers; give a --gpus list of a multiple of {k} GPUs, or "
+                              f"place {g} workers at most on that host")
+        i = sharing.index(w)
+        shares.append(tuple(range(i * g // k, (i + 1) * g // k)))
+    sizes = sorted({len(share) for share in shares})
+    if len(sizes) > 1:
+        raise ConfigError(f"--kv-store dist_nccl: the workers would drive {sizes[0]} to "
+                          f"{sizes[-1]} GPUs each; every worker must drive as many (check "
+                          "--gpus and how many workers each host runs)")
+    return shares
+
+
+def _own_share(plan: Plan, role: Role) -> Plan:
+    """``plan`` on this worker's own share of the GPUs (see ``gpu_shares``)."""
+    from dataclasses import replace
+
+    from bandwidth.run import make_plan
+
+    ids = plan.devices.ids if plan.devices.is_cuda else ()
+    mine = (role.node_host, machine_id(), gpu_uuids(ids))
+    everyone: list = [None] * role.job.num_workers
+    dist.all_gather_object(everyone, mine)
+    if not ids:
+        return plan                              # CPU devices: replicas in host memory
+    share = gpu_shares(everyone)[role.task_id]
+    if len(share) == len(ids):
+        return plan
+    return make_plan(replace(plan.config, gpus=tuple(ids[i] for i in share)))
+
+
+def _result(plan: Plan, measured: dict, group, replicas: int,
+            reference: dict | None = None) -> Result:
+    """This worker's Result; with ``group`` (the workers), every worker's traffic gathered in
+    ``Result.workers`` and a note on how it is counted."""
+    from bandwidth.hardware.environment import describe
+
+    samples = [Sample(**s) for s in measured["samples"]]
+    local = plan.devices.n
+    counted = plan.store_cls.counted_devices(local, replicas)
+    summary = Summary.of(samples, plan.nbytes, plan.store_cls.bus_factor(counted))
+    ref = reference_summary(plan, reference, counted)
+    notes = list(measured["notes"])
+    workers = []
+    if group is not None:
+        traffic = plan.store_cls.network_nbytes(plan.nbytes, local, replicas)
+        own = statistics.median(s.own_seconds for s in samples)
+        mine = WorkerTraffic(group.rank, own, busbw_gbps(plan.nbytes, own, summary.bus_factor),
+                             traffic, tuple(measured.get("server_nbytes", ())))
+        workers = group.gather(mine)
+        notes.append(f"network, per worker and step: {traffic / 1e6:.2f} MB "
+                     f"{' and '.join(plan.store_cls.traffic_words)} (S = "
+                     f"{plan.nbytes / 1e6:.2f} MB): {plan.store_cls.traffic_rule(local, replicas)}")
+    return Result(plan=plan, environment=describe(plan.devices), samples=samples,
+                  reports=[Report(**r) for r in measured["reports"]], summary=summary,
+                  reference=ref, ceiling=judged(bound(plan, ref), summary.busbw_median,
+                                                on_cpu=not plan.devices.is_cuda)
+                  if plan.config.reference else None,
+                  notes=notes, workers=workers)

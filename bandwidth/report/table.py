@@ -1,0 +1,376 @@
+"""Fixed-width text tables and CSV of result Rows (bandwidth.results.document.Row).
+
+Three tables, each opened by a ``#`` line that says what it shows:
+
+* ``sweep_table``: one line per measured configuration (mode x network x GPUs): GB/s per GPU
+  (the all-reduce busbw, MXNet's "GB/sec per gpu", median over iterations; ``n/a (1 device)``
+  where one device moves nothing across a link), algbw, % of the ceiling measured in the same run
+  (``n/a`` when none was, or when the run beat it), and the largest error; under it one line per
+  ceiling.
+* ``ratio_table``: every row's GB/s per GPU as a ratio to one baseline row (1.00 for the baseline),
+  the "performance ratio" tables of remote-GPU and network studies.
+* ``backend_table``: where rows of several backends (``--backend toolkit,mxnet``) measured the
+  same mode, network and GPUs: their GB/s per GPU side by side and the ratio to the toolkit's.
+* ``speedup_table``: for scaling runs (same mode and network at several GPU counts), the total
+  throughput n x algbw against the smallest GPU count, the ideal, and the per-GPU efficiency.
+
+``write_csv`` writes every Row field (plus % of ceiling) with units in the column names.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections import defaultdict
+from pathlib import Path
+
+from bandwidth.errors import ConfigError
+from bandwidth.results.document import Row
+
+CSV_COLUMNS = ("source", "kv_store", "network", "devices", "n", "dtype", "optimizer", "nbytes",
+               "busbw_gbps", "busbw_min", "busbw_max", "algbw_gbps", "seconds", "error",
+               "ceiling_name", "ceiling_gbps", "pct_of_ceiling", "backend", "ceiling_note")
+
+
+# ---------------------------------------------------------------------------------------------
+# cells
+
+
+def format_bytes(nbytes: int) -> str:
+    """Exact binary multiples as nccl-tests' sizes (``1 MiB``); network sizes in MB of 10^6 bytes
+    as MXNet's size line (``257.99 MB``)."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale and nbytes % scale == 0:
+            return f"{nbytes // scale} {unit}"
+    if nbytes >= 10**6:
+        return f"{nbytes / 1e6:.2f} MB"
+    if nbytes >= 10**3:
+        return f"{nbytes / 1e3:.2f} kB"
+    return f"{nbytes} B"
+
+
+def _gbps(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+def _error(value: float) -> str:
+    return "not checked" if value < 0 else f"{value:.6f}"
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1f}"
+
+
+def gbps_3(value: float) -> str:
+    """A rate with 3 significant digits, as ceilings are labelled: 385, 1.18, 0.0532."""
+    return f"{value:.3g}"
+
+
+ONE_DEVICE = "n/a (1 device)"     # busbw is 0 by definition with one device: nothing to show
+
+
+def _busbw_cells(r: Row) -> list[str]:
+    """GB/s per GPU, min and max: the busbw, or n/a with one device (its algbw is still shown)."""
+    if r.n < 2:
+        return [ONE_DEVICE, "-", "-"]
+    return [_gbps(r.busbw_gbps), _gbps(r.busbw_min), _gbps(r.busbw_max)]
+
+
+def render(headers: list[str], cells: list[list[str]], right: set[int]) -> list[str]:
+    """Columns as wide as their widest cell, two spaces apart; columns in ``right`` right-aligned
+    (numbers), the others left-aligned (names)."""
+    widths = column_widths(headers, cells)
+
+    def line(values: list[str]) -> str:
+        parts = [v.rjust(w) if i in right else v.ljust(w)
+                 for i, (v, w) in enumerate(zip(values, widths))]
+        return "  ".join(parts).rstrip()
+
+    return [line(headers)] + [line(row) for row in cells]
+
+
+def column_widths(headers: list[str], cells: list[list[str]]) -> list[int]:
+    return [max([len(h)] + [len(row[i]) for row in cells]) for i, h in enumerate(headers)]
+
+
+def sources_text(rows: list[Row]) -> str:
+    return ", ".join(dict.fromkeys(r.source for r in rows))
+
+
+def _varies(rows: list[Row], attr: str) -> bool:
+    return len({getattr(r, attr) for r in rows}) > 1
+
+
+def _identity_columns(rows: list[Row]) -> list[tuple[str, str]]:
+    """(header, Row attribute) of the columns that name a row; source, dtype and optimizer only
+    where they differ between rows, so that a single run's table stays narrow; the backend
+    wherever a row is not the toolkit's (an MXNet-only table says so too)."""
+    columns = [("source", "source")] if _varies(rows, "source") else []
+    columns += [("backend", "backend")] if any(r.backend != "toolkit" for r in rows) else []
+    columns += [("mode", "kv_store"), ("network", "network"), ("GPUs", "devices")]
+    columns += [(h, a) for h, a in (("dtype", "dtype"), ("optimizer", "optimizer"))
+                if _varies(rows, a)]
+    return columns
+
+
+# ---------------------------------------------------------------------------------------------
+# tables
+
+
+def sweep_table(rows: list[Row], title: str | None = None) -> list[str]:
+    """The main table: one line per row, numbered from 1 (the numbers --baseline-row takes)."""
+    if not rows:
+        return ["# no results"]
+    ident = _identity_columns(rows)
+    headers = ["row"] + [h for h, _ in ident] + [
+        "size", "GB/s per GPU", "min GB/s", "max GB/s", "algbw GB/s", "% of ceiling", "error"]
+    cells = [[str(i)] + [str(getattr(r, a)) for _, a in ident] + [format_bytes(r.nbytes)]
+             + _busbw_cells(r) + [_gbps(r.algbw_gbps), _pct(r.pct_of_ceiling), _error(r.error)]
+             for i, r in enumerate(rows, 1)]
+    first_number = 1 + len(ident)
+    right = {0} | set(range(first_number, len(headers)))
+    plural = "s" if len(rows) != 1 else ""
+    lines = [title or f"# {len(rows)} result{plural} from {sources_text(rows)}",
+             ("# GB/s per GPU = all-reduce busbw (MXNet's GB/sec per gpu), median over iterations "
+              "(min, max beside it); algbw = bytes / time")]
+    lines += render(headers, cells, right)
+    return lines + ceiling_lines(rows)
+
+
+def ceiling_lines(rows: list[Row]) -> list[str]:
+    """One line per mode (and GPU set, where several) and ceiling: its rate, or the range of rates
+    where each row has its own (the nccl mode's flat reference); then the rows whose run beat
+    their ceiling, with the reason."""
+    by_devices = _varies(rows, "devices")
+    groups: dict[tuple, list[tuple[int, Row]]] = defaultdict(list)
+    for i, r in enumerate(rows, 1):
+        if r.ceiling_gbps:
+            groups[(r.mode, r.devices if by_devices else "", r.ceiling_name)].append((i, r))
+    lines = []
+    for (mode, devices, name), members in groups.items():
+        rates = sorted({r.ceiling_gbps for _, r in members})
+        rate = f"{gbps_3(rates[0])} GB/s" if len(rates) == 1 else \
+            f"per row, {gbps_3(rates[0])} to {gbps_3(rates[-1])} GB/s"
+        where = f" on {devices}" if devices else ""
+        lines.append(f"# ceiling of {mode}{where}: {name}, {rate} (measured in the same run)")
+        notes: dict[str, list[int]] = defaultdict(list)
+        for i, r in members:
+            if r.ceiling_note:
+                notes[r.ceiling_note].append(i)
+        for note, numbers in notes.items():
+            which = "row" + ("s " if len(numbers) > 1 else " ") + ", ".join(map(str, numbers))
+            lines.append(f"#   {which}: % of ceiling n/a, {note}")
+    return lines
+
+
+def pick_baseline_row(rows: list[Row], spec: str | int | None) -> int:
+    """The index (0-based) of the row named by ``--baseline-row``: a row number of the sweep table
+    (from 1), or a label ``MODE NETWORK GPUS`` (optionally ``SOURCE MODE NETWORK GPUS``), or a
+    text found in exactly one row's ``SOURCE MODE NETWORK GPUS``. None: the first row."""
+    if not rows:
+        raise ConfigError("no results to take a baseline row from")
+    if spec is None:
+        return 0
+    text = str(spec).strip()
+    if text.isdigit():
+        number = int(text)
+        if not 1 <= number <= len(rows):
+            raise ConfigError(f"--baseline-row {number} is not a row number: the table has rows "
+                              f"1 to {len(rows)}")
+        return number - 1
+    full = [f"{r.source} {r.label}" for r in rows]
+    for candidates in ([i for i, r in enumerate(rows) if r.label == text],
+                       [i for i, f in enumerate(full) if f == text],
+                       [i for i, f in enumerate(full) if text in f]):
+        if len(candidates) == 1:
+            return candidates[0]
+        if len(candidates) > 1:
+            names = "; ".join(f"{i + 1}: {full[i]}" for i in candidates)
+            raise ConfigError(f"--baseline-row {text!r} matches {len(candidates)} rows ({names}); "
+                              "give the row number instead")
+    names = "; ".join(f"{i}: {f}" for i, f in enumerate(full, 1))
+    raise ConfigError(f"--baseline-row {text!r} matches no row; give a row number or a label "
+                      f"among: {names}")
+
+
+def ratio_table(rows: list[Row], baseline_index: int = 0) -> list[str]:
+    """Each row's GB/s per GPU divided by the baseline row's: 1.00 for the baseline, higher is
+    better; ``n/a`` where the baseline moves no bytes across a link (one device: busbw 0)."""
+    if not rows:
+        return ["# no results"]
+    base = rows[baseline_index]
+    ident = _identity_columns(rows)
+    headers = ["row"] + [h for h, _ in ident] + ["GB/s per GPU", "ratio", ""]
+    cells = []
+    for i, r in enumerate(rows):
+        ratio = f"{r.busbw_gbps / base.busbw_gbps:.2f}" if base.busbw_gbps > 0 else "n/a"
+        cells.append([str(i + 1)] + [str(getattr(r, a)) for _, a in ident]
+                     + [_gbps(r.busbw_gbps), ratio, "baseline" if i == baseline_index else ""])
+    right = {0, len(ident) + 1, len(ident) + 2}
+    where = f" in {base.source}" if _varies(rows, "source") else ""
+    return [(f"# performance ratio: GB/s per GPU of each row / row {baseline_index + 1} "
+            f"({base.label}{where}); 1.00 = the baseline, higher is better")] \
+        + render(headers, cells, right)
+
+
+def backend_table(rows: list[Row]) -> list[str]:
+    """The same measurement (mode, network, GPUs, dtype, optimizer) under each backend: GB/s per
+    GPU side by side, whatever file each came from, and every other backend's ratio to the
+    toolkit's (to the first backend where the toolkit is absent). Repeats: the median row."""
+    backends = list(dict.fromkeys(r.backend for r in rows))
+    base = "toolkit" if "toolkit" in backends else backends[0]
+    others = [b for b in backends if b != base]
+    groups: dict[tuple, dict[str, list[Row]]] = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        groups[r.key[:-1]][r.backend].append(r)     # Row.key without the backend
+    pairs = {key: {b: _median_row(members) for b, members in by.items()}
+             for key, by in groups.items() if base in by and len(by) > 1}
+    if not pairs:
+        return [f"# backends: no measurement was made under {base} and another backend alike "
+                "(same mode, network, GPUs, dtype and optimizer)"]
+    ident = [("mode", "kv_store"), ("network", "network"), ("GPUs", "devices")]
+    ident += [(h, a) for h, a in (("dtype", "dtype"), ("optimizer", "optimizer"))
+              if _varies(rows, a)]
+    headers = [h for h, _ in ident] + [f"{b} GB/s" for b in [base] + others] \
+        + [f"{b} / {base}" for b in others] + [f"{b} error" for b in [base] + others]
+    cells = []
+    for by in pairs.values():
+        row = by[base]
+        ratios = [f"{by[b].busbw_gbps / row.busbw_gbps:.2f}" if b in by and row.busbw_gbps > 0
+                  else "n/a" for b in others]
+        cells.append([str(getattr(row, a)) for _, a in ident]
+                     + [_gbps(by[b].busbw_gbps) if b in by else "-" for b in [base] + others]
+                     + ratios + [_error(by[b].error) if b in by else "-" for b in [base] + others])
+    right = set(range(len(ident), len(headers)))
+    return [(f"# backends side by side: GB/s per GPU (median) of the same measurement; "
+             f"{', '.join(others)} / {base} > 1 means faster than {base}")] \
+        + render(headers, cells, right)
+
+
+def scaling_series(rows: list[Row]) -> dict[str, list[Row]]:
+    """Scaling runs: rows of the same mode, network, dtype, optimizer and device kind measured at
+    two or more device counts, as ``{series label: rows sorted by device count}``. Where one
+    series has several rows at a count from different sources (TCP vs RDMA runs, two machines),
+    each source is its own series; repeats within a source are represented by their median row.
+    One-device rows are left out: nothing crosses a link, so their busbw is 0 by definition and
+    their exchange time measures no communication."""
+    groups: dict[tuple, list[Row]] = defaultdict(list)
+    for r in rows:
+        if r.n < 2:
+            continue
+        kind = r.devices.split(":")[0].split(" ")[0]
+        groups[(r.mode, r.network, r.dtype, r.optimizer, kind)].append(r)
+    dtypes_vary, opts_vary = _varies(rows, "dtype"), _varies(rows, "optimizer")
+    series: dict[str, list[Row]] = {}
+    for (mode, network, dtype, optimizer, _), members in groups.items():
+        counts = [r.n for r in members]
+        split = len(set(counts)) < len(counts) and len({r.source for r in members}) > 1
+        parts = defaultdict(list)
+        for r in members:
+            parts[r.source if split else ""].append(r)
+        for source, part in parts.items():
+            by_n = defaultdict(list)
+            for r in part:
+                by_n[r.n].append(r)
+            if len(by_n) < 2:
+                continue
+            label = f"{mode} {network}" + (f" {dtype}" if dtypes_vary else "") \
+                + (f" {optimizer}" if opts_vary else "") + (f" [{source}]" if source else "")
+            series[label] = [_median_row(by_n[n]) for n in sorted(by_n)]
+    return series
+
+
+def _median_row(rows: list[Row]) -> Row:
+    ordered = sorted(rows, key=lambda r: r.busbw_gbps)
+    return ordered[(len(ordered) - 1) // 2]
+
+
+def total_gbps(row: Row) -> float:
+    """Total throughput of a data-parallel exchange: every one of the n devices gets its S bytes
+    reduced in time t, so n x algbw (algbw = S / t)."""
+    return row.n * row.algbw_gbps
+
+
+def speedup_table(rows: list[Row]) -> list[str]:
+    """GPU scaling in the form of 'images/sec and speed-up per GPU count' tables: one line per
+    device count, per series a column group of total GB/s, speed-up against the series' smallest
+    count, and efficiency = speed-up / ideal speed-up (ideal: proportional to the count)."""
+    series = scaling_series(rows)
+    if not series:
+        return [("# speed-up: no scaling runs (the same mode and network at two or more GPU "
+                "counts of 2 or more); measure with --scaling or several --gpus sets")]
+    counts = sorted({r.n for members in series.values() for r in members})
+    headers = ["GPUs"]
+    for _ in series:
+        headers += ["total GB/s", "speed-up", "efficiency"]
+    cells = []
+    for n in counts:
+        line = [str(n)]
+        for members in series.values():
+            first = members[0]
+            row = next((r for r in members if r.n == n), None)
+            if row is None:
+                line += ["-", "-", "-"]
+                continue
+            base, now = total_gbps(first), total_gbps(row)
+            if base > 0:
+                speedup = now / base
+                efficiency = speedup / (n / first.n)
+                line += [f"{now:.3f}", f"{speedup:.2f}", f"{100 * efficiency:.0f} %"]
+            else:
+                line += [f"{now:.3f}", "n/a", "n/a"]
+        cells.append(line)
+    # Above the column headers, each series' label centred over its three columns (the first of
+    # them widened where the label is longer than the three).
+    widths = column_widths(headers, cells)
+    group_line = " " * widths[0]
+    for k, label in enumerate(series):
+        first = 1 + 3 * k
+        span = sum(widths[first:first + 3]) + 4
+        if len(label) + 2 > span:
+            headers[first] = headers[first].rjust(widths[first] + len(label) + 2 - span)
+            span = len(label) + 2
+        group_line += "  " + f" {label} ".center(span, "-")
+    return [("# speed-up with added GPUs: total GB/s = n x algbw (every GPU's bytes reduced per "
+            "second, all GPUs together)"),
+            ("# against each series' smallest GPU count; efficiency = speed-up / (n / smallest n); "
+            "one GPU is left out (nothing crosses a link)"),
+            group_line.rstrip()] \
+        + render(headers, cells, set(range(len(headers))))
+
+
+# ---------------------------------------------------------------------------------------------
+# CSV
+
+
+def write_csv(rows: list[Row], path: str | Path) -> None:
+    """One line per row, every Row field plus pct_of_ceiling; numbers unformatted; an unknown value
+    (no ceiling, error not checked) is an empty cell."""
+    try:
+        with open(path, "w", newline="") as out:
+            writer = csv.writer(out)
+            writer.writerow(CSV_COLUMNS)
+            for r in rows:
+                values = []
+                for column in CSV_COLUMNS:
+                    value = getattr(r, column)
+                    if value is None or (column == "error" and value < 0):
+                        value = ""
+                    values.append(value)
+                writer.writerow(values)
+    except OSError as exc:
+        raise ConfigError(f"cannot write {str(path)!r}: {exc.strerror}") from None
+
+
+def report_lines(rows: list[Row], baseline_row: str | int | None = None,
+                 speedup: bool = False, title: str | None = None) -> list[str]:
+    """What a sweep or a comparison prints: the main table, then the ratio table against
+    ``baseline_row`` (when there are two rows or more), then the speed-up table (``speedup``),
+    separated by blank lines. A bad ``baseline_row`` is a ConfigError."""
+    lines = sweep_table(rows, title)
+    if len(rows) > 1:
+        lines += [""] + ratio_table(rows, pick_baseline_row(rows, baseline_row))
+    if _varies(rows, "backend"):
+        lines += [""] + backend_table(rows)
+    if speedup:
+        lines += [""] + speedup_table(rows)
+    return lines

@@ -1,0 +1,209 @@
+"""One result model, rendered as text (preamble, MXNet lines, summary) and as JSON."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import sys
+from dataclasses import asdict
+
+from bandwidth.formulas import busbw_gbps
+from bandwidth.ceiling.hostmatrix import ceiling_line
+from bandwidth.results.document import SCHEMA_VERSION, fingerprint
+from bandwidth.run import Plan, Result
+from bandwidth.report.table import ONE_DEVICE, gbps_3
+from bandwidth.hardware.topology import pcie_text
+
+
+def discard_stdout() -> None:
+    """Send this process's further output to /dev/null: the reader of stdout has gone (measure.py
+    ... | head -1), and Python would otherwise raise BrokenPipeError again when it flushes stdout
+    at exit."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+def preamble(plan: Plan, environment: dict, sweep: int = 1) -> list[str]:
+    c, env = plan.config, environment
+    versions = f"torch {env['torch']}"
+    if env.get("cuda"):
+        versions += f", CUDA {env['cuda']}"
+    if env.get("nccl"):
+        versions += f", NCCL {env['nccl']}"
+    if env.get("driver"):
+        versions += f", driver {env['driver']}"
+    names = sorted({d["name"] for d in env["devices"]})
+    lines = [f"# bandwidth {env['toolkit']} on {env['host']}: {versions}",
+             f"# devices: {len(env['devices'])} x {', '.join(names)}"]
+    if env.get("links"):
+        lines.append(f"# links: {links_text(env['links'])}")
+    if sweep > 1:
+        return lines + [f"# sweep of {sweep} configurations, {c.dtype}, optimizer {c.optimizer}, "
+                        f"{c.num_batches} iterations after {c.warmup} warm-up each"]
+    shape = ",".join(map(str, c.image_shape))
+    return lines + [
+        f"# kvstore {c.kv_store} on {plan.devices.describe()}: {plan.store_cls.summary}",
+        f"# network {plan.network_label} (image shape {shape}, {c.num_classes} classes), "
+        f"{c.dtype}, optimizer {c.optimizer}, {c.num_batches} iterations after {c.warmup} "
+        "warm-up",
+    ]
+
+
+def links_text(links: dict) -> str:
+    """``GPU 0<->1 18 NVLinks; PCIe: GPU 0 gen5 x16, GPU 1 gen5 x16`` (environment's links)."""
+    nv = [f"GPU {pair.replace('-', '<->')} {'?' if count is None else count} NVLinks"
+          for pair, count in (links.get("nvlinks") or {}).items()]
+    pcie = [f"GPU {gpu} {pcie_text(link)}"
+            for gpu, link in (links.get("pcie") or {}).items()]
+    return "; ".join(nv + (["PCIe: " + ", ".join(pcie)] if pcie else []))
+
+
+def array_table(plan: Plan) -> list[str]:
+    from bandwidth.plan.layout import DTYPE_BYTES
+
+    width = max(len(name) for name, _ in plan.shapes)
+    lines = [f"{'key':>5}  {'name':<{width}}  {'shape':<24} {'bytes':>14}"]
+    for key, (name, shape) in enumerate(plan.shapes):
+        nbytes = DTYPE_BYTES[plan.config.dtype]
+        for d in shape:
+            nbytes *= d
+        lines.append(f"{key:>5}  {name:<{width}}  {str(tuple(shape)):<24} {nbytes:>14,}")
+    lines.append(f"total: {plan.nbytes:,} bytes in {plan.config.dtype}")
+    return lines
+
+
+def summary_lines(result: Result) -> list[str]:
+    plan, s = result.plan, result.summary
+    devices = f"{plan.devices.n} device{'s' if plan.devices.n != 1 else ''}" + (
+        f" on each of {len(result.workers)} workers" if result.workers else "")
+    lines = [f"# summary: kvstore {plan.config.kv_store}, {devices}, "
+             f"{s.nbytes / 1e6:.2f} MB in {len(plan.shapes)} arrays, {s.iterations} iterations"]
+    if s.bus_factor == 0:   # one device: MXNet's formula gives 0 (its iter lines keep it)
+        lines.append(f"#   GB/sec per gpu: {ONE_DEVICE}: nothing crosses a link, so busbw is 0 "
+                     "by definition")
+    else:
+        lines.append(f"#   GB/sec per gpu (busbw = algbw x {s.bus_factor:g}): median "
+                     f"{s.busbw_median:.3f}, min {s.busbw_min:.3f}, max {s.busbw_max:.3f}")
+    lines += [f"#   algbw {s.algbw_median:.3f} GB/s, time median {s.seconds_median:.6f} s, "
+              f"max error {_error_text(s.error_max)}",
+              launch_line(result),
+              f"#   ceiling: {ceiling_text(result)}"]
+    ref = result.reference
+    if ref is not None:
+        ratio = s.busbw_median / ref.busbw_median if ref.busbw_median else float("nan")
+        lines.append(f"#   reference, one flat all-reduce of the same bytes: busbw "
+                     f"{ref.busbw_median:.3f} GB/s (median); this run reaches {100 * ratio:.1f} %")
+    elif plan.store_cls.distributed and result.host_ceiling is None:
+        lines.append("#   host-to-host ceiling: python launch.py -H hosts -n K python -m "
+                     "bandwidth.ceiling --network")
+    elif s.bus_factor and not plan.store_cls.distributed:
+        lines.append("#   reference: not measured (--no-reference)")
+    if result.host_ceiling is not None:
+        lines.append(ceiling_line(result.host_ceiling, servers=bool(result.server_hosts)))
+    if result.link_bound is not None:
+        lines.append(result.link_bound.line())
+    return lines
+
+
+def launch_line(result: Result) -> str:
+    """How the steps were issued, and the host's time per step beside the step's own."""
+    plan, s = result.plan, result.summary
+    launch = result.launch or plan.launch
+    if launch == "graph":
+        how = "graph (each step one replay of a CUDA graph captured at set-up)"
+    elif plan.devices.is_cuda and plan.config.launch == "graph":
+        how = f"eager ({plan.config.kv_store} has no graph path: the host issues every step)"
+    else:
+        how = "eager (the host issues every copy, kernel and collective of each step)"
+    if s.host_seconds_median is None:
+        return f"#   launch {how}"
+    share = 100 * s.host_seconds_median / s.seconds_median if s.seconds_median else 0.0
+    return (f"#   launch {how}; host time per step: median {1e6 * s.host_seconds_median:.1f} us, "
+            f"{share:.1f} % of the step")
+
+
+def worker_lines(result: Result) -> list[str]:
+    """The distributed modes' per-worker table (empty for the others): GB/sec per gpu and the
+    network traffic per second from each worker's own median step time; per server where the
+    mode has servers and says what each one gets (n/a otherwise)."""
+    if not result.workers:
+        return []
+    out_word, in_word = result.plan.store_cls.traffic_words
+    lines = ["#   per worker, from its own median step time (the lines above take the slowest "
+             "worker of each step):",
+             f"#   {'worker':>6}  {'GB/sec per gpu':>14}  {out_word + ' GB/s':>12}  "
+             f"{in_word + ' GB/s':>13}  per server, GB/s each way"]
+    for row in result.workers:
+        servers = ", ".join(f"{s}: {gbps:.3f}" for s, gbps in enumerate(row.server_gbps()))
+        lines.append(f"#   {row.worker:>6}  {row.busbw_median:>14.3f}  {row.network_gbps:>12.3f}  "
+                     f"{row.network_gbps:>13.3f}  {servers or 'n/a'}")
+    return lines
+
+
+def ceiling_text(result: Result) -> str:
+    """'92.1 % of 384.8 GB/s (p2p unidirectional copy ...)', or n/a with the reason."""
+    plan, ceiling = result.plan, result.ceiling
+    bound_by = plan.store_cls.bound_text(plan.devices)
+    if ceiling is None:
+        why = ("1 device" if plan.devices.n < 2 else
+               "this mode measures none in the run" if plan.store_cls.distributed and
+               plan.config.reference else
+               "not measured (--no-reference)" if not plan.config.reference else "unknown")
+        return f"n/a ({why}); bound by {bound_by}"
+    if ceiling.not_a_bound:
+        return f"n/a ({ceiling.not_a_bound}); {ceiling.name}: {gbps_3(ceiling.gbps)} GB/s"
+    return f"{result.pct_of_ceiling:.1f} % of {ceiling.gbps:.3f} GB/s ({ceiling.name})"
+
+
+def _error_text(error: float) -> str:
+    return "not checked" if error < 0 else f"{error:.6f}"
+
+
+def result_json(result: Result) -> dict:
+    """One entry of a result document's "results" (bandwidth.results.document describes the schema)."""
+    plan = result.plan
+    return {
+        "config": plan.config.to_dict(),
+        "network": {"name": plan.network_label, "arrays": len(plan.shapes), "bytes": plan.nbytes,
+                    "shapes": [[name, list(shape)] for name, shape in plan.shapes]},
+        "kv_store": {"name": plan.config.kv_store,
+                     "bound": plan.store_cls.bound_text(plan.devices),
+                     "notes": result.notes},
+        "devices": plan.devices.labels(),
+        "launch": result.launch or plan.launch,
+        # Every iteration's figure, kept for the statistical gate (bandwidth.report.stats).
+        "iterations": [dict(asdict(s), busbw_gbps=busbw_gbps(result.summary.nbytes, s.seconds,
+                                                             result.summary.bus_factor))
+                       for s in result.samples],
+        "reports": [asdict(r) for r in result.reports],
+        "summary": asdict(result.summary),
+        "reference": None if result.reference is None else asdict(result.reference),
+        "ceiling": None if result.ceiling is None else asdict(result.ceiling),
+        "workers": [asdict(w) for w in result.workers],
+        **({"host_ceiling": result.host_ceiling.to_dict()}
+           if result.host_ceiling is not None else {}),
+        **({"link_bound": result.link_bound.to_dict()}
+           if result.link_bound is not None else {}),
+    }
+
+
+def document(results: list[Result], environment: dict, extra: dict | None = None) -> dict:
+    """The result document that --json and --save-baseline write."""
+    doc = {
+        "schema_version": SCHEMA_VERSION,
+        "tool": f"bandwidth {environment.get('toolkit')}",
+        "created": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "environment": environment,
+        "fingerprint": fingerprint(environment),
+        "results": [result_json(r) for r in results],
+    }
+    doc.update(extra or {})
+    return doc
+
+
+def write_document(doc: dict, path: str) -> None:
+    with open(path, "w") as out:
+        json.dump(doc, out, indent=1)
+        out.write("\n")

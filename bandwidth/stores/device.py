@@ -1,0 +1,495 @@
+"""``device``: reduce on the GPUs over peer-to-peer copies, as MXNet's CommDevice.
+
+Each element of the arrays is owned by one device, which sums it and sends the result back. Two
+placement rules (``--owners``):
+
+- ``balanced`` (default): keys of at most ``SPLIT_BOUND`` elements (1,000,000, MXNet's big-array
+  bound) stay whole and are placed by MXNet's greedy rule below; then the larger keys, taken in key
+  order as one stream of elements, are cut into consecutive pieces that fill every device up to the
+  same load (water-filling: each device gets ``L - load`` elements, with ``L`` the common level,
+  rounded so that loads differ by at most one element). Whenever the large keys hold at least the
+  greedy imbalance of the small ones (at most ``SPLIT_BOUND`` elements), every device owns the same
+  number of elements to within one, so every link direction carries the same bytes per step.
+- ``greedy``: MXNet's rule. Whole keys, largest first, each onto the device with the fewest
+  elements so far (ties: lower key, lower device). A large key sits whole on one owner, so that
+  owner's links carry more (vgg-16: 411 MB on one GPU, 142 MB on the other).
+
+The flat buffers hold the pieces grouped by owner, so owner o's elements form one contiguous
+region. A step then has three phases, all enqueued at once and run asynchronously:
+
+1. pull: every other device copies its slice of o's region into a receive buffer on o;
+2. sum: o adds its own gradients and the received ones (and applies the optimizer, if any);
+3. push: o copies the result into the same region of every other device's outputs.
+
+Each phase is cut into chunks so that sums and pushes of early chunks overlap pulls of later ones.
+Copies from device i to device j run in order on a stream of their own on i, ordered against the
+sums by events, so the two directions of a link, and different links, are busy at the same time.
+The copies go straight to the CUDA runtime (bandwidth.hardware.rawcopy) to keep host time per copy small.
+Per step each device sends and receives 2(n-1)/n of the bytes, which is where MXNet's formula
+comes from.
+
+On GPUs the whole step is captured once as a CUDA graph (``capture``) and replayed, so that the
+host's launch time (tens of copies, kernels and events per step) does not pace it; ``--launch
+eager`` issues them from the host every step, as a framework without graphs does, and the default
+(``auto``, bandwidth.measurement.session) keeps the graph unless a few trial steps show the eager step clearly
+faster. Two replicas may share a GPU (``--gpus 0,0``): their copies then run inside that GPU's
+memory, and the graph is captured with each owner's pull, sum and push on a stream of its own and
+the copies as elementwise kernels (``_shared_schedule``): captured as memcpy nodes, a copy inside
+one H100 ran 11 % slower than the same ``cudaMemcpyAsync`` issued on a stream (2,345 against
+2,645 GB/s for 277 MB), while the kernel copy replayed from a graph ran at 2,894 GB/s
+(benchmarks/probes/graph_gap.py); that was the graph path's 10-12 % deficit from ~200 MB up.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import torch
+
+from bandwidth.hardware import devices as dev
+from bandwidth.hardware import rawcopy
+from bandwidth.stores.base import KVStore
+from bandwidth.plan.layout import Layout, chunk_ranges
+
+log = logging.getLogger(__name__)
+
+
+# Keys of more elements than this are split over the owners by the balanced rule (MXNet's
+# MXNET_KVSTORE_BIGARRAY_BOUND, the size above which its parameter servers split a key).
+SPLIT_BOUND = 1_000_000
+OWNER_RULES = ("balanced", "greedy")
+
+
+def assign_owners(numels: list[int], n: int) -> list[int]:
+    """MXNet's rule: keys by size, largest first, each onto the least-loaded device.
+
+    Ties go to the lower key and the lower device, so the placement is reproducible.
+    """
+    load = [0] * n
+    owner = [0] * len(numels)
+    for key in sorted(range(len(numels)), key=lambda k: (-numels[k], k)):
+        target = min(range(n), key=lambda d: (load[d], d))
+        owner[key] = target
+        load[target] += numels[key]
+    return owner
+
+
+def owner_pieces(numels: list[int], n: int, rule: str = "balanced",
+                 bound: int = SPLIT_BOUND) -> list[tuple[int, int, int, int]]:
+    """Who owns which elements: ``(key, start, length, owner)`` pieces covering every key, grouped
+    by owner (owner 0's pieces first) as the flat buffer lays them out; the rules are in the
+    module docstring."""
+    if rule not in OWNER_RULES:
+        raise ValueError(f"unknown owner rule {rule!r}; valid: {', '.join(OWNER_RULES)}")
+    split = [k for k, numel in enumerate(numels) if rule == "balanced" and numel > bound]
+    whole = [k for k in range(len(numels)) if k not in frozenset(split)]
+    placed = assign_owners([numels[k] for k in whole], n)
+    load = [0] * n
+    pieces = [[] for _ in range(n)]
+    for k, o in zip(whole, placed):
+        pieces[o].append((k, 0, numels[k], o))
+        load[o] += numels[k]
+    fill = water_fill(load, sum(numels[k] for k in split))
+    # The split keys as one stream of elements, cut into consecutive runs of fill[o] elements.
+    stream = [(k, numels[k]) for k in split]
+    at, offset = 0, 0
+    for o in range(n):
+        want = fill[o]
+        while want > 0:
+            key, numel = stream[at]
+            take = min(want, numel - offset)
+            pieces[o].append((key, offset, take, o))
+            want -= take
+            offset += take
+            if offset == numel:
+                at, offset = at + 1, 0
+    for o in range(n):
+        pieces[o].sort(key=lambda piece: (piece[0], piece[1]))
+    return [piece for owned in pieces for piece in owned]
+
+
+def water_fill(load: list[int], extra: int) -> list[int]:
+    """How many of ``extra`` elements each device takes so that the largest final load is as
+    small as possible: devices below the common level are filled up to it (within one element;
+    the lower devices get the odd ones)."""
+    active = list(range(len(load)))
+    while True:
+        level = (sum(load[o] for o in active) + extra) / len(active)
+        above = [o for o in active if load[o] > level]
+        if not above:
+            break
+        active = [o for o in active if o not in above]
+    total = sum(load[o] for o in active) + extra
+    base, odd = divmod(total, len(active))
+    fill = [0] * len(load)
+    for rank, o in enumerate(sorted(active)):
+        fill[o] = base + (1 if rank < odd else 0) - load[o]
+    return fill
+
+
+def owner_runs(layout, pieces, n: int) -> list[list[tuple[int, int]]]:
+    """Per owner, the runs [start, stop) of the flat buffer it reduces: where ``layout``'s
+    segments meet its pieces (one run per owner in this mode's own layout; several in the
+    parameter-server modes', which lay the buffer out by server)."""
+    by_key = {}
+    for key, start, length, o in pieces:
+        by_key.setdefault(key, []).append((start, start + length, o))
+    marks = []
+    for seg in layout.segments:
+        lo, hi = seg.start, seg.start + seg.length
+        for start, stop, o in by_key[seg.key]:
+            a, b = max(lo, start), min(hi, stop)
+            if a < b:
+                marks.append((seg.offset + a - lo, seg.offset + b - lo, o))
+    runs = [[] for _ in range(n)]
+    for a, b, o in sorted(marks):
+        if runs[o] and runs[o][-1][1] == a:
+            runs[o][-1] = (runs[o][-1][0], b)
+        else:
+            runs[o].append((a, b))
+    return runs
+
+
+def peer_warning(peers: list[list[bool]], ids: list[int]) -> str | None:
+    """The warning for GPU pairs without direct access (None: every pair has it, or no GPUs).
+
+    ``peers[i][j]``: device ``ids[i]`` can access device ``ids[j]`` directly. Pairs are named by
+    GPU id: ``0<->2`` neither way, ``0->2`` only 0 cannot access 2.
+    """
+    n = len(peers)
+    pairs = n * (n - 1)
+    enabled = sum(peers[i][j] for i in range(n) for j in range(n) if i != j)
+    if enabled == pairs:
+        return None
+    lacking = []
+    for i in range(n):
+        for j in range(i + 1, n):
+            if not peers[i][j] and not peers[j][i]:
+                lacking.append(f"{ids[i]}<->{ids[j]}")
+            elif not peers[i][j]:
+                lacking.append(f"{ids[i]}->{ids[j]}")
+            elif not peers[j][i]:
+                lacking.append(f"{ids[j]}->{ids[i]}")
+    return (f"only {enabled} out of {pairs} GPU pairs have direct (peer-to-peer) access; the "
+            f"others are staged through host memory (a->b: GPU a cannot access GPU b): "
+            f"{', '.join(lacking)}")
+
+
+class DeviceStore(KVStore):
+    name = "device"
+    summary = ("reduce on the GPUs over peer-to-peer copies: each key summed on its owner GPU, "
+               "then broadcast")
+    bound = "peer-to-peer link (unidirectional copy rate)"
+    bound_on_cpu = "host memory copy rate (the replicas share one memory)"
+    bound_kind = "peer link"
+    graph_capable = True
+    takes_owners = True
+
+    @classmethod
+    def make_layout(cls, shapes, n, cluster=None, owners="greedy"):
+        numels = [math.prod(shape) for _, shape in shapes]
+        return Layout.from_pieces(shapes, [(key, start, length) for key, start, length, _
+                                           in owner_pieces(numels, n, owners)])
+
+    @classmethod
+    def extra_bytes_per_device(cls, nbytes, n, optimizer):
+        # Receive buffers: n-1 copies of the largest owner region (about nbytes/n each).
+        return (n - 1) * (nbytes // max(n, 1) + 1) * 2 if n > 1 else 0
+
+    def __init__(self, replicas, layout, optimizer, group, chunk_elements, cpu_threads=None,
+                 owners="greedy"):
+        """``owners``: the placement rule; the session passes --owners (default balanced). The
+        parameter-server modes build this store on their own layout, grouped by MXNet's greedy
+        owners (dist.ps_layout), and keep the greedy default."""
+        super().__init__(replicas, layout, optimizer, group, chunk_elements, cpu_threads)
+        n = len(replicas)
+        self.owners = owners
+        pieces = owner_pieces([layout.key_numel(k) for k in range(len(layout.shapes))], n, owners)
+        # ranges[o]: the runs of the flat buffer that owner o reduces.
+        self.ranges = owner_runs(layout, pieces, n)
+        self.key_counts = [len({key for key, _, _, o in pieces if o == owner})
+                           for owner in range(n)]
+        self.split_keys = len({key for key, start, length, _ in pieces
+                               if start > 0 or length < layout.key_numel(key)})
+        self.owned = [sum(e - s for s, e in runs) for runs in self.ranges]
+        devices = [r.device for r in replicas]
+        dtype = replicas[0].grads.dtype
+        # recv[o][j]: j's copy of what o owns, received on o (None where j == o).
+        self.recv = [[None if j == o else torch.empty(self.owned[o], dtype=dtype, device=devices[o])
+                      for j in range(n)] for o in range(n)]
+        # Sums run on each device's current stream: no stream switching inside the timed step.
+        self.compute = [dev.current_stream(d) for d in devices]
+        # send[i][j]: the stream on device i that runs every copy i -> j, in order.
+        self._schedule([chunk_elements or _auto_chunk(self.owned[o], replicas[0].grads)
+                        for o in range(n)],
+                       [[dev.new_stream(devices[i]) if i != j else None for j in range(n)]
+                        for i in range(n)])
+        if optimizer is not None:
+            for r in replicas:
+                r.outputs.zero_()     # the owner's output region doubles as its weight store
+        self.home_device = torch.cuda.current_device() if devices[0].type == "cuda" else None
+        self.peers = dev.peer_matrix(devices)
+        self.peer_warning = peer_warning(self.peers, [d.index if d.index is not None else k
+                                                      for k, d in enumerate(devices)])
+        if self.peer_warning:
+            # On stderr before the first iteration, as MXNet's LOG(WARNING) at start-up; the
+            # summary repeats it as a note with the access matrix.
+            log.warning(self.peer_warning)
+        for i in range(n):             # let torch enable peer access for every pair once
+            for j in range(n):
+                if i != j:
+                    replicas[j].outputs[:1].copy_(replicas[i].outputs[:1])
+
+    def _schedule(self, chunk: list[int], send, via_torch: bool = False, push=None,
+                  kernel: bool = False) -> None:
+        """Cut each owner's runs into chunks of at most ``chunk[o]`` elements, take ``send`` as
+        the copy streams (``push``: other streams for the pushes), and plan every copy and sum of
+        a step (``_plan_views``; ``via_torch``: its copies as torch's ``copy_``; ``kernel``: as
+        elementwise kernels, rawcopy.kernel_copy)."""
+        self.via_torch = via_torch
+        self.kernel_copies = kernel
+        self.sum_lanes = False       # True: owner o sums on compute[o], not the current stream
+        self.push_send = push or send
+        n = len(self.replicas)
+        devices = [r.device for r in self.replicas]
+        self.chunks, self.recv_at = [], []
+        for o in range(n):
+            self.chunks.append([c for s, e in self.ranges[o] for c in chunk_ranges(s, e, chunk[o])])
+            starts = [0]
+            for s, e in self.chunks[o]:
+                starts.append(starts[-1] + e - s)
+            self.recv_at.append(starts[:-1])       # where chunk c lands in the receive buffer
+        self.send = send
+        self.pulled = [[[dev.new_event(devices[o]) for _ in self.chunks[o]] for _ in range(n)]
+                       for o in range(n)]
+        self.summed = [[dev.new_event(devices[o]) for _ in self.chunks[o]] for o in range(n)]
+        self._plan_views()
+
+    def _plan_views(self) -> None:
+        """Every slice and copy a step touches, made once: (owner, peer, chunk, copy) for the
+        pulls, and per (chunk, owner) the sum's operands and the pushes."""
+        reps, n = self.replicas, len(self.replicas)
+        # Chunk-major, so that the first copy of every link direction is queued before any
+        # second one: a step starts every link at once (queuing all of one owner's chunks first
+        # started the other direction some 20 us late, and a single step ends with its last link).
+        self.pulls = []
+        for c in range(max(len(chunks) for chunks in self.chunks)):
+            for o in range(n):
+                if c >= len(self.chunks[o]):
+                    continue
+                s, e = self.chunks[o][c]
+                for j in range(n):
+                    if j != o:
+                        self.pulls.append((o, j, c, rawcopy.Copy(self._received(o, j, c),
+                                                                 reps[j].grads[s:e],
+                                                                 self.send[j][o],
+                                                                 self.via_torch,
+                                                                 self.kernel_copies)))
+        self.rounds = []
+        for c in range(max(len(chunks) for chunks in self.chunks)):
+            for o in range(n):
+                if c < len(self.chunks[o]):
+                    s, e = self.chunks[o][c]
+                    received = [self._received(o, j, c) for j in range(n) if j != o]
+                    pushes = [(j, rawcopy.Copy(reps[j].outputs[s:e], reps[o].outputs[s:e],
+                                               self.push_send[o][j], self.via_torch,
+                                               self.kernel_copies))
+                              for j in range(n) if j != o]
+                    self.rounds.append((o, c, reps[o].grads[s:e], reps[o].outputs[s:e], received,
+                                        pushes))
+
+    def _received(self, o: int, j: int, c: int) -> torch.Tensor:
+        s, e = self.chunks[o][c]
+        at = self.recv_at[o][c]
+        return self.recv[o][j][at:at + e - s]
+
+    def notes(self):
+        n = len(self.replicas)
+        placement = ", ".join(f"{o}: {count} keys, {owned} elements" for o, (count, owned)
+                              in enumerate(zip(self.key_counts, self.owned)))
+        rule = (f"balanced, {self.split_keys} keys of more than {SPLIT_BOUND:,} elements split"
+                if self.owners == "balanced" else "greedy, MXNet's rule")
+        lines = [f"owner GPU of each key ({rule}): {placement}"]
+        if self.peer_warning:
+            lines.append(f"WARNING: {self.peer_warning}")
+            lines.extend("  " + " ".join("v" if x else "." for x in row) for row in self.peers)
+        elif self.peers:
+            lines.append(f"peer access: all {n * (n - 1)} GPU pairs")
+        return lines
+
+    def step(self):
+        if len(self.replicas) == 1:
+            self._single()
+            return
+        with rawcopy.keep_device(self.home_device):
+            self._pull()
+            self._sum(push=True)
+
+    def reduce(self) -> None:
+        """Only the reduce half: each owner ends with the sum of what it owns in its outputs
+        (the parameter-server modes then send that to the servers)."""
+        if len(self.replicas) == 1:
+            self._single()
+            return
+        with rawcopy.keep_device(self.home_device):
+            self._pull()
+            self._sum(push=False)
+
+    def broadcast(self) -> None:
+        """Only the broadcast half: each owner's outputs to every other device. The caller orders
+        it after whatever wrote the owners' outputs (a device synchronisation)."""
+        with rawcopy.keep_device(self.home_device):
+            for _, _, _, _, _, pushes in self.rounds:
+                for _, push in pushes:
+                    push()
+
+    def _pull(self) -> None:
+        # Every other device's copy of each owner's elements (all enqueued at once).
+        for o, j, c, pull in self.pulls:
+            pull()
+            dev.record(self.pulled[o][j][c], self.send[j][o])
+
+    def _sum(self, push: bool) -> None:
+        # Chunk by chunk: sum on the owner (on its current stream, compute[o]) once the chunk has
+        # arrived from everyone, then push the result to every other device.
+        for o, c, own_grads, own_out, received, pushes in self.rounds:
+            for j in range(len(self.replicas)):
+                if j != o:
+                    dev.wait(self.compute[o], self.pulled[o][j][c])
+            with dev.on_streams(self.compute[o]) if self.sum_lanes else _same_stream():
+                if self.optimizer is None:
+                    torch.add(own_grads, received[0], out=own_out)
+                    for more in received[1:]:
+                        own_out.add_(more)
+                else:
+                    total = received[0]
+                    total.add_(own_grads)
+                    for more in received[1:]:
+                        total.add_(more)
+                    self.optimizer.apply(own_out, total)
+            dev.record(self.summed[o][c], self.compute[o])
+            if push:
+                for j, copy in pushes:
+                    dev.wait(self.push_send[o][j], self.summed[o][c])
+                    copy()
+
+    def capture(self):
+        """The step as one CUDA graph, captured on a stream of the first replica's GPU: every
+        stream the step uses (the copy streams, a sum stream on each other GPU) is forked from
+        it and joined back, so that the graph holds the whole step across every GPU. Replicas
+        that all share one GPU are captured with the schedule of ``_shared_schedule``. The eager
+        plan is restored afterwards, so that eager steps (``--launch auto``'s trial) still run
+        the eager schedule."""
+        devices = [r.device for r in self.replicas]
+        home = devices[0]
+        # One eager step first: every kernel is loaded and every peer mapping made before capture.
+        self.step()
+        for d in set(devices):
+            torch.cuda.synchronize(d)
+        if self.optimizer is not None:
+            for r in self.replicas:
+                r.outputs.zero_()     # the weights start from zero, as __init__ left them
+        graph = torch.cuda.CUDAGraph()
+        capture = torch.cuda.Stream(device=home)
+        capture.wait_stream(torch.cuda.current_stream(home))
+        eager_plan = {name: getattr(self, name) for name in _PLAN}
+        eager = self.compute
+        sums = {d: capture if d == home else torch.cuda.Stream(device=d) for d in set(devices)}
+        compute = [sums[d] for d in devices]
+        if len(set(devices)) == 1 and len(devices) > 1:
+            compute = self._shared_schedule(capture)
+        side = {s for matrix in (self.send, self.push_send) for row in matrix for s in row
+                if s is not None and s is not capture}
+        side = list(side | {s for s in compute if s is not capture})
+        try:
+            with torch.cuda.device(home), torch.cuda.graph(graph, stream=capture):
+                with dev.on_streams(*[s for d, s in sums.items() if d != home]):
+                    self.compute = compute
+                    for stream in side:
+                        stream.wait_stream(capture)
+                    with rawcopy.keep_device(home.index):
+                        if len(self.replicas) == 1:
+                            self._single()
+                        else:
+                            self._pull()
+                            self._sum(push=True)
+                    for stream in side:
+                        capture.wait_stream(stream)
+        finally:
+            self.compute = eager
+            for name, value in eager_plan.items():
+                setattr(self, name, value)
+        torch.cuda.current_stream(home).wait_stream(capture)
+        for d in set(devices):
+            torch.cuda.synchronize(d)
+        return graph
+
+    def _shared_schedule(self, capture) -> list:
+        """The plan captured for replicas that all share one GPU (``--gpus 0,0``): no link to
+        pipeline over, every copy and sum goes through the same memory. ``SHARED_GRAPH_SCHEDULE``:
+        "sequential", one chunk per owner, every copy and sum one after another on the capture
+        stream; "parallel", one chunk per owner, each owner's pull, sum and push in order on a
+        stream of its own (the owners' chains run side by side); "concurrent", the eager
+        schedule (chunks, one stream per copy direction). ``SHARED_GRAPH_COPY``: "kernel" copies
+        as elementwise kernels (rawcopy.kernel_copy), "memcpy" as memcpy nodes. Returns the
+        stream each owner sums on."""
+        n = len(self.replicas)
+        kernel = SHARED_GRAPH_COPY == "kernel"
+        whole = [self.chunk_elements or max(1, self.owned[o]) for o in range(n)]
+        if SHARED_GRAPH_SCHEDULE == "parallel":
+            lanes = [capture] + [torch.cuda.Stream(device=capture.device) for _ in range(n - 1)]
+            self._schedule(whole, [[lanes[j] if i != j else None for j in range(n)]
+                                   for i in range(n)],
+                           push=[[lanes[i] if i != j else None for j in range(n)]
+                                 for i in range(n)], kernel=kernel)
+            self.sum_lanes = True
+            return lanes
+        if SHARED_GRAPH_SCHEDULE == "concurrent":
+            self._schedule([self.chunk_elements or _auto_chunk(self.owned[o],
+                                                               self.replicas[0].grads)
+                            for o in range(n)], self.send, kernel=kernel)
+            return [capture] * n
+        self._schedule(whole, [[capture if i != j else None for j in range(n)] for i in range(n)],
+                       kernel=kernel)
+        return [capture] * n
+
+    def _single(self):
+        (replica,) = self.replicas
+        if self.optimizer is None:
+            replica.outputs.copy_(replica.grads)
+        else:
+            self.optimizer.apply(replica.outputs, replica.grads)
+
+
+# The plan of a step (``_schedule``), saved and restored around a capture with another plan.
+_PLAN = ("chunks", "recv_at", "send", "push_send", "pulled", "summed", "pulls", "rounds",
+         "via_torch", "kernel_copies", "sum_lanes")
+
+# Replicas sharing one GPU: the schedule and the kind of copies their graph is captured with
+# (DeviceStore._shared_schedule).
+# "parallel" with "kernel" copies was the fastest of the six on an H100 for every network measured
+# (benchmarks/probes/graph_gap.py, BENCHMARKS.md 2026-11-23): vgg-16 415 GB/s against 362 for the
+# sequential schedule with memcpy nodes, mobilenet 253 against 209.
+SHARED_GRAPH_SCHEDULE = "parallel"
+SHARED_GRAPH_COPY = "kernel"
+
+
+class _same_stream:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+# Fewer, larger copies are faster (each copy and each event costs microseconds on the GPU), but a
+# pipeline needs at least two stages: by default each owner region goes in two chunks, or in
+# chunks of at most 256 MB for very large networks.
+AUTO_MAX_CHUNK_BYTES = 256 * 10**6
+
+
+def _auto_chunk(region_numel: int, sample: torch.Tensor) -> int:
+    max_elements = AUTO_MAX_CHUNK_BYTES // sample.element_size()
+    pieces = max(2, -(-region_numel // max_elements))
+    return max(1, -(-region_numel // pieces))

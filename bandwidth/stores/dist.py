@@ -1,0 +1,287 @@
+"""Parameter-server modes, worker side: ``dist_sync``, ``dist_async``, ``dist_sync_device`` (alias
+``dist_device_sync``) and ``dist_async_device``, with MXNet's semantics on torch.distributed (Gloo,
+host buffers over TCP).
+
+A step on a worker: reduce its own devices' arrays (on the CPU, or on the GPUs for the ``_device``
+variants) into a pinned host buffer, push it to the servers and pull the new values back into a
+second host buffer, then copy those to every device. The flat buffer is laid out server by server
+(``ps_layout``), so what goes to one server is one contiguous run, sent as several messages of at
+most MESSAGE_BYTES that are all in flight at once. Servers (bandwidth.stores.psserver) keep the store in
+host memory. Start these modes with launch.py, which sets the roles:
+
+    python launch.py -n 2 -s 2 python bandwidth/measure.py --kv-store dist_sync --cpus 2
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from bandwidth.hardware import devices as dev
+from bandwidth.stores.base import KVStore
+from bandwidth.stores.device import DeviceStore, assign_owners
+from bandwidth.plan.layout import Layout, chunk_ranges
+
+BIGARRAY_BOUND = 1_000_000          # MXNET_KVSTORE_BIGARRAY_BOUND: elements, not bytes
+MESSAGE_BYTES = 2 * 10**6
+FIRST_MESSAGE_BYTES = 256 * 1024    # the ramp's first and last message (see ``messages``)
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Where this process sits in a parameter-server job (from the launcher's contract)."""
+
+    num_workers: int
+    num_servers: int
+    worker: int = 0                 # this worker's index (servers: unused)
+    # Two process groups over every rank, one per direction: pushes (worker -> server) travel on
+    # ``push_group``'s connections, answers on ``pull_group``'s. Gloo moves one pair's sends and
+    # receives in turn, not at once, so over a single group a worker's link carried its pushes
+    # and pulls one after the other and a step took twice the link's bound (measured between two
+    # hosts on a 1 Gbit/s link: 0.059 GB/s each way on one pair, 0.119 on two). None: the default
+    # group.
+    push_group: object = None
+    pull_group: object = None
+
+    def server_rank(self, server: int) -> int:
+        return self.num_workers + server
+
+
+def split_evenly(numel: int, parts: int) -> list[int]:
+    """MXNet's split of a big array: part i has round(N/S*(i+1)) - round(N/S*i) elements."""
+    cut = [math.floor(numel / parts * i + 0.5) for i in range(parts + 1)]
+    return [b - a for a, b in zip(cut, cut[1:])]
+
+
+def server_pieces(shapes, num_servers: int) -> list[list[tuple[int, int, int]]]:
+    """(key, start, length) pieces each server holds: arrays of at least BIGARRAY_BOUND elements
+    split evenly over all servers, smaller ones whole on server (key * 9973) % S (MXNet's rule)."""
+    pieces: list[list[tuple[int, int, int]]] = [[] for _ in range(num_servers)]
+    for key, (_, shape) in enumerate(shapes):
+        numel = math.prod(shape)
+        if numel >= BIGARRAY_BOUND:
+            start = 0
+            for server, length in enumerate(split_evenly(numel, num_servers)):
+                pieces[server].append((key, start, length))
+                start += length
+        else:
+            pieces[(key * 9973) % num_servers].append((key, 0, numel))
+    return pieces
+
+
+def ps_layout(shapes, num_servers: int, devices: int, by_owner: bool):
+    """The flat layout server by server (within a server, grouped by owner GPU for the _device
+    variants so each owner's share stays in few runs); returns (layout, [(start, stop)] per
+    server)."""
+    owner = assign_owners([math.prod(s) for _, s in shapes], devices)
+    ordered, ranges, cursor = [], [], 0
+    for held in server_pieces(shapes, num_servers):
+        if by_owner:
+            held = sorted(held, key=lambda piece: (owner[piece[0]], piece[0]))
+        ordered += held
+        size = sum(length for _, _, length in held)
+        ranges.append((cursor, cursor + size))
+        cursor += size
+    return Layout.from_pieces(shapes, ordered), ranges
+
+
+def messages(server_ranges, element_size: int) -> list[tuple[int, int, int]]:
+    """(server, start, stop) of every message, each at most MESSAGE_BYTES; the index is its tag.
+
+    Interleaved: the first message of every server, then the second of every server, and so on,
+    in the order a worker posts them. Every server then receives from every worker at once, so no
+    server's link is idle while another's carries a whole share (sent server by server, each
+    server's inbound link carried all workers' pushes at once while the others waited, and a step
+    took twice the link's bound), and each server answers its first messages while the later
+    pushes are still arriving, so pulls overlap pushes.
+
+    Ramped: a server answers a message once every worker's copy of it is in, so the pulls start
+    one first message after the pushes and end one last message after them; on a slow link
+    that head and tail are idle time (at 1 Gbit/s, 2 x 32 ms per step with 2 MB messages). The
+    messages of each server therefore grow from FIRST_MESSAGE_BYTES, doubling, to MESSAGE_BYTES
+    and shrink the same way at the end."""
+    limit = max(1, MESSAGE_BYTES // element_size)
+    first = max(1, FIRST_MESSAGE_BYTES // element_size)
+    per_server = [[(server, s, e) for s, e in ramped_ranges(a, b, limit, first)]
+                  for server, (a, b) in enumerate(server_ranges)]
+    return [m for round_ in itertools.zip_longest(*per_server) for m in round_ if m is not None]
+
+
+def ramped_ranges(start: int, stop: int, limit: int, first: int) -> list[tuple[int, int]]:
+    """[start, stop) in pieces that grow from ``first`` elements, doubling while below ``limit``,
+    then equal pieces of at most ``limit``, then the same ramp in reverse; too short a range for
+    the two ramps is cut as ``chunk_ranges`` cuts it."""
+    ramp = []
+    size = max(1, first)
+    while size < limit:
+        ramp.append(size)
+        size *= 2
+    if 2 * sum(ramp) + limit > stop - start:
+        return chunk_ranges(start, stop, limit)
+    head, cursor = [], start
+    for size in ramp:
+        head.append((cursor, cursor + size))
+        cursor += size
+    tail, end = [], stop
+    for size in ramp:
+        tail.append((end - size, end))
+        end -= size
+    return head + chunk_ranges(cursor, end, limit) + tail[::-1]
+
+
+class ParameterServerStore(KVStore):
+    bound = "the network between workers and servers"
+    bound_kind = "network"
+    distributed = True
+    sync: bool = True
+    on_gpus: bool = False
+
+    @classmethod
+    def unavailable(cls, devices, dtype):
+        if not dist.is_available() or not dist.is_gloo_available():
+            return "this torch build has no torch.distributed with Gloo"
+        return None
+
+    @classmethod
+    def network_nbytes(cls, nbytes, local, total):
+        return float(nbytes)
+
+    @classmethod
+    def traffic_rule(cls, local, total):
+        return ("each worker pushes its reduced arrays (S bytes) to the servers and pulls S back "
+                "per step, whatever its number of devices")
+
+    @classmethod
+    def make_layout(cls, shapes, n, cluster):
+        return ps_layout(shapes, cluster.num_servers, n, by_owner=cls.on_gpus)[0]
+
+    def __init__(self, replicas, layout, optimizer, group, chunk_elements, cpu_threads=None,
+                 cluster: Cluster | None = None):
+        super().__init__(replicas, layout, optimizer, group, chunk_elements, cpu_threads)
+        self.cluster = cluster
+        first = replicas[0].grads
+        pinned = first.is_cuda
+        numel = layout.numel
+        _, self.server_ranges = ps_layout(list(zip(layout.names, layout.shapes)),
+                                          cluster.num_servers, len(replicas), by_owner=self.on_gpus)
+        self.messages = messages(self.server_ranges, first.element_size())
+        on_host = not first.is_cuda
+        # What goes out and what comes back. On CPU devices, as MXNet's comm_buf aliases a merged
+        # array already in host memory: one replica pushes its own gradients, and the pull lands
+        # in the first replica's outputs; no staging copies.
+        self.push_buf = (first if on_host and len(replicas) == 1 and not self.on_gpus
+                         else dev.empty(numel, first.dtype, torch.device("cpu"), pinned))
+        self.pull_buf = (replicas[0].outputs if on_host
+                         else dev.empty(numel, first.dtype, torch.device("cpu"), pinned))
+        if self.on_gpus:
+            # The GPUs reduce (MXNet's CommDevice); the servers apply the optimizer.
+            self.local = DeviceStore(replicas, layout, None, group, chunk_elements)
+        elif not on_host:
+            self.host_in = [dev.empty(numel, first.dtype, torch.device("cpu"), pinned)
+                            for _ in replicas]
+
+    def server_nbytes(self):
+        element = self.push_buf.element_size()
+        return [(b - a) * element for a, b in self.server_ranges]
+
+    def notes(self):
+        load = ", ".join(f"{s}: {nbytes / 1e6:.2f} MB" for s, nbytes
+                         in enumerate(self.server_nbytes()))
+        return [f"per-server load: {load}; {len(self.messages)} messages of at most "
+                f"{MESSAGE_BYTES / 1e6:g} MB per push, all in flight",
+                f"{'sync' if self.sync else 'async'} servers, local reduce on the "
+                f"{'GPUs' if self.on_gpus else 'CPU'}"]
+
+    def step(self):
+        self._reduce_local()
+        cluster = self.cluster
+        rank = cluster.server_rank
+        # The pulls are posted first: Gloo sends a message only once its receive is posted,
+        # and an answer whose receive is already waiting leaves the server at once (measured
+        # on the netlab at 2.5 Gbit/s, 2 x 2, resnet-50: 71 % of link with the sends first,
+        # 81-85 % with the receives first).
+        recvs = [dist.irecv(self.pull_buf[s:e], src=rank(server), tag=tag,
+                            group=cluster.pull_group)
+                 for tag, (server, s, e) in enumerate(self.messages)]
+        sends = [dist.isend(self.push_buf[s:e], dst=rank(server), tag=tag,
+                            group=cluster.push_group)
+                 for tag, (server, s, e) in enumerate(self.messages)]
+        for work in sends + recvs:
+            work.wait()
+        self._broadcast_local()
+
+    def _reduce_local(self):
+        replicas = self.replicas
+        if self.on_gpus:
+            self.local.reduce()
+            dev_sync(replicas)
+            for o, runs in enumerate(self.local.ranges):
+                for s, e in runs:
+                    self.push_buf[s:e].copy_(replicas[o].outputs[s:e], non_blocking=True)
+            dev_sync(replicas)
+            return
+        if self.push_buf is replicas[0].grads:
+            return                                   # one CPU device: it pushes its own
+        if replicas[0].grads.is_cuda:                # stage every GPU's copy in pinned memory
+            for staged, replica in zip(self.host_in, replicas):
+                staged.copy_(replica.grads, non_blocking=True)
+            dev_sync(replicas)
+            sources = self.host_in
+        else:
+            sources = [replica.grads for replica in replicas]
+        if len(sources) == 1:
+            self.push_buf.copy_(sources[0])
+            return
+        torch.add(sources[0], sources[1], out=self.push_buf)
+        for more in sources[2:]:
+            self.push_buf.add_(more)
+
+    def _broadcast_local(self):
+        replicas = self.replicas
+        if self.on_gpus:
+            for o, runs in enumerate(self.local.ranges):
+                for s, e in runs:
+                    replicas[o].outputs[s:e].copy_(self.pull_buf[s:e], non_blocking=True)
+            dev_sync(replicas)
+            self.local.broadcast()
+            return
+        for replica in replicas:
+            if replica.outputs is not self.pull_buf:
+                replica.outputs.copy_(self.pull_buf, non_blocking=True)
+
+
+def dev_sync(replicas) -> None:
+    for replica in replicas:
+        if replica.device.type == "cuda":
+            torch.cuda.synchronize(replica.device)
+
+
+class DistSync(ParameterServerStore):
+    name = "dist_sync"
+    summary = ("reduce on the CPU, push to parameter servers that sum one push per worker, "
+               "then pull")
+
+
+class DistAsync(ParameterServerStore):
+    name = "dist_async"
+    summary = "reduce on the CPU, push to parameter servers that apply every push at once, pull"
+    sync = False
+    needs_optimizer = True
+
+
+class DistSyncDevice(ParameterServerStore):
+    name = "dist_sync_device"
+    summary = "reduce on the GPUs, then as dist_sync"
+    on_gpus = True
+
+
+class DistAsyncDevice(ParameterServerStore):
+    name = "dist_async_device"
+    summary = "reduce on the GPUs, then as dist_async"
+    sync = False
+    needs_optimizer = True
+    on_gpus = True
