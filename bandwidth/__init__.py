@@ -2,7 +2,27 @@
 
 Exchanges the parameter arrays of real networks under each way of aggregating gradients (the
 "kvstore" modes) and reports GB/s per GPU, as Apache MXNet's tools/bandwidth did. ``run(config)``
-is the programmatic entry point; ``bandwidth.measure`` is the command line.
+(bandwidth.run) is the programmatic entry point; ``bandwidth.measure`` is the command line.
+
+The folders are the stages of a measurement, in the order a run goes through them
+(docs/architecture.md draws it)::
+
+    config -> plan -> stores -> measurement -> results -> report
+                      (backends: which stores; processes: where they run; ceiling: the bounds)
+
+``config`` the command line, parsed once; ``plan`` what is measured where (arrays, devices, the
+mode's class, memory); ``stores`` the kvstore modes and the parameter server; ``backends`` whose
+kvstore does the exchange (this toolkit's or MXNet's) behind one interface; ``measurement`` the one
+protocol (warm-up, timing, error check) on one process's replicas; ``processes`` the processes of a
+run (one per device, or the roles of a launch) and what they share; ``results`` the result of a
+run and the document it is written as; ``report`` text, tables, CSV, plots, baselines and gates;
+``hardware`` facts about this machine; ``ceiling`` what the hardware allows; ``launch`` the
+distributed launcher; ``netlab`` a laboratory of hosts. ``run.py`` is the pipeline, top to bottom.
+
+Modules at this level: the entry points (``measure``, ``compare``, ``__main__``), ``run``, and the
+vocabulary every stage may import and that imports none of them: ``errors``, ``formulas``,
+``cliparse``. No module imports another that imports it back, directly or not
+(tests/test_architecture.py checks it); package ``__init__`` files hold only their rule.
 """
 
 __version__ = "0.1.0"

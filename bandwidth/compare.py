@@ -32,12 +32,12 @@ import os
 import sys
 from pathlib import Path
 
-from bandwidth.report import baseline as bl
-from bandwidth.report import gatereport as gr
 from bandwidth.cliparse import OneLineParser
 from bandwidth.errors import BandwidthError, ConfigError
-from bandwidth.results.document import Row, load_document, rows_from_document
+from bandwidth.report import baseline as bl
+from bandwidth.report import gatereport as gr
 from bandwidth.report.table import report_lines, write_csv
+from bandwidth.results.document import Row, load_document, rows_from_document
 
 
 def build_parser() -> argparse.ArgumentParser:

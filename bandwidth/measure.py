@@ -35,22 +35,25 @@ from dataclasses import replace  # noqa: E402
 import torch  # noqa: E402
 
 import networks  # noqa: E402
+from bandwidth.backends import engines  # noqa: E402
+from bandwidth.ceiling.bounds import BoundCache  # noqa: E402
 from bandwidth.config.options import Job, build_parser, job_from_args  # noqa: E402
-from bandwidth.hardware.environment import describe as describe_environment  # noqa: E402
 from bandwidth.errors import BandwidthError, ConfigError  # noqa: E402
-from bandwidth.stores.registry import KVSTORES  # noqa: E402
-from bandwidth.report.text import (array_table, discard_stdout, document,  # noqa: E402
-                                   preamble, summary_lines, worker_lines, write_document)
+from bandwidth.hardware.environment import describe as describe_environment  # noqa: E402
+from bandwidth.measurement.protocol import Summary  # noqa: E402
+from bandwidth.plan.plan import Plan, make_plan, size_line  # noqa: E402
 from bandwidth.report import baseline  # noqa: E402
 from bandwidth.report import gatereport  # noqa: E402
 from bandwidth.report import table  # noqa: E402
-from bandwidth.ceiling.bounds import BoundCache  # noqa: E402
 from bandwidth.report.progress import Progress  # noqa: E402
-from bandwidth.measurement.protocol import Summary  # noqa: E402
 from bandwidth.report.stats import ci_width_pct  # noqa: E402
-from bandwidth.results.document import Row, devices_label, fingerprint, rows_from_document  # noqa: E402
-from bandwidth.run import (Plan, Result, can_run_together, make_plan, run,  # noqa: E402
-                           run_together, size_line)
+from bandwidth.report.text import (array_table, discard_stdout, document, preamble,  # noqa: E402
+                                   summary_lines, worker_lines, write_document)
+from bandwidth.results.document import (Row, devices_label, fingerprint,  # noqa: E402
+                                        rows_from_document)
+from bandwidth.results.result import Result  # noqa: E402
+from bandwidth.run import can_run_together, run, run_together  # noqa: E402
+from bandwidth.stores.registry import KVSTORES  # noqa: E402
 
 
 class Stopped(BaseException):
@@ -435,10 +438,7 @@ def outputs(job: Job, doc: dict, rows) -> None:
 def execute_distributed(job: Job, role) -> int:
     """One configuration under launch.py: workers measure and print MXNet's lines, servers serve,
     and the first worker prints the summary with every worker's line."""
-    if job.configs[0].backend == "mxnet":      # MXNet's ps-lite roles (mxnet imported there)
-        from bandwidth.backends.mxnet_session import check_role, run_distributed
-    else:
-        from bandwidth.processes.distributed import check_role, run_distributed
+    roles = engines.engine(job.configs[0]).roles()     # MXNet's: ps-lite (mxnet imported there)
 
     if job.is_sweep:
         raise ConfigError(f"the distributed modes measure one configuration per launch, not "
@@ -449,13 +449,14 @@ def execute_distributed(job: Job, role) -> int:
     (config,) = job.configs
     on_worker = role is None or role.name == "worker"
     plan = make_plan(config, with_devices=on_worker)
-    check_role(config.kv_store, role, servers_needed=not plan.store_cls.process_per_device)
+    roles.check_role(config.kv_store, role, servers_needed=not plan.store_cls.process_per_device)
     if on_worker and role.task_id == 0:
         for line in preamble(plan, describe_environment(plan.devices)):
             print(line)
     if on_worker:
         print(size_line(plan.shapes, config.dtype), flush=True)
-    result = run_distributed(plan, role, on_report=lambda report: print(report.line(), flush=True))
+    result = roles.run_distributed(
+        plan, role, on_report=lambda report: print(report.line(), flush=True))
     if result is None or role.task_id != 0:
         return 0                           # the first worker prints the gathered summary
     if job.network_ceiling is not None:
@@ -483,7 +484,8 @@ def measured_host_ceiling(matrix, result: Result):
 
 
 def measured_link_bound(rate_bits: int, result: Result):
-    """--link-rate: the full-duplex bound of a step on this job's hosts (bandwidth.ceiling.linkbound)."""
+    """--link-rate: the full-duplex bound of a step on this job's hosts
+    (bandwidth.ceiling.linkbound)."""
     from bandwidth.ceiling.linkbound import link_bound, ps_host_bytes, ring_host_bytes
 
     if not result.worker_hosts:             # --backend mxnet: ps-lite does not say where
@@ -501,8 +503,8 @@ def measured_link_bound(rate_bits: int, result: Result):
 def host_ceilings(plan: Plan) -> tuple[dict, int]:
     """--ceiling: python -m bandwidth.ceiling on this job's widest device set, printed; returns
     its document (the --json "ceiling" key) and the status it exits with (1: a part failed)."""
-    from bandwidth.ceiling.suite import CeilingOptions, measure_ceilings
     from bandwidth.ceiling.render import lines
+    from bandwidth.ceiling.suite import CeilingOptions, measure_ceilings
 
     ceilings = measure_ceilings(plan.devices, CeilingOptions(),
                                 progress=lambda m: print(f"# {m}", file=sys.stderr, flush=True))

@@ -46,7 +46,8 @@ from bandwidth.config.options import Config
 from bandwidth.errors import BandwidthError
 from bandwidth.formulas import one_gpu_device_bound_gbps
 from bandwidth.plan.layout import DTYPE_BYTES
-from bandwidth.run import check_memory, make_plan, run
+from bandwidth.plan.plan import check_memory, make_plan
+from bandwidth.run import run
 
 MIN_NETWORK_BYTES = 16 * 10**6
 EXTRA = [("llama-1b", "bfloat16")]          # the transformer in bf16
@@ -82,7 +83,7 @@ def iterations_for(nbytes: int) -> int:
 def warmup_for(nbytes: int) -> int:
     """Untimed iterations first: 20 for the small networks, down to 2 from 1 GB. A small network's
     graph step on one H100 still ran 4-6 % slower in its first 10 iterations after a second of
-    idling than from its 30th on (benchmarks/probes/graph_gap.py, part D)."""
+    idling than from its 30th on (benchmarks/probes/graph_gap.py at 7d3c61a, part D)."""
     return max(2, min(20, int(2e9 // max(nbytes, 1))))
 
 
@@ -124,7 +125,8 @@ def nccl_tests_busbw(peers: Path | None, gpus: int, nbytes: int, dtype: str,
     return None
 
 
-# -- rates measured in this run ---------------------------------------------------------------------
+# -- rates measured in this run
+# ---------------------------------------------------------------------
 
 def rates(gpu: int) -> dict[str, float]:
     copy, add = one_gpu_rates(gpu, PROBE_BYTES)
@@ -134,7 +136,8 @@ def rates(gpu: int) -> dict[str, float]:
             "duplex": duplex_host_gbps(gpu, PROBE_BYTES)}
 
 
-# -- the configurations ------------------------------------------------------------------------------
+# -- the configurations
+# ------------------------------------------------------------------------------
 
 def configurations(gpus: int) -> list[tuple[str, dict]]:
     """(label, Config fields) of each mode measured per network."""

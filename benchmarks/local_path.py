@@ -20,7 +20,8 @@ from pathlib import Path
 import networks
 from bandwidth.ceiling.bounds import BoundCache, cpu_local_gbps
 from bandwidth.config.options import Config
-from bandwidth.run import make_plan, run
+from bandwidth.plan.plan import make_plan
+from bandwidth.run import run
 
 MIN_MB, MAX_MB = 16, 2000
 

@@ -34,7 +34,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bandwidth.ceiling.linkbound import link_bound, parse_rate, ps_host_bytes, ring_host_bytes  # noqa: E402
+from bandwidth.ceiling.linkbound import (link_bound, parse_rate, ps_host_bytes,  # noqa: E402
+                                         ring_host_bytes)
 from bandwidth.netlab import lab as labmod  # noqa: E402
 from bandwidth.netlab.cli import up  # noqa: E402
 

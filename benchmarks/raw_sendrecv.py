@@ -4,8 +4,10 @@ messages of at most --message-bytes, all in flight at once) and each server send
 straight back to the worker it came from as soon as it has arrived; torch.distributed (Gloo)
 isend/irecv, nothing else (no summation, no copies to or from devices).
 
-    PYTHONPATH=$PWD python launch.py -n 1 -s 1 python benchmarks/raw_sendrecv.py --bytes 102015648 --iters 10
-    PYTHONPATH=$PWD python launch.py -n 2 -s 2 python benchmarks/raw_sendrecv.py --network resnet --num-layers 200
+    PYTHONPATH=$PWD python launch.py -n 1 -s 1 python benchmarks/raw_sendrecv.py --bytes 102015648
+    --iters 10
+    PYTHONPATH=$PWD python launch.py -n 2 -s 2 python benchmarks/raw_sendrecv.py --network resnet
+    --num-layers 200
 
 With --network the bytes are split over the servers as the modes split that network (MXNet's
 rule, bandwidth.stores.dist.ps_layout); with --bytes evenly. Ranks as launch.py numbers them:
@@ -29,9 +31,9 @@ import torch
 import torch.distributed as dist
 
 import networks
-from bandwidth.stores.dist import ps_layout, split_evenly
-from bandwidth.plan.layout import chunk_ranges
 from bandwidth.launch.contract import SERVER, WORKER, ContractError, Role, join_store
+from bandwidth.plan.layout import chunk_ranges
+from bandwidth.stores.dist import ps_layout, split_evenly
 
 
 def parse(argv=None) -> argparse.Namespace:

@@ -32,9 +32,9 @@ from bandwidth.ceiling.host import host_path
 from bandwidth.ceiling.p2p import p2p_copy_gbps
 from bandwidth.config.options import Config
 from bandwidth.hardware.devices import DeviceSet
+from bandwidth.measurement.session import Session
 from bandwidth.processes.group import LocalGroup
 from bandwidth.run import run
-from bandwidth.measurement.session import Session
 
 
 def enqueue_seconds(shapes, gpus, chunk_mb: float, repeats: int = 10) -> tuple[float, float]:

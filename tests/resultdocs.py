@@ -1,4 +1,5 @@
-"""Result documents (bandwidth.results.document, schema version 1) built by hand for the reporting tests."""
+"""Result documents (bandwidth.results.document, schema version 1) built by hand for the
+reporting tests."""
 
 from __future__ import annotations
 

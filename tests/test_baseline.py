@@ -6,8 +6,8 @@ import json
 import pytest
 from resultdocs import doctor, h200_links, make_document, make_result, three_modes, write_document
 
-from bandwidth.report import baseline as bl
 from bandwidth.errors import ConfigError
+from bandwidth.report import baseline as bl
 from bandwidth.results.document import fingerprint, rows_from_document
 
 

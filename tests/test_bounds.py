@@ -7,12 +7,12 @@ import re
 
 import pytest
 
-from bandwidth.ceiling import bounds
 from bandwidth import cputhreads
+from bandwidth.ceiling import bounds
 from bandwidth.ceiling.bounds import Bound, BoundCache, judged, probe_nbytes
 from bandwidth.config.options import Config
 from bandwidth.measurement.protocol import Sample, Summary
-from bandwidth.run import make_plan
+from bandwidth.plan.plan import make_plan
 
 LENET = dict(network="lenet", image_shape=(1, 28, 28), num_classes=10)
 LENET_ARGS = ["--network", "lenet", "--image-shape", "1,28,28", "--num-classes", "10"]

@@ -7,8 +7,8 @@ import types
 
 import pytest
 
-from bandwidth.hardware.busy import GpuState, busy_reasons, read_states
 from bandwidth.errors import ConfigError
+from bandwidth.hardware.busy import GpuState, busy_reasons, read_states
 
 # An H100 SXM's SM clocks: 1980 MHz maximum (NVML's max clock and default application clock).
 FREE = GpuState(0, processes=(), app_clock_mhz=1980, max_clock_mhz=1980, throttle_mask=0x1)

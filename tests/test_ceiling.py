@@ -11,15 +11,14 @@ import pytest
 import torch
 from conftest import ROOT, requires_cuda
 
-from bandwidth.ceiling.suite import CeilingOptions, measure_ceilings
-from bandwidth.ceiling.model import Ceilings
 from bandwidth.ceiling import render
 from bandwidth.ceiling.collectives import COLLECTIVES, aligned_numel, figures
-from bandwidth.ceiling.model import MATRICES, Matrix
+from bandwidth.ceiling.model import MATRICES, Ceilings, Matrix
+from bandwidth.ceiling.suite import CeilingOptions, measure_ceilings
 from bandwidth.ceiling.timing import median_seconds
 from bandwidth.config.options import parse_size, size_sweep
-from bandwidth.hardware.devices import DeviceSet
 from bandwidth.errors import ConfigError
+from bandwidth.hardware.devices import DeviceSet
 from bandwidth.hardware.topology import Topology, normalise_bus_id, read_topology
 
 SMALL = CeilingOptions(nbytes=8 * 10**6, p2p_nbytes=8 * 10**6, p2p_burst=2, repeats=2, burst=2,

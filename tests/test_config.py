@@ -3,10 +3,10 @@ from pathlib import Path
 
 import pytest
 
-from bandwidth.report.baseline import parse_tolerance
 from bandwidth.config.options import (build_parser, job_from_args, parse_gpus, parse_image_shape,
                                       parse_size, size_sweep)
 from bandwidth.errors import ConfigError
+from bandwidth.report.baseline import parse_tolerance
 
 
 def job(*argv):
@@ -139,8 +139,8 @@ def test_nccl_modes_refuse_one_gpu_twice_and_say_why():
 
 def test_launch_defaults_to_auto_on_gpus_for_the_modes_that_capture():
     from bandwidth.hardware.devices import DeviceSet
-    from bandwidth.stores.registry import KVSTORES
     from bandwidth.measurement.session import launch_of
+    from bandwidth.stores.registry import KVSTORES
 
     gpus, cpus = DeviceSet("cuda", (0, 0)), DeviceSet("cpu", (0, 1))
     assert [launch_of(KVSTORES[m], gpus, None) for m in ("device", "nccl")] == ["auto"] * 2

@@ -12,13 +12,12 @@ import sys
 import time
 
 import pytest
-
 from conftest import ROOT
 
 from bandwidth.ceiling.bounds import Bound, bound
 from bandwidth.config.options import Config
 from bandwidth.measurement.protocol import Sample, Summary
-from bandwidth.run import make_plan
+from bandwidth.plan.plan import make_plan
 
 LAUNCH = ROOT / "launch.py"
 LENET = ["--network", "lenet", "--image-shape", "1,28,28", "--num-classes", "10"]

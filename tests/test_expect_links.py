@@ -6,7 +6,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import ROOT
 
 from bandwidth.ceiling.expect import expectations, link_gates

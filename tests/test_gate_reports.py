@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import ROOT
 from resultdocs import h200_links, make_document, make_result, write_document
 

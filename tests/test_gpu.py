@@ -6,11 +6,11 @@ import pytest
 import torch
 from conftest import requires_cuda
 
-from bandwidth.measurement import session as session_mod
 from bandwidth.config.options import Config
-from bandwidth.stores import device as device_mode
-from bandwidth.run import run
+from bandwidth.measurement import session as session_mod
 from bandwidth.measurement.session import TRIAL_STEPS
+from bandwidth.run import run
+from bandwidth.stores import device as device_mode
 
 pytestmark = [pytest.mark.gpu, requires_cuda]
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from bandwidth.config.options import MAX_SWEEP_SIZES, parse_size, size_sweep
-from bandwidth.processes.distributed import gpu_shares
 from bandwidth.errors import ConfigError
+from bandwidth.processes.distributed import gpu_shares
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -147,10 +147,10 @@ def test_a_file_named_like_a_network_does_not_replace_it(tmp_path):
 
 def test_the_memory_check_counts_nccls_processes(monkeypatch):
     """vgg-16 under nccl on 2 CPU devices used 7.13 GB; the old estimate was 5.94 GB."""
-    import bandwidth.run as run
+    import bandwidth.plan.plan as plan
     from bandwidth.config.options import Config
     from bandwidth.errors import OutOfMemoryError
 
-    monkeypatch.setattr(run, "free_bytes", lambda devices: [7_130_000_000])
+    monkeypatch.setattr(plan, "free_bytes", lambda devices: [7_130_000_000])
     with pytest.raises(OutOfMemoryError, match="needs 7.1"):
-        run.check_memory(run.make_plan(Config(network="vgg", kv_store="nccl", cpus=2)))
+        plan.check_memory(plan.make_plan(Config(network="vgg", kv_store="nccl", cpus=2)))

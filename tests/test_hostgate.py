@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import ROOT
 
 from bandwidth.ceiling.hostmatrix import HostMatrix
@@ -72,7 +71,7 @@ def test_the_command_line_names_the_host_and_writes_junit(tmp_path):
     path = tmp_path / "hosts.json"
     path.write_text(json.dumps({"network": {"hosts": list(m.labels),
                                             "gbps": [list(r) for r in m.gbps]}}))
-    proc = subprocess.run([sys.executable, "-m", "bandwidth.report.hostgate", str(path), "--junit",
+    proc = subprocess.run([sys.executable, "-m", "bandwidth.hostgate", str(path), "--junit",
                            str(tmp_path / "h.xml")], cwd=ROOT, capture_output=True, text=True,
                           timeout=60, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -80,7 +79,7 @@ def test_the_command_line_names_the_host_and_writes_junit(tmp_path):
     assert "# FAILED: 3 of 6 pairs slow; at fault: node3" in proc.stdout
     import xmlschema
     xmlschema.XMLSchema(str(ROOT / "tests" / "junit-10.xsd")).validate(str(tmp_path / "h.xml"))
-    bad = subprocess.run([sys.executable, "-m", "bandwidth.report.hostgate", str(tmp_path / "no.json")],
-                         cwd=ROOT, capture_output=True, text=True, timeout=60,
+    bad = subprocess.run([sys.executable, "-m", "bandwidth.hostgate",
+                          str(tmp_path / "no.json")], cwd=ROOT, capture_output=True, text=True, timeout=60,
                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 1

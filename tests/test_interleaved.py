@@ -6,15 +6,16 @@ count that untimed trial steps found fastest (bandwidth.cputhreads), or --cpu-th
 import pytest
 import torch
 
-from bandwidth.ceiling import bounds
 from bandwidth import cputhreads
-from bandwidth.measurement import protocol
+from bandwidth.ceiling import bounds
 from bandwidth.ceiling.bounds import Bound, BoundCache, judged
 from bandwidth.config.options import Config
 from bandwidth.hardware.devices import DeviceSet
-from bandwidth.processes.group import LocalGroup
-from bandwidth.run import can_run_together, make_plan, run_together
+from bandwidth.measurement import protocol
 from bandwidth.measurement.session import Session
+from bandwidth.plan.plan import make_plan
+from bandwidth.processes.group import LocalGroup
+from bandwidth.run import can_run_together, run_together
 
 LENET = dict(network="lenet", image_shape=(1, 28, 28), num_classes=10)
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from bandwidth.errors import ConfigError
 from bandwidth.ceiling.linkbound import link_bound, parse_rate, ps_host_bytes, ring_host_bytes
+from bandwidth.errors import ConfigError
 
 
 def test_parse_rate():

@@ -8,14 +8,15 @@ import pytest
 import torch
 
 from bandwidth.ceiling import bounds
-from bandwidth.measurement import protocol
 from bandwidth.config.options import Config
-from bandwidth.plan.data import expected_sum
 from bandwidth.hardware.devices import DeviceSet
-from bandwidth.processes.group import LocalGroup
-from bandwidth.stores.local import default_chunk_bytes
-from bandwidth.run import make_plan, run
+from bandwidth.measurement import protocol
 from bandwidth.measurement.session import Session
+from bandwidth.plan.data import expected_sum
+from bandwidth.plan.plan import make_plan
+from bandwidth.processes.group import LocalGroup
+from bandwidth.run import run
+from bandwidth.stores.local import default_chunk_bytes
 
 # 250,007 elements: chunks of 0.1 MB (25,000 float32) split it into 11 pieces; the small keys
 # share chunks, one of them straddles a boundary.
@@ -101,7 +102,7 @@ def test_run_on_cpu_devices_names_the_local_ceiling():
 
 
 def test_the_memory_check_counts_no_staging_buffers_on_cpu_devices(monkeypatch):
-    import bandwidth.run as run_module
+    import bandwidth.plan.plan as plan_module
     from bandwidth.errors import OutOfMemoryError
 
     resnet = dict(kv_store="local", cpus=2, network="resnet", num_layers=50)
@@ -109,14 +110,14 @@ def test_the_memory_check_counts_no_staging_buffers_on_cpu_devices(monkeypatch):
     nbytes = plan.nbytes
     assert nbytes == 102_015_648            # resnet-50, 102.02 MB
     # Per replica: gradients, outputs, the float32 expected sum, the check's scratch; nothing else.
-    per_replica = 2 * nbytes + 4 * plan.numel + run_module.CHECK_SCRATCH_BYTES
-    assert run_module.host_bytes(plan) == 2 * per_replica
+    per_replica = 2 * nbytes + 4 * plan.numel + plan_module.CHECK_SCRATCH_BYTES
+    assert plan_module.host_bytes(plan) == 2 * per_replica
     sgd = make_plan(Config(**resnet, optimizer="sgd"))
-    assert run_module.host_bytes(sgd) == 2 * per_replica + 2 * nbytes    # weights and scratch
-    monkeypatch.setattr(run_module, "free_bytes", lambda devices: [2 * per_replica])
-    run_module.check_memory(plan)                                       # fits exactly
+    assert plan_module.host_bytes(sgd) == 2 * per_replica + 2 * nbytes    # weights and scratch
+    monkeypatch.setattr(plan_module, "free_bytes", lambda devices: [2 * per_replica])
+    plan_module.check_memory(plan)                                       # fits exactly
     with pytest.raises(OutOfMemoryError, match=f"needs {4 * per_replica / 1e9:.2f} GB"):
-        run_module.check_memory(plan, plan)          # two backends at once: their needs add up
-    monkeypatch.setattr(run_module, "free_bytes", lambda devices: [2 * per_replica - 1])
+        plan_module.check_memory(plan, plan)          # two backends at once: their needs add up
+    monkeypatch.setattr(plan_module, "free_bytes", lambda devices: [2 * per_replica - 1])
     with pytest.raises(OutOfMemoryError, match="on 2 CPU devices needs"):
-        run_module.check_memory(plan)
+        plan_module.check_memory(plan)

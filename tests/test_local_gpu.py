@@ -8,13 +8,13 @@ import pytest
 import torch
 from conftest import requires_cuda
 
-from bandwidth.measurement import protocol
 from bandwidth.config.options import Config
-from bandwidth.plan.data import expected_sum
 from bandwidth.hardware.devices import DeviceSet
+from bandwidth.measurement import protocol
+from bandwidth.measurement.session import Session
+from bandwidth.plan.data import expected_sum
 from bandwidth.processes.group import LocalGroup
 from bandwidth.run import run
-from bandwidth.measurement.session import Session
 
 pytestmark = [pytest.mark.gpu, requires_cuda]
 

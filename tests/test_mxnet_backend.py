@@ -14,7 +14,6 @@ import sys
 import time
 
 import pytest
-
 from conftest import ROOT, run_cli
 from resultdocs import make_document, make_result, write_document
 
@@ -208,9 +207,9 @@ def test_a_single_host_mode_under_servers_and_a_scheduler_is_refused_at_once(bac
 
 
 def test_workers_alone_may_run_a_single_host_mode_each():
-    from bandwidth.processes.distributed import check_single_host
     from bandwidth.errors import ConfigError
     from bandwidth.launch.contract import Job
+    from bandwidth.processes.distributed import check_single_host
 
     check_single_host(["local"], None)                                   # no launcher
     workers_only = Job(2, 0, "127.0.0.1", 4000, 4000, "local")

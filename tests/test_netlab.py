@@ -219,7 +219,7 @@ def test_matrix_reads_the_shaped_rates_and_names_the_slow_host(lab, tmp_path):
     assert slow in min(cells)[1:]
     # Issue 20's per-host gate on the same matrix: the host shaped to half the others' rate fails,
     # and the re-pairing pass names it and no other host.
-    gate = subprocess.run([PYTHON, "-m", "bandwidth.report.hostgate", str(matrix_path)], cwd=ROOT,
+    gate = subprocess.run([PYTHON, "-m", "bandwidth.hostgate", str(matrix_path)], cwd=ROOT,
                           env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True,
                           text=True, timeout=60)
     assert gate.returncode == 1, gate.stdout + gate.stderr

@@ -1,6 +1,7 @@
 """No per-device rank outlives its run: SIGTERM, SIGKILL and Ctrl-C to measure.py and the launcher.
 
-Real processes and real signals. A rank (``python -m bandwidth.processes.worker``) is found as a descendant
+Real processes and real signals. A rank (``python -m bandwidth.processes.worker``) is found as a
+descendant
 of the process under test; after the signal every one of them must be gone within seconds, and
 measure.py's temporary folder (TMPDIR points at the test's own) must be empty.
 """

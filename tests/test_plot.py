@@ -9,8 +9,8 @@ import pytest
 from conftest import ROOT
 from resultdocs import flat_sweep, make_document, make_result, scaling, three_modes
 
-from bandwidth.report import plot
 from bandwidth.errors import ConfigError
+from bandwidth.report import plot
 from bandwidth.results.document import rows_from_document
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -103,8 +103,8 @@ def run_python(code: str):
 
 def test_reporting_modules_do_not_import_matplotlib_until_a_plot_is_asked():
     proc = run_python("import sys\n"
-                      "import bandwidth.compare, bandwidth.report.baseline, bandwidth.report.table, "
-                      "bandwidth.report.plot\n"
+                      "import bandwidth.compare, bandwidth.report.baseline, "
+                      "bandwidth.report.table, bandwidth.report.plot\n"
                       "assert 'matplotlib' not in sys.modules, 'matplotlib imported'\n")
     assert proc.returncode == 0, proc.stderr
 

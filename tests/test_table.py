@@ -4,17 +4,11 @@ baseline row, the speed-up table of scaling runs."""
 import csv
 
 import pytest
-from resultdocs import (
-    flat_sweep,
-    make_document,
-    make_result,
-    measure_document,
-    scaling,
-    three_modes,
-)
+from resultdocs import (flat_sweep, make_document, make_result, measure_document, scaling,
+                        three_modes)
 
-from bandwidth.report import table
 from bandwidth.errors import ConfigError
+from bandwidth.report import table
 from bandwidth.results.document import rows_from_document
 
 

@@ -8,7 +8,8 @@ Arrays: one NDArray per key and device, on ``mx.cpu(i)`` or ``mx.gpu(i)``, holdi
 test data of ``bandwidth.plan.data`` for the global replica ``worker * devices + device``. Each step
 pushes and then pulls every key with its own call and ``priority = key``, as MXNet's
 ``tools/bandwidth/measure.py`` did (MXNet's Python overhead is in the time, as it was there); the
-step ends when ``mx.nd.waitall()`` returns. Timing and reports are ``bandwidth.measurement.protocol``'s, the
+step ends when ``mx.nd.waitall()`` returns. Timing and reports are
+``bandwidth.measurement.protocol``'s, the
 error is ``bandwidth.plan.data.Reference``'s (with sgd: ``-steps x lr x sum``, MXNet's SGD with
 rescale_grad 1 and no weight decay).
 
@@ -34,14 +35,16 @@ from typing import Callable, NoReturn
 import numpy as np
 import torch
 
-from bandwidth.plan import optimizers
 from bandwidth.backends.mxnet_backend import import_mxnet
-from bandwidth.plan.data import Reference, fill_gradient
 from bandwidth.errors import BandwidthError, UnsupportedError
-from bandwidth.processes.group import LocalGroup
-from bandwidth.plan.layout import Layout
 from bandwidth.launch.contract import SCHEDULER, SERVER, Role, join_store
-from bandwidth.run import Plan, Result, measure_session
+from bandwidth.measurement.tasks import measure_session
+from bandwidth.plan import optimizers
+from bandwidth.plan.data import Reference, fill_gradient
+from bandwidth.plan.layout import Layout
+from bandwidth.plan.plan import Plan
+from bandwidth.processes.group import LocalGroup
+from bandwidth.results.result import Result
 
 NUMPY_DTYPES = {"float32": np.float32, "float16": np.float16}
 STORE_PREFIX = "bandwidth/mxnet/"        # the workers' Gloo group inside the launcher's store
@@ -55,7 +58,8 @@ class MXNetFailed(BandwidthError):
 
 class MXNetSession:
     """One process's part: its devices' arrays, MXNet's kvstore exchanging them, and the error
-    check. It plugs into ``bandwidth.measurement.protocol.measure`` like ``bandwidth.measurement.session.Session``."""
+    check. It plugs into ``bandwidth.measurement.protocol.measure`` like
+    ``bandwidth.measurement.session.Session``."""
 
     def __init__(self, mx, plan: Plan, group, *, first_replica: int = 0,
                  replicas: int | None = None, on_progress: Callable[[str], None] | None = None):

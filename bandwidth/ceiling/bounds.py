@@ -86,6 +86,7 @@ def bound(plan, reference, nbytes: int | None = None) -> Bound | None:
             return one_gpu_bound(devices.ids[0], n, probe)
         if devices.is_cuda:
             from bandwidth.ceiling.p2p import p2p_copy_gbps
+
             # Pairs of replicas, by position: with a GPU listed twice (0,0,1) the pair (0, 0) is
             # a copy inside GPU 0's memory.
             pairs = sorted({(a, b) for i, a in enumerate(devices.ids)
@@ -128,11 +129,12 @@ def one_gpu_rates(gpu: int, probe: int) -> tuple[float, float]:
     fastest of issuing it from the host and replaying it from a CUDA graph (the copy also as the
     elementwise kernel that the device mode's one-GPU graph copies with): a bound must hold for
     every way the modes launch it."""
-    from bandwidth.ceiling.p2p import p2p_copy_gbps
     from bandwidth.ceiling.host import device_add_gbps
+    from bandwidth.ceiling.p2p import p2p_copy_gbps
     a = torch.ones(probe // 4, device=f"cuda:{gpu}")
     b, c = torch.ones_like(a), torch.empty_like(a)
     from bandwidth.hardware.rawcopy import kernel_copy
+
     # The copy: cudaMemcpyPeerAsync from the host, and from a graph both torch's copy_ (a memcpy
     # node) and the elementwise kernel copy that the device mode's one-GPU graph uses.
     copy = max(2 * p2p_copy_gbps(gpu, gpu, probe, repeats=3, burst=5),
@@ -259,7 +261,8 @@ def fastest_threads(probe, n: int) -> float:
 
 # The host memory copy probe settles first: on a 16-core VM the first copies of a process ran at a
 # quarter to 3/4 of the rate that the same process reached after 0.2 s of copies (its thread pool
-# and idle cores waking; benchmarks/probes/host_copy_probe.py, BENCHMARKS.md), so the best of 5
+# and idle cores waking; benchmarks/probes/host_copy_probe.py at 7d3c61a, BENCHMARKS.md), so the
+# best of 5
 # copies right after the first moved by 2x between runs. Copy for this long untimed, then time
 # at least COPY_TIMED_CALLS copies and COPY_TIMED_S seconds (COPY_MAX_CALLS at most); the best.
 COPY_WARMUP_S, COPY_TIMED_CALLS, COPY_TIMED_S, COPY_MAX_CALLS = 0.2, 10, 0.1, 200

@@ -13,8 +13,8 @@ import torch
 from bandwidth.ceiling import render
 from bandwidth.ceiling.suite import PARTS, CeilingOptions, measure_ceilings
 from bandwidth.config.options import check_timeout, parse_gpus, parse_size, size_sweep
-from bandwidth.hardware.devices import resolve
 from bandwidth.errors import BandwidthError, ConfigError
+from bandwidth.hardware.devices import resolve
 
 PROG = "python -m bandwidth.ceiling"
 MAX_MB = 1e9                              # 1 PB: beyond any memory
@@ -164,8 +164,8 @@ def _expect_args(args, devices, options) -> tuple[float | None, str | None]:
 def _expect(ceilings, pct: float, junit: str | None, summary_md: str | None,
             json_path: str | None) -> int:
     """The --expect-links gate on the measured ceilings: table, verdict, reports; 0 or 1."""
-    from bandwidth.report import gatereport
     from bandwidth.ceiling.expect import link_gates
+    from bandwidth.report import gatereport
     from bandwidth.report.table import render as render_table
 
     doc = ceilings.to_dict()

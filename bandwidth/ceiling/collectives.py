@@ -39,8 +39,8 @@ import torch
 import torch.cuda.nccl as nccl
 import torch.distributed as dist
 
-from bandwidth.hardware.devices import DeviceSet
 from bandwidth.formulas import algbw_gbps, allreduce_factor
+from bandwidth.hardware.devices import DeviceSet
 from bandwidth.launch.contract import job_store
 from bandwidth.processes.spawn import run_ranks
 

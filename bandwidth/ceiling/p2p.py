@@ -7,7 +7,8 @@ measures them: ``cudaMemcpyPeerAsync`` on the copy engine, issued on the source 
 
 Cell [i][j] is a copy from GPU i to GPU j; the diagonal is a copy within GPU i counting both the
 read and the write, as the reference does. Bidirectional cells add both directions, on a stream of
-each GPU, queued as the reference queues them (every copy one way, then every copy the other). Latency is the GPU time per 16-byte copy of ``latency_repeat``
+each GPU, queued as the reference queues them (every copy one way, then every copy the other).
+Latency is the GPU time per 16-byte copy of ``latency_repeat``
 copies queued behind a spin kernel (the reference's definition: it too times copy-engine copies,
 unless given --sm_copy). With peer access enabled the copies cross the peer link; in a process that
 never enabled it (``bandwidth.ceiling.unpeered``) the driver stages them through host memory.
@@ -21,8 +22,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from bandwidth.hardware import rawcopy
 from bandwidth.ceiling.timing import GatedTimer, median_seconds
+from bandwidth.hardware import rawcopy
 
 LATENCY_BYTES = 16         # one int4, as p2pBandwidthLatencyTest
 

@@ -23,22 +23,16 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from bandwidth.hardware import rawcopy
 from bandwidth.ceiling import collectives, host, p2p
-from bandwidth.ceiling.model import (
-                                     MATRICES,
-                                     Ceilings,
-                                     CollectiveSweep,
-                                     HostLink,
-                                     HostMemory,
-                                     Matrix,
-                                     )
+from bandwidth.ceiling.model import (MATRICES, Ceilings, CollectiveSweep, HostLink, HostMemory,
+                                     Matrix)
 from bandwidth.config.options import size_sweep
+from bandwidth.errors import BandwidthError, ConfigError
+from bandwidth.hardware import rawcopy
 from bandwidth.hardware.devices import DeviceSet
 from bandwidth.hardware.environment import describe as describe_environment
-from bandwidth.errors import BandwidthError, ConfigError
-from bandwidth.processes.spawn import PACKAGE_ROOT
 from bandwidth.hardware.topology import read_topology
+from bandwidth.processes.spawn import PACKAGE_ROOT
 
 log = logging.getLogger(__name__)
 

@@ -19,8 +19,8 @@ from dataclasses import asdict
 
 import torch
 
-from bandwidth.hardware import rawcopy
 from bandwidth.ceiling.p2p import p2p_matrices
+from bandwidth.hardware import rawcopy
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,1 +1,9 @@
-"""config."""
+"""Configuration: the command line of ``measure.py``, parsed once into a frozen ``Config`` per
+measured configuration and one ``Job`` for the whole invocation (``options``). Code below this
+never touches argparse or os.environ.
+
+Owns: flags, their defaults and checks, the names of the backends. May import the vocabulary
+(errors, cliparse) and the owners of the values it parses: the stores' registry for mode names,
+plan.layout for dtype sizes, ceiling.hostmatrix and ceiling.linkbound for --network-ceiling and
+--link-rate, report.baseline for the gates' thresholds. Nothing it imports imports it back.
+"""

@@ -12,9 +12,9 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from bandwidth.ceiling.hostmatrix import HostMatrix, load_matrix
 from bandwidth.cliparse import OneLineParser
 from bandwidth.errors import ConfigError
-from bandwidth.ceiling.hostmatrix import HostMatrix, load_matrix
 
 DTYPES = ("float32", "float16", "bfloat16")
 OPTIMIZERS = ("none", "sgd")
@@ -427,9 +427,20 @@ def _networks(args: argparse.Namespace, dtype_bytes: int) -> list[str]:
     return out
 
 
-def _backends(args: argparse.Namespace) -> list[str]:
-    from bandwidth.backends.registry import canonical_backend
+BACKENDS: dict[str, str] = {
+    "toolkit": "this toolkit's kvstore modes on PyTorch (bandwidth.stores)",
+    "mxnet": "Apache MXNet 1.9.1's own kvstore and ps-lite (bandwidth.backends.mxnet_backend)",
+}
 
+
+def canonical_backend(name: str) -> str:
+    name = name.strip().lower()
+    if name not in BACKENDS:
+        raise ConfigError(f"unknown --backend {name!r}; valid: {', '.join(BACKENDS)}")
+    return name
+
+
+def _backends(args: argparse.Namespace) -> list[str]:
     names = list(dict.fromkeys(canonical_backend(b) for b in args.backend.split(",") if b))
     if not names:
         raise ConfigError("--backend needs at least one name")
@@ -465,10 +476,10 @@ def check_output_path(flag: str, path: str | None) -> None:
 
 def job_from_args(args: argparse.Namespace) -> Job:
     """Validate the parsed flags and freeze them into a Job; bad values raise ConfigError."""
+    from bandwidth.plan.layout import DTYPE_BYTES
     from bandwidth.report.baseline import (parse_min_gbps, parse_min_percent, parse_repeat,
                                            parse_tolerance)
     from bandwidth.stores.registry import canonical_name
-    from bandwidth.plan.layout import DTYPE_BYTES
 
     _check_scalars(args)
     for flag, path in (("--json", args.json_path), ("--csv", args.csv_path),

@@ -1,1 +1,7 @@
-"""hardware."""
+"""Facts about this machine and the few device operations everything shares: which devices take
+part (``devices``), their links as NVML reports them (``topology``), versions and the hardware
+fingerprint (``environment``), copies between GPUs without torch's fences (``rawcopy``), and
+whether a GPU is busy before we measure (``busy``).
+
+May import only the vocabulary: every stage may read hardware facts.
+"""

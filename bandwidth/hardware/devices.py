@@ -1,6 +1,7 @@
 """Which devices take part, and the few device operations the modes share.
 
-A run uses either GPUs (``--gpus``) or N "CPU devices" (``--cpus``): replicas in host memory, so that
+A run uses either GPUs (``--gpus``) or N "CPU devices" (``--cpus``): replicas in host memory, so
+that
 every mode runs on a machine without a GPU. On CPU devices there are no streams or events: every
 operation is synchronous, and the helpers below turn into no-ops.
 """

@@ -2,8 +2,9 @@
 
 Modules, in the order a launch uses them:
 
-* ``cli`` -- the command line (``python launch.py``, ``bandwidth-launch``); exact usage there
-* ``config`` -- flags parsed once into a frozen ``LaunchConfig``
+* ``cli`` -- the command line (``python launch.py``, ``bandwidth-launch``), parsed once into a
+  ``LaunchConfig``; exact usage there
+* ``config`` -- ``LaunchConfig``, frozen and checked (what depends on the launcher: ``launchers``)
 * ``hostfile`` -- the hosts file format (``hosts.example``)
 * ``launchers`` -- the table of launchers: ``local``, ``ssh``, ``mpi``
 * ``plan`` -- which host each process runs on (round-robin within slots)

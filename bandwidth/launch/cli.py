@@ -23,14 +23,76 @@ input (flags, hosts file, a taken --port), with one line on stderr.
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import signal
 import sys
+from collections.abc import Mapping, Sequence
 
+from bandwidth.cliparse import OneLineParser
 from bandwidth.errors import BandwidthError
-from bandwidth.launch.config import build_parser, config_from_args
+from bandwidth.launch.config import DEFAULT_TIMEOUT_S, LaunchConfig
 from bandwidth.launch.driver import run
+from bandwidth.launch.environ import parse_env_flags
+from bandwidth.launch.hostfile import parse_hostfile
+from bandwidth.launch.launchers import LAUNCHERS
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(
+        prog="launch.py", description="Start a distributed job: workers, servers (and a "
+        "scheduler) on this host, over ssh, with mpirun or with srun (inside a Slurm "
+        "allocation), supervised until the first failure.",
+        epilog="Environment contract: see bandwidth/launch/contract.py. Hosts file format: see "
+        "hosts.example.")
+    parser.add_argument("-n", "--num-workers", type=int, required=True, metavar="N",
+                        help="number of worker processes")
+    parser.add_argument("-s", "--num-servers", type=int, metavar="S",
+                        help="number of server processes (default: as many as workers; 0 for "
+                        "pure all-reduce jobs)")
+    parser.add_argument("-H", "--hostfile", metavar="FILE",
+                        help="hosts file: 'host[:port] [slots=N]' per line")
+    parser.add_argument("--launcher", choices=list(LAUNCHERS),
+                        help="default: ssh with -H, local without")
+    parser.add_argument("--scheduler", action="store_true",
+                        help="also start one scheduler process (DMLC_ROLE=scheduler) running "
+                        "the same command, as MXNet's ps-lite needs: on this host (mpi: the "
+                        "last MPI process)")
+    parser.add_argument("--sync-dst-dir", metavar="DIR",
+                        help="ssh: rsync the current directory to DIR on every host first, "
+                        "and run the command there")
+    parser.add_argument("--env", action="append", default=[], metavar="NAME[=VALUE]",
+                        help="pass NAME (the launcher's value, or VALUE) to every process; "
+                        "repeatable")
+    parser.add_argument("--timeout", type=int, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+                        help="bound on connecting, starting and joining the rendezvous "
+                        f"(default {DEFAULT_TIMEOUT_S})")
+    parser.add_argument("--port", type=int, default=0,
+                        help="MASTER_PORT, the rendezvous TCPStore's port (default: a free one)")
+    parser.add_argument("--master-addr", metavar="ADDR",
+                        help="MASTER_ADDR (default: this host's address towards the first host)")
+    parser.add_argument("--ssh-config", metavar="FILE", help="ssh: use this ssh config (ssh -F)")
+    parser.add_argument("--ssh-option", action="append", default=[], metavar="KEY=VALUE",
+                        help="ssh: an option for ssh -o; repeatable")
+    parser.add_argument("command", nargs=argparse.REMAINDER,
+                        help="the program and its arguments")
+    return parser
+
+
+def config_from_args(args: argparse.Namespace, environ: Mapping[str, str],
+                     workdir: str) -> LaunchConfig:
+    command: Sequence[str] = args.command
+    if command[:1] == ["--"]:
+        command = command[1:]
+    return LaunchConfig(
+        command=tuple(command), num_workers=args.num_workers, num_servers=args.num_servers,
+        launcher=args.launcher,
+        hosts=tuple(parse_hostfile(args.hostfile)) if args.hostfile else (),
+        scheduler=args.scheduler, env=parse_env_flags(args.env, environ),
+        timeout_s=args.timeout, port=args.port, master_addr=args.master_addr,
+        sync_dst_dir=args.sync_dst_dir, ssh_config=args.ssh_config,
+        ssh_options=tuple(args.ssh_option), workdir=workdir)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from bandwidth.launch.config import LaunchConfig
 from bandwidth.launch.contract import Job, job_store
 from bandwidth.launch.hostfile import LOCALHOST
-from bandwidth.launch.launchers import LAUNCHERS, check_programs
+from bandwidth.launch.launchers import LAUNCHERS, check_config, check_programs
 from bandwidth.launch.plan import make_plan
 from bandwidth.launch.rendezvous import (JoinWatch, address_towards, bind_address, free_port,
                                          open_store)
@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 
 
 def run(config: LaunchConfig, environ: Mapping[str, str]) -> None:
+    check_config(config)
     launcher = LAUNCHERS[config.launcher]
     check_programs(launcher, sync=config.sync_dst_dir is not None)
     placed_count = config.num_workers + config.num_servers + \

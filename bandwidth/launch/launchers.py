@@ -10,8 +10,9 @@ import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from bandwidth.errors import UnsupportedError
+from bandwidth.errors import ConfigError, UnsupportedError
 from bandwidth.launch import local, mpi, slurm, ssh
+from bandwidth.launch.config import LaunchConfig
 from bandwidth.launch.hostfile import Host
 from bandwidth.launch.plan import Plan
 from bandwidth.launch.supervisor import Child
@@ -58,3 +59,31 @@ def check_programs(launcher: Launcher, sync: bool) -> None:
                                    f"(e.g. apt-get install {package})")
     if launcher.version_check is not None:
         launcher.version_check()
+
+
+def check_config(config: LaunchConfig) -> None:
+    """ConfigError, one line, where the options do not fit the launcher (-H, ports, ssh flags)."""
+    launcher = LAUNCHERS.get(config.launcher)
+    if launcher is None:
+        raise ConfigError(f"--launcher {config.launcher!r}: expected one of "
+                          f"{', '.join(LAUNCHERS)}")
+    if launcher.hostfile == "refused" and config.hosts:
+        raise ConfigError(f"--launcher {launcher.name} runs {launcher.summary}: drop -H, or use "
+                          "--launcher ssh or mpi")
+    if launcher.hostfile == "required" and not config.hosts:
+        raise ConfigError(f"--launcher {launcher.name} needs a hosts file: -H FILE (see "
+                          "hosts.example)")
+    if not launcher.host_ports:
+        for host in config.hosts:
+            if host.port is not None:
+                raise ConfigError(
+                    f"--launcher {launcher.name} cannot reach {host}:{host.port} of the hosts "
+                    f"file: mpirun takes no per-host ssh port; list the host without it and put "
+                    f"'Port {host.port}' under 'Host {host}' in ~/.ssh/config, or use "
+                    "--launcher ssh")
+    if config.sync_dst_dir is not None and launcher.sync is None:
+        raise ConfigError(f"--sync-dst-dir copies files over ssh: it needs --launcher ssh, not "
+                          f"{launcher.name}")
+    if (config.ssh_config or config.ssh_options) and not launcher.ssh_options:
+        raise ConfigError(f"--ssh-config/--ssh-option apply to --launcher ssh, not "
+                          f"{launcher.name}")

@@ -17,14 +17,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from bandwidth.errors import ConfigError
+from bandwidth.launch.config import LaunchConfig
 from bandwidth.launch.contract import Job, Role
 from bandwidth.launch.hostfile import Host
-
-if TYPE_CHECKING:
-    from bandwidth.launch.config import LaunchConfig
 
 
 def deal(hosts: Sequence[Host], count: int) -> list[Host]:

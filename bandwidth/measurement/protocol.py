@@ -3,7 +3,8 @@
 Per iteration: the mode's untimed ``prepare`` (gradients written into place, as a backward pass
 would), a cross-rank barrier and a device synchronisation, then the timed ``step`` ended by another
 device synchronisation; ``perf_counter`` brackets it. The time ``step`` takes to return (the host
-issuing the step's work: its launches, or one graph replay) is kept beside it as the host time. A multi-process run takes, per iteration, the
+issuing the step's work: its launches, or one graph replay) is kept beside it as the host time. A
+multi-process run takes, per iteration, the
 slowest rank's time (and keeps each rank's own, for the per-worker table of the distributed
 modes). Warm-up iterations run the same way and are discarded. The error check runs
 after every iteration, untimed, as MXNet's did. Several sessions of one measurement (the backends

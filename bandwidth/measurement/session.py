@@ -5,7 +5,8 @@ as a CUDA graph, and every step replays it: the host issues one launch per step 
 copy, kernel and collective. With ``launch="auto"`` (the default there) the step is captured too,
 then a few untimed trial steps of each kind decide which one the run uses: the graph, unless the
 eager step is clearly faster (on one H100 the graph of two replicas sharing the GPU ran up to 4
-times faster than the eager step below ~100 MB and 0.1-5.5 % faster from ~200 MB up; BENCHMARKS.md). A
+times faster than the eager step below ~100 MB and 0.1-5.5 % faster from ~200 MB up;
+BENCHMARKS.md). A
 mode whose ``auto_graph`` is False (``local``) runs eager under auto.
 Every process of a run takes the same decision (the slowest rank's times). The error check is the
 same either way: every step's outputs.
@@ -20,11 +21,11 @@ import time
 import torch
 
 from bandwidth import cputhreads
+from bandwidth.hardware.devices import DeviceSet
 from bandwidth.plan import optimizers
 from bandwidth.plan.data import Reference, fill_gradient
-from bandwidth.hardware.devices import DeviceSet
-from bandwidth.stores.registry import KVSTORES
 from bandwidth.plan.layout import DTYPE_BYTES, TORCH_DTYPES, Replica
+from bandwidth.stores.registry import KVSTORES
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +189,8 @@ def launch_of(store_cls, devices: DeviceSet, requested: str | None,
               optimizer: str = "none") -> str:
     """How ``store_cls``'s steps are issued on ``devices``: "graph" or "auto" where asked for (or,
     for "auto", by default) on GPUs by a mode that can capture its step there (``can_capture``;
-    "auto" only where the mode's ``auto_graph`` says a graph can help), otherwise "eager". The session resolves "auto" to "graph" or "eager" (``Session.launch``)."""
+    "auto" only where the mode's ``auto_graph`` says a graph can help), otherwise "eager". The
+    session resolves "auto" to "graph" or "eager" (``Session.launch``)."""
     wanted = requested or ("auto" if devices.is_cuda else "eager")
     if wanted == "auto" and not store_cls.auto_graph:
         return "eager"

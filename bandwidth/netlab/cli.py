@@ -1,4 +1,5 @@
-"""The lab's command line, and ``up``/``down`` for programs (the tests, benchmarks/network_impact.py).
+"""The lab's command line, and ``up``/``down`` for programs (the tests,
+benchmarks/network_impact.py).
 
     python -m bandwidth.netlab up --hosts 4 --rate 1gbit [--rate-of 3=500mbit ...]
                                   [--name bwlab] [--subnet 198.18.0.0/24]
@@ -18,8 +19,8 @@ import argparse
 import dataclasses
 import sys
 
-from bandwidth.errors import BandwidthError
 from bandwidth.ceiling.linkbound import parse_rate
+from bandwidth.errors import BandwidthError
 from bandwidth.netlab import lab as labmod
 from bandwidth.netlab import sshd
 from bandwidth.netlab.lab import DEFAULT_NAME, DEFAULT_SUBNET, Lab, NetlabError, format_rate

@@ -1,1 +1,8 @@
-"""plan."""
+"""The plan of a measurement: which arrays (``layout``, from the network tables of ``networks``),
+with which seeded data and closed-form reference (``data``), which optimizer (``optimizers``),
+on which devices and under which mode's class, and whether it fits (``plan``).
+
+May import: config, hardware, the stores' registry, backends.registry (the mode's class under
+its backend), measurement.session (how steps are launched). Not the run, the report or the
+processes.
+"""

@@ -22,18 +22,20 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from bandwidth.plan import optimizers
-from bandwidth.errors import ConfigError, UnsupportedError
-from bandwidth.processes.group import DistGroup
 from bandwidth.ceiling.bounds import Bound, bound, judged
+from bandwidth.errors import ConfigError, UnsupportedError
 from bandwidth.formulas import busbw_gbps
-from bandwidth.stores.dist import Cluster, messages, ps_layout
-from bandwidth.plan.layout import DTYPE_BYTES, TORCH_DTYPES
 from bandwidth.launch.contract import SERVER, WORKER, Role, join_store
 from bandwidth.measurement.protocol import Report, Sample, Summary
-from bandwidth.stores.psserver import serve
-from bandwidth.run import Plan, Result, WorkerTraffic, measure_task, reference_summary
+from bandwidth.measurement.tasks import measure_task, reference_summary
+from bandwidth.plan import optimizers
+from bandwidth.plan.layout import DTYPE_BYTES, TORCH_DTYPES
+from bandwidth.plan.plan import Plan, make_plan
+from bandwidth.processes.group import DistGroup
 from bandwidth.processes.spawn import run_ranks
+from bandwidth.results.result import Result, WorkerTraffic
+from bandwidth.stores.dist import Cluster, messages, ps_layout
+from bandwidth.stores.psserver import serve
 
 DIST_NCCL_PREFIX = "bandwidth/dist_nccl/"
 DIST_NCCL_WORKERS_PREFIX = "bandwidth/dist_nccl_workers/"
@@ -270,7 +272,6 @@ def _own_share(plan: Plan, role: Role) -> Plan:
     """``plan`` on this worker's own share of the GPUs (see ``gpu_shares``)."""
     from dataclasses import replace
 
-    from bandwidth.run import make_plan
 
     ids = plan.devices.ids if plan.devices.is_cuda else ()
     mine = (role.node_host, machine_id(), gpu_uuids(ids))

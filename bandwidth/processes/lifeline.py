@@ -1,12 +1,14 @@
 """How a process of a run ends when it must: its parent died, or it stopped making progress.
 
-Used by the per-device ranks (``bandwidth.processes.worker``, started by ``bandwidth.processes.spawn``), by
+Used by the per-device ranks (``bandwidth.processes.worker``, started by
+``bandwidth.processes.spawn``), by
 ``measure.py``'s measurements in every mode, and by the supervisors that name a hung process:
 
 * ``die_with_parent(pid)``: on Linux, ask the kernel for SIGKILL when the parent dies
   (``PR_SET_PDEATHSIG``), then check that the parent is still ``pid`` (it may have died before
   the request); elsewhere only the check. The kernel's signal follows the parent *thread* that
-  started the process, so ``bandwidth.processes.spawn`` starts ranks from the thread that waits for them.
+  started the process, so ``bandwidth.processes.spawn`` starts ranks from the thread that waits for
+  them.
 * ``read_line(fd)`` then ``watch_lifeline(fd)``: the payload line from the rank's stdin, then a
   thread that reads on (the parent holds stdin open and never writes again) and kills this
   process's group at end-of-file. Raw ``os.read``: no buffered reader's lock is held by the

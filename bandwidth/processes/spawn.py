@@ -2,7 +2,8 @@
 
 The parent hosts the rendezvous (a torch.distributed TCPStore listening on a free loopback port
 only, so there is no port race and no other machine can reach it; its keys live under a secret of
-the run that the ranks get with their payload on stdin), starts ``python -m bandwidth.processes.worker``
+the run that the ranks get with their payload on stdin), starts ``python -m
+bandwidth.processes.worker``
 for every rank with an argument list, forwards their stderr, and on the first failure or when a
 rank stops answering stops them all and raises one WorkerError that names the rank, its exit
 status and its last stderr line.
@@ -13,7 +14,8 @@ Nothing is left running and nothing is left on disk, whatever happens to the par
   to a pipe (``--result-fd``). A parent killed by SIGKILL leaves no temporary folder behind.
 * The parent keeps every rank's stdin open and never writes to it again. End-of-file on it (the
   parent stopping the ranks, exiting, or dying even by SIGKILL) makes the rank kill its own
-  process group at once (``bandwidth.processes.lifeline``); on Linux the rank also asks the kernel for
+  process group at once (``bandwidth.processes.lifeline``); on Linux the rank also asks the kernel
+  for
   SIGKILL when its parent dies (PR_SET_PDEATHSIG), which works even while the rank's Python code
   cannot run.
 * Ranks run in sessions of their own (a terminal's Ctrl-C reaches only the parent, which stops
@@ -49,7 +51,8 @@ def run_ranks(payload: dict, world_size: int, timeout_s: float,
 
     ``timeout_s`` is ``--timeout``'s one meaning: the longest a rank may wait for another or go
     without completing an iteration (each rank enforces it on itself: its store and collective
-    timeouts and ``bandwidth.processes.lifeline.Watchdog``); a rank stopped by a signal for that long
+    timeouts and ``bandwidth.processes.lifeline.Watchdog``); a rank stopped by a signal for that
+    long
     ends the run here, named as the cause. ``total_s``: a cap on the whole run as well (the
     ceiling's ``--timeout``, "seconds allowed to each child process")."""
     store = None
@@ -63,8 +66,8 @@ def run_ranks(payload: dict, world_size: int, timeout_s: float,
     ranks: list[_Rank] = []
     try:
         for r in range(world_size):
-            ranks.append(_Rank(r, [sys.executable, "-m", "bandwidth.processes.worker", "--rank", str(r),
-                                   "--world-size", str(world_size),
+            ranks.append(_Rank(r, [sys.executable, "-m", "bandwidth.processes.worker",
+                                   "--rank", str(r), "--world-size", str(world_size),
                                    "--store-port", str(store.port if store else 0),
                                    "--parent-pid", str(os.getpid()),
                                    "--timeout", repr(float(timeout_s))], env, text))

@@ -5,7 +5,8 @@
 
 The payload arrives on stdin, and stdin stays open for the rank's whole life: end-of-file on it
 means the parent is gone or is stopping this rank, which then kills its own process group at once
-(``bandwidth.processes.lifeline``; on Linux the kernel also sends SIGKILL when the parent dies). Rank 0
+(``bandwidth.processes.lifeline``; on Linux the kernel also sends SIGKILL when the parent dies).
+Rank 0
 writes its result as JSON to ``--result-fd``.
 """
 
@@ -29,10 +30,11 @@ import torch.distributed as dist  # noqa: E402
 
 from bandwidth.config.options import Config  # noqa: E402
 from bandwidth.errors import BandwidthError  # noqa: E402
-from bandwidth.processes.group import DistGroup  # noqa: E402
 from bandwidth.launch.contract import job_store  # noqa: E402
+from bandwidth.measurement.tasks import measure_task, reference_task  # noqa: E402
+from bandwidth.plan.plan import make_plan  # noqa: E402
+from bandwidth.processes.group import DistGroup  # noqa: E402
 from bandwidth.report.text import discard_stdout  # noqa: E402
-from bandwidth.run import make_plan, measure_task, reference_task  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

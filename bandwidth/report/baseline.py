@@ -2,11 +2,13 @@
 measured in the same run (the CI gate; docs/reporting.md describes every rule).
 
 A baseline is an ordinary result document (``--save-baseline FILE`` writes the same document as
-``--json``), read through bandwidth.results.validate (a malformed file, or a figure that could never fail
+``--json``), read through bandwidth.results.validate (a malformed file, or a figure that could
+never fail
 or never pass, is bad input). Checking works in these steps:
 
 1. ``check_fingerprint``: the baseline must come from the same hardware (device model and count,
-   driver, peer access; bandwidth.results.document.fingerprint). Otherwise the check is refused with exit
+   driver, peer access; bandwidth.results.document.fingerprint). Otherwise the check is refused
+   with exit
    status 2 and a message naming what differs, unless forced. A link that lost NVLinks, PCIe
    lanes or generation is not other hardware but a failing gate naming it (``link_gates``).
 2. ``compare``: rows are matched by Row.key (mode, network, devices, dtype, optimizer and
@@ -26,7 +28,8 @@ or never pass, is bad input). Checking works in these steps:
 4. ``exit_code``: 0 pass, 1 a failed gate, 2 bad input (no row in common with the baseline).
 
 The figure compared is GB/s per GPU (busbw, median over iterations). ``check`` runs all of it;
-``write_gate_reports`` writes the verdicts as JUnit, markdown and JSON (bandwidth.report.gatereport).
+``write_gate_reports`` writes the verdicts as JUnit, markdown and JSON
+(bandwidth.report.gatereport).
 """
 
 from __future__ import annotations
@@ -37,12 +40,12 @@ from collections import defaultdict
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from bandwidth.report import stats
 from bandwidth.errors import ConfigError
-from bandwidth.report.stats import Spread
-from bandwidth.results.document import Row, fingerprint, load_document, rows_from_document
-from bandwidth.report.table import render
 from bandwidth.hardware.topology import pcie_text
+from bandwidth.report import stats
+from bandwidth.report.stats import Spread
+from bandwidth.report.table import render
+from bandwidth.results.document import Row, fingerprint, load_document, rows_from_document
 
 PASS, FASTER, REGRESSION, BELOW_FLOOR, NEW, ONE_DEVICE, SIZE_DIFFERS = (
     "ok", "faster", "REGRESSION", "BELOW FLOOR", "new", "one device", "bytes differ")

@@ -3,8 +3,8 @@ host is at fault.
 
 Usage (the matrix from ``launch.py -H hosts -n K python -m bandwidth.ceiling --network --json``)::
 
-    python -m bandwidth.report.hostgate hosts.json                    # pairs at 70 % of the reference
-    python -m bandwidth.report.hostgate hosts.json --min-percent 80 --junit hosts.xml
+    python -m bandwidth.hostgate hosts.json                    # pairs at 70 % of the reference
+    python -m bandwidth.hostgate hosts.json --min-percent 80 --junit hosts.xml
 
 The rules, on the matrix's data (every cell one direction of one pair, measured alone):
 
@@ -32,9 +32,9 @@ import statistics
 import sys
 from dataclasses import dataclass
 
+from bandwidth.ceiling.hostmatrix import HostMatrix, load_matrix
 from bandwidth.errors import BandwidthError, ConfigError
 from bandwidth.report.gatereport import GateRecord
-from bandwidth.ceiling.hostmatrix import HostMatrix, load_matrix
 
 DEFAULT_PCT = 70.0
 
@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         def error(self, message):
             raise ConfigError(message)
 
-    p = Parser(prog="python -m bandwidth.report.hostgate",
+    p = Parser(prog="python -m bandwidth.hostgate",
                description="Per-pair and per-host gates on a host-to-host matrix, and the "
                            "re-pairing pass that names the host at fault.")
     p.add_argument("matrix", metavar="FILE.json")
@@ -175,10 +175,7 @@ def main(argv: list[str] | None = None) -> int:
                                              junit_path=args.junit, summary_md=summary_md):
             print(line)
     except BandwidthError as exc:
-        print(f"python -m bandwidth.report.hostgate: error: {exc}", file=sys.stderr)
+        print(f"python -m bandwidth.hostgate: error: {exc}", file=sys.stderr)
         return exc.exit_code
     return 1 if verdicts.failing_pairs else 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -20,8 +20,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from bandwidth.errors import ConfigError, UnsupportedError
-from bandwidth.results.document import Row
 from bandwidth.report.table import format_bytes, gbps_3, scaling_series, sources_text, total_gbps
+from bandwidth.results.document import Row
 
 KINDS = ("bars", "scaling", "sweep")
 YLABEL = "GB/s per GPU (all-reduce busbw)"

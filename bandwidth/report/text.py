@@ -8,12 +8,14 @@ import os
 import sys
 from dataclasses import asdict
 
-from bandwidth.formulas import busbw_gbps
 from bandwidth.ceiling.hostmatrix import ceiling_line
-from bandwidth.results.document import SCHEMA_VERSION, fingerprint
-from bandwidth.run import Plan, Result
-from bandwidth.report.table import ONE_DEVICE, gbps_3
+from bandwidth.formulas import busbw_gbps
 from bandwidth.hardware.topology import pcie_text
+from bandwidth.plan.plan import Plan
+from bandwidth.report.table import ONE_DEVICE, gbps_3
+from bandwidth.results.document import fingerprint
+from bandwidth.results.result import Result
+from bandwidth.results.validate import SCHEMA_VERSION
 
 
 def discard_stdout() -> None:
@@ -162,7 +164,8 @@ def _error_text(error: float) -> str:
 
 
 def result_json(result: Result) -> dict:
-    """One entry of a result document's "results" (bandwidth.results.document describes the schema)."""
+    """One entry of a result document's "results" (bandwidth.results.document describes the
+    schema)."""
     plan = result.plan
     return {
         "config": plan.config.to_dict(),

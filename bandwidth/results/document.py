@@ -27,7 +27,8 @@ Document, schema version 1::
         "workers": [{"worker", "seconds_median", "busbw_median", "network_nbytes",
                      "server_nbytes"}]}]}   # distributed modes: one per worker, else []
 
-``not_a_bound`` is set where the run beat its ceiling by more than 10 % (bandwidth.ceiling.bounds.judged):
+``not_a_bound`` is set where the run beat its ceiling by more than 10 %
+(bandwidth.ceiling.bounds.judged):
 the figure is kept, but no % of ceiling is shown for that row.
 """
 
@@ -36,8 +37,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-
-SCHEMA_VERSION = 1
+from bandwidth.formulas import busbw_gbps
+from bandwidth.results.validate import check_document, read_json
 
 
 @dataclass(frozen=True)
@@ -104,8 +105,6 @@ def devices_label(labels: list[str]) -> str:
 def iteration_gbps(result: dict) -> tuple[float, ...]:
     """Every measured iteration's GB/s per GPU of one ``results`` entry: its ``busbw_gbps``, or,
     in documents written before that field, busbw from the iteration's seconds."""
-    from bandwidth.formulas import busbw_gbps
-
     summary, out = result["summary"], []
     for it in result.get("iterations") or []:
         if it.get("busbw_gbps") is not None:
@@ -138,8 +137,6 @@ def rows_from_document(doc: dict, source: str) -> list[Row]:
 def load_document(path: str | Path) -> dict:
     """Read a result document; a missing, unreadable, foreign or malformed file (a field of the
     wrong type, a rate that is NaN, 0 or negative: bandwidth.results.validate) is a ConfigError."""
-    from bandwidth.results.validate import check_document, read_json
-
     return check_document(read_json(path), repr(str(path)))
 
 

@@ -16,6 +16,8 @@ from pathlib import Path
 
 from bandwidth.errors import ConfigError
 
+SCHEMA_VERSION = 1      # of the result document (bandwidth.results.document describes it)
+
 MAX_BYTES = 256 << 20           # a result document of a long sweep is a few MB
 
 
@@ -96,8 +98,6 @@ class _Checker:
 def check_document(doc: object, name: str) -> dict:
     """``doc`` if it is a result document whose rows, samples and fingerprint can be read;
     otherwise one ConfigError naming the first bad field."""
-    from bandwidth.results.document import SCHEMA_VERSION
-
     c = _Checker(name)
     if not isinstance(doc, dict) or doc.get("schema_version") != SCHEMA_VERSION \
             or not isinstance(doc.get("results"), list):

@@ -1,6 +1,7 @@
 """The small interface every kvstore mode fills in.
 
-A mode receives this process's replicas (flat gradient and output buffers, see bandwidth.plan.layout),
+A mode receives this process's replicas (flat gradient and output buffers, see
+bandwidth.plan.layout),
 the optimizer (or None) and a group for cross-process work, and supplies only its own operation:
 set-up in ``__init__``, one reduce + broadcast of every array in ``step``, its bus factor, and
 ``unavailable`` saying when it cannot run here and why. The driver never tests a mode's name.
@@ -10,8 +11,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from bandwidth.hardware.devices import DeviceSet
 from bandwidth.formulas import allreduce_factor
+from bandwidth.hardware.devices import DeviceSet
 from bandwidth.plan.layout import Layout, Replica
 from bandwidth.plan.optimizers import Sgd
 
@@ -23,7 +24,8 @@ class KVStore:
     bound: ClassVar[str]
     # The same on CPU devices (replicas in host memory), where it differs: no PCIe, no GPU link.
     bound_on_cpu: ClassVar[str | None] = None
-    # Which ceiling bandwidth.ceiling.bounds measures for it: "peer link", "host path", "flat all-reduce".
+    # Which ceiling bandwidth.ceiling.bounds measures for it: "peer link", "host path", "flat
+    # all-reduce".
     bound_kind: ClassVar[str | None] = None
     # True: one process per device, started by the tool (torch.distributed needs it).
     process_per_device: ClassVar[bool] = False

@@ -24,20 +24,23 @@ region. A step then has three phases, all enqueued at once and run asynchronousl
 Each phase is cut into chunks so that sums and pushes of early chunks overlap pulls of later ones.
 Copies from device i to device j run in order on a stream of their own on i, ordered against the
 sums by events, so the two directions of a link, and different links, are busy at the same time.
-The copies go straight to the CUDA runtime (bandwidth.hardware.rawcopy) to keep host time per copy small.
+The copies go straight to the CUDA runtime (bandwidth.hardware.rawcopy) to keep host time per copy
+small.
 Per step each device sends and receives 2(n-1)/n of the bytes, which is where MXNet's formula
 comes from.
 
 On GPUs the whole step is captured once as a CUDA graph (``capture``) and replayed, so that the
 host's launch time (tens of copies, kernels and events per step) does not pace it; ``--launch
 eager`` issues them from the host every step, as a framework without graphs does, and the default
-(``auto``, bandwidth.measurement.session) keeps the graph unless a few trial steps show the eager step clearly
+(``auto``, bandwidth.measurement.session) keeps the graph unless a few trial steps show the eager
+step clearly
 faster. Two replicas may share a GPU (``--gpus 0,0``): their copies then run inside that GPU's
 memory, and the graph is captured with each owner's pull, sum and push on a stream of its own and
 the copies as elementwise kernels (``_shared_schedule``): captured as memcpy nodes, a copy inside
 one H100 ran 11 % slower than the same ``cudaMemcpyAsync`` issued on a stream (2,345 against
 2,645 GB/s for 277 MB), while the kernel copy replayed from a graph ran at 2,894 GB/s
-(benchmarks/probes/graph_gap.py); that was the graph path's 10-12 % deficit from ~200 MB up.
+(benchmarks/probes/graph_gap.py at 7d3c61a); that was the graph path's 10-12 % deficit from ~200 MB
+up.
 """
 
 from __future__ import annotations
@@ -49,8 +52,8 @@ import torch
 
 from bandwidth.hardware import devices as dev
 from bandwidth.hardware import rawcopy
-from bandwidth.stores.base import KVStore
 from bandwidth.plan.layout import Layout, chunk_ranges
+from bandwidth.stores.base import KVStore
 
 log = logging.getLogger(__name__)
 
@@ -469,7 +472,8 @@ _PLAN = ("chunks", "recv_at", "send", "push_send", "pulled", "summed", "pulls", 
 # Replicas sharing one GPU: the schedule and the kind of copies their graph is captured with
 # (DeviceStore._shared_schedule).
 # "parallel" with "kernel" copies was the fastest of the six on an H100 for every network measured
-# (benchmarks/probes/graph_gap.py, BENCHMARKS.md 2026-11-23): vgg-16 415 GB/s against 362 for the
+# (benchmarks/probes/graph_gap.py at 7d3c61a, BENCHMARKS.md 2026-11-23): vgg-16 415 GB/s against
+# 362 for the
 # sequential schedule with memcpy nodes, mobilenet 253 against 209.
 SHARED_GRAPH_SCHEDULE = "parallel"
 SHARED_GRAPH_COPY = "kernel"

@@ -6,7 +6,8 @@ A step on a worker: reduce its own devices' arrays (on the CPU, or on the GPUs f
 variants) into a pinned host buffer, push it to the servers and pull the new values back into a
 second host buffer, then copy those to every device. The flat buffer is laid out server by server
 (``ps_layout``), so what goes to one server is one contiguous run, sent as several messages of at
-most MESSAGE_BYTES that are all in flight at once. Servers (bandwidth.stores.psserver) keep the store in
+most MESSAGE_BYTES that are all in flight at once. Servers (bandwidth.stores.psserver) keep the
+store in
 host memory. Start these modes with launch.py, which sets the roles:
 
     python launch.py -n 2 -s 2 python bandwidth/measure.py --kv-store dist_sync --cpus 2
@@ -22,9 +23,9 @@ import torch
 import torch.distributed as dist
 
 from bandwidth.hardware import devices as dev
+from bandwidth.plan.layout import Layout, chunk_ranges
 from bandwidth.stores.base import KVStore
 from bandwidth.stores.device import DeviceStore, assign_owners
-from bandwidth.plan.layout import Layout, chunk_ranges
 
 BIGARRAY_BOUND = 1_000_000          # MXNET_KVSTORE_BIGARRAY_BOUND: elements, not bytes
 MESSAGE_BYTES = 2 * 10**6

@@ -23,8 +23,8 @@ import torch
 
 from bandwidth.hardware import devices as dev
 from bandwidth.hardware import rawcopy
-from bandwidth.stores.base import KVStore
 from bandwidth.plan.layout import chunk_ranges
+from bandwidth.stores.base import KVStore
 
 # GPUs: the buffer in about this many chunks, so that filling and draining the pipeline costs
 # about 1/GPU_CHUNKS of a step, each chunk between these sizes: large enough that a copy's fixed
@@ -51,7 +51,7 @@ class LocalStore(KVStore):
     # eager step issues each copy with a few us of host time (rawcopy), well inside a chunk's
     # transfer time, and a graph launch costs about 3 us of host time per host<->device copy
     # node, so the graph gained nothing on an H100 (16.8-77 MB: within the runs' spread,
-    # benchmarks/probes/graph_gap.py).
+    # benchmarks/probes/graph_gap.py at 7d3c61a).
     auto_graph = False
 
     @classmethod
@@ -179,7 +179,7 @@ class LocalStore(KVStore):
             # Interleaved (down c, then up c behind it): the copy up of chunk c is queued while
             # the GPU still copies down later chunks. Queuing every copy down first left the
             # copies up waiting for the host (about 45 us per chunk pair in torch) and cost up to
-            # 20 % on 45-77 MB buffers (benchmarks/probes/local_schedule.py, H100).
+            # 20 % on 45-77 MB buffers (benchmarks/probes/local_schedule.py at 7d3c61a, H100).
             down, up = self.down[0], self.up[0]
             with rawcopy.keep_device(self.home_device):
                 for copy_down, arrived, copy_up in self.plan:

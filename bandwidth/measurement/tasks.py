@@ -1,0 +1,103 @@
+"""One process's measurement as a plain dict (what crosses processes): the mode's task on this
+process's replicas (``measure_task``), the protocol on a ready session of any backend
+(``measure_session``), and the flat all-reduce reference (``reference_task``)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Callable
+
+from bandwidth.measurement import protocol
+from bandwidth.measurement.protocol import Report, Sample, Summary
+from bandwidth.measurement.session import Session, launch_of
+from bandwidth.plan.plan import Plan
+from bandwidth.processes.lifeline import Watchdog
+from bandwidth.stores.registry import KVSTORES
+
+
+def measure_task(plan: Plan, indices: list[int], group,
+                 on_report: Callable[[Report], None] | None, *, cluster=None,
+                 first_replica: int = 0, replicas: int | None = None) -> dict:
+    """Measure this process's replicas (``first_replica`` onwards, of ``replicas`` in the job)."""
+    session, notes = open_session(plan, indices, group, cluster=cluster,
+                                  first_replica=first_replica, replicas=replicas)
+    try:
+        measured = measure_session(plan, session, on_report, replicas, notes,
+                                   session.store.server_nbytes())
+        measured["launch"] = session.launch
+        return measured
+    finally:
+        session.close()
+
+
+def open_session(plan: Plan, indices: list[int], group, *, cluster=None, first_replica: int = 0,
+                 replicas: int | None = None) -> tuple[Session, list[str]]:
+    """The toolkit's Session for this process's replicas, and its set-up notes."""
+    c = plan.config
+    session = Session(c.kv_store, plan.shapes, plan.devices, indices, group, dtype=c.dtype,
+                      optimizer=c.optimizer, seed=c.seed, chunk_mb=c.chunk_mb,
+                      cpu_threads=c.cpu_threads, check=c.test_results, cluster=cluster,
+                      first_replica=first_replica, replicas=replicas, launch=plan.launch,
+                      owners=c.owners)
+    notes = session.store.notes() + [n for n in (session.graph_failure, session.launch_trial,
+                                                 session.threads_note) if n]
+    return session, notes
+
+
+def measure_session(plan: Plan, session, on_report: Callable[[Report], None] | None,
+                    replicas: int | None, notes: list[str],
+                    server_nbytes: list[int] | None = None) -> dict:
+    """The protocol on a ready session (this toolkit's, or another backend's), as a plain dict.
+    ``server_nbytes``: what this worker pushes to each parameter server per step, if any."""
+    c = plan.config
+    with Watchdog(c.timeout_s, f"{c.kv_store} on {plan.network_label}") as dog:
+        samples, reports = protocol.measure(
+            Kicking(session, dog), iterations=c.num_batches, warmup=c.warmup,
+            disp_batches=c.disp_batches, check=c.test_results, nbytes=plan.nbytes,
+            on_report=on_report, bus_factor=plan.store_cls.bus_factor(
+                plan.store_cls.counted_devices(plan.devices.n, replicas or plan.devices.n)))
+    return {"samples": [asdict(s) for s in samples], "reports": [asdict(r) for r in reports],
+            "notes": notes, "server_nbytes": list(server_nbytes or [])}
+
+
+class Kicking:
+    """``session`` whose untimed ``prepare`` (once per iteration) tells ``watchdog`` that the
+    previous iteration completed: ``--timeout`` bounds each iteration, in every mode."""
+
+    def __init__(self, session, watchdog: Watchdog):
+        self._session, self._watchdog, self._iteration = session, watchdog, 0
+
+    def prepare(self) -> None:
+        self._iteration += 1
+        self._watchdog.kick(f"iteration {self._iteration} (warm-up included)")
+        self._session.prepare()
+
+    def __getattr__(self, name: str):
+        return getattr(self._session, name)
+
+
+def reference_task(plan: Plan, indices: list[int], group, replicas: int | None = None) -> dict:
+    """The same bytes as one flat array through the nccl mode (a torch.distributed all-reduce)
+    over the same processes; ``replicas``: the devices in the all-reduce (default: this host's)."""
+    c = plan.config
+    session = Session("nccl", [("flat", (plan.numel,))], plan.devices, indices, group,
+                      dtype=c.dtype, optimizer="none", seed=c.seed, chunk_mb=c.chunk_mb, check=False,
+                      launch=launch_of(KVSTORES["nccl"], plan.devices, c.launch))
+    try:
+        with Watchdog(c.timeout_s, f"the flat all-reduce reference of {plan.network_label}") as dog:
+            samples, _ = protocol.measure(
+                Kicking(session, dog), iterations=c.num_batches, warmup=c.warmup,
+                disp_batches=c.num_batches, check=False, nbytes=plan.nbytes,
+                bus_factor=KVSTORES["nccl"].bus_factor(replicas or plan.devices.n))
+    finally:
+        session.close()
+    return {"samples": [asdict(s) for s in samples]}
+
+
+def reference_summary(plan: Plan, reference: dict | None, n: int) -> Summary | None:
+    """The Summary of ``reference_task``'s output (None: not measured), for an all-reduce over
+    ``n`` devices."""
+    if reference is None:
+        return None
+    return Summary.of([Sample(**s) for s in reference["samples"]], plan.nbytes,
+                      KVSTORES["nccl"].bus_factor(n))

@@ -1,0 +1,152 @@
+"""The plan of one measurement: the network's arrays, the devices, the mode's class, checked
+before anything is allocated (``make_plan``), and whether its buffers fit (``check_memory``)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import networks
+from bandwidth.backends.registry import store_class
+from bandwidth.config.options import Config
+from bandwidth.errors import ConfigError, OutOfMemoryError, UnsupportedError
+from bandwidth.hardware.devices import DeviceSet, free_bytes, resolve
+from bandwidth.measurement.session import launch_of
+from bandwidth.plan.layout import DTYPE_BYTES
+from bandwidth.stores.registry import KVStore
+
+# Scratch for the chunked data generation and error check (int64 and float64 temporaries).
+CHECK_SCRATCH_BYTES = 6 * 8 * (1 << 22)
+
+
+# Resident memory of one rank process beyond its arrays (the torch runtime, Gloo's threads), and
+# beyond that, per byte of the arrays (Gloo's working buffers, the flat reference's buffers): vgg-16
+# under nccl on 2 CPU devices used 7.13 GB in all, 2.5 x its 553 MB per process beyond the buffers.
+RANK_PROCESS_BYTES = 330 * 1000 * 1000
+
+
+RANK_NBYTES_FACTOR = 2.5
+
+
+@dataclass(frozen=True)
+class Plan:
+    config: Config
+    shapes: list[tuple[str, tuple[int, ...]]]
+    devices: DeviceSet
+    store_cls: type[KVStore]
+
+    @property
+    def numel(self) -> int:
+        return networks.num_elements(self.shapes)
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * DTYPE_BYTES[self.config.dtype]
+
+    @property
+    def network_label(self) -> str:
+        c = self.config
+        if c.network.startswith("flat:"):
+            return f"flat {human_bytes(self.nbytes)}"
+        if c.network in networks.NETWORKS and networks.supported_layers(c.network, c.image_shape):
+            layers = c.num_layers or networks.NETWORKS[c.network].default_layers
+            return f"{c.network}-{layers}"
+        return c.network
+
+    @property
+    def launch(self) -> str:
+        """How the mode's steps are issued here: "graph" or "eager" (session.launch_of)."""
+        return launch_of(self.store_cls, self.devices, self.config.launch, self.config.optimizer)
+
+
+def make_plan(config: Config, with_devices: bool = True) -> Plan:
+    """Check everything that can be checked before allocating: network, devices, mode.
+    ``with_devices`` False (a parameter server, which holds no device arrays): no device check."""
+    try:
+        shapes = networks.get_shapes(config.network, image_shape=config.image_shape,
+                                     num_classes=config.num_classes, num_layers=config.num_layers)
+    except ValueError as exc:          # NetworkError, or a shape a network cannot take
+        raise ConfigError(str(exc)) from None
+    if networks.num_elements(shapes) > networks.MAX_ELEMENTS:
+        raise ConfigError(f"{config.network} at these sizes (image shape "
+                          f"{','.join(map(str, config.image_shape))}, {config.num_classes} classes)"
+                          f" has more than 2^48 elements; no device holds that")
+    devices = resolve(config.gpus, config.cpus) if with_devices else DeviceSet("cpu", (0,))
+    store_cls = store_class(config)
+    if store_cls.needs_optimizer and config.optimizer == "none":
+        raise UnsupportedError(f"--kv-store {config.kv_store} needs an optimizer: asynchronous "
+                               "servers apply every push at once, which is only defined with one "
+                               "(MXNet crashed here); add --optimizer sgd")
+    if config.launch in ("graph", "auto") and not devices.is_cuda:
+        raise UnsupportedError(f"--launch {config.launch} needs GPUs (CUDA graphs); CPU devices "
+                               "run eager")
+    reason = store_cls.unavailable(devices, config.dtype)
+    if reason:
+        raise UnsupportedError(f"--kv-store {config.kv_store} cannot run here: {reason}")
+    return Plan(config, shapes, devices, store_cls)
+
+
+def check_memory(*plans: Plan) -> None:
+    """Refuse, with the numbers, a run whose buffers do not fit. Several ``plans`` (the backends
+    of one measurement, which ``run_together`` keeps in memory at once) add up."""
+    first = plans[0]
+    c, n = first.config, first.devices.n
+    free = free_bytes(first.devices)
+    if first.devices.is_cuda:
+        # Replicas sharing a GPU (--gpus 0,0) each need their buffers on it; the expected sum
+        # and the scratch are kept once per GPU.
+        free_of = dict(zip(first.devices.ids, free))
+        for gpu in sorted(set(first.devices.ids)):
+            count = first.devices.ids.count(gpu)
+            need = sum(count * _replica_bytes(plan) + _reference_bytes(plan)
+                       + CHECK_SCRATCH_BYTES for plan in plans)
+            have = free_of[gpu]
+            label = f"cuda:{gpu}" + (f" ({count} replicas)" if count > 1 else "")
+            if need > have:
+                raise OutOfMemoryError(
+                    f"{first.network_label} in {c.dtype} needs {need / 1e9:.2f} GB on {label} but "
+                    f"only {have / 1e9:.2f} GB is free; use a smaller network or dtype")
+        return
+    need = sum(host_bytes(plan) for plan in plans)
+    if need > free[0]:
+        raise OutOfMemoryError(
+            f"{first.network_label} in {c.dtype} on {n} CPU devices needs {need / 1e9:.2f} GB "
+            f"of host memory but only {free[0] / 1e9:.2f} GB is available; use fewer --cpus "
+            "or a smaller network")
+
+
+def _replica_bytes(plan: Plan) -> int:
+    """One replica's buffers: gradients, outputs and what the mode adds per device."""
+    return 2 * plan.nbytes + plan.store_cls.extra_bytes_per_device(
+        plan.nbytes, plan.devices.n, plan.config.optimizer != "none")
+
+
+def _reference_bytes(plan: Plan) -> int:
+    return 4 * plan.numel if plan.config.test_results else 0      # the float32 expected sum
+
+
+def host_bytes(plan: Plan) -> int:
+    """Host memory a run on CPU devices needs: every replica's buffers with the error check's,
+    the mode's own host buffers (``staging_bytes``: none for ``local``, whose replicas are in host
+    memory already, unless an optimizer keeps weights), and with one process per device each
+    process's runtime."""
+    n, nbytes = plan.devices.n, plan.nbytes
+    need = n * (_replica_bytes(plan) + _reference_bytes(plan) + CHECK_SCRATCH_BYTES)
+    need += plan.store_cls.staging_bytes(nbytes, n, plan.config.optimizer != "none", False)
+    if plan.store_cls.process_per_device:
+        need += n * (RANK_PROCESS_BYTES + RANK_NBYTES_FACTOR * nbytes)
+    return int(need)
+
+
+def size_line(shapes, dtype: str = "float32") -> str:
+    """MXNet's line: the count and size of the arrays in MB of 1e6 bytes (MXNet: float32)."""
+    size_mb = sum(math.prod(s) for _, s in shapes) * DTYPE_BYTES[dtype] / 1e6
+    return f"num of arrays = {len(shapes)}, total size = {size_mb:f} MB"
+
+
+def human_bytes(nbytes: int) -> str:
+    """1048576 -> '1M', 1536 -> '1.5K' (powers of two, as nccl-tests' sizes)."""
+    for unit, scale in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:g}{unit}"
+    return f"{nbytes}B"
