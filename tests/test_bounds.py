@@ -7,10 +7,10 @@ import re
 
 import pytest
 
-from bandwidth import cputhreads
 from bandwidth.ceiling import bounds
 from bandwidth.ceiling.bounds import Bound, BoundCache, judged, probe_nbytes
 from bandwidth.config.options import Config
+from bandwidth.hardware import cputhreads
 from bandwidth.measurement.protocol import Sample, Summary
 from bandwidth.plan.plan import make_plan
 

@@ -1,15 +1,15 @@
 """Backends compared in one run see the same host: their iterations interleave (the first one
 rotating), one flat reference and one ceiling serve them all, and the ceiling's probe on CPU
 devices is taken again after the iterations, the faster kept. CPU-device steps run with the thread
-count that untimed trial steps found fastest (bandwidth.cputhreads), or --cpu-threads."""
+count that untimed trial steps found fastest (bandwidth.hardware.cputhreads), or --cpu-threads."""
 
 import pytest
 import torch
 
-from bandwidth import cputhreads
 from bandwidth.ceiling import bounds
 from bandwidth.ceiling.bounds import Bound, BoundCache, judged
 from bandwidth.config.options import Config
+from bandwidth.hardware import cputhreads
 from bandwidth.hardware.devices import DeviceSet
 from bandwidth.measurement import protocol
 from bandwidth.measurement.session import Session
@@ -131,7 +131,7 @@ def test_thread_candidates_are_one_per_device_and_per_core():
 
 
 class Clock:
-    """perf_counter for bandwidth.cputhreads: steps advance it by their modelled duration."""
+    """perf_counter for bandwidth.hardware.cputhreads: steps advance it by their modelled duration."""
 
     def __init__(self):
         self.now = 0.0

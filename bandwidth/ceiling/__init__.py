@@ -19,4 +19,14 @@ Programmatic use::
 Modules: ``timing`` (the protocol), ``p2p`` (+ ``unpeered``, its P2P=Disabled child), ``host``,
 ``collectives``, ``model`` (result tree, JSON), ``render`` (text), ``suite`` (measure_ceilings),
 ``cli``. ``p2p_copy_gbps`` and ``host_path`` are the single-host benchmark's ceilings.
+
+What bounds the measured modes, beside this command: ``bounds`` (the ceiling each kvstore mode is
+judged against, measured quickly in the same run), ``hostmatrix`` (the host-to-host matrix of the
+distributed modes, ``--network-ceiling``), ``linkbound`` (the full-duplex link bound,
+``--link-rate``), ``expect`` (what NVML says each link should carry, ``--expect-links``).
+
+May import: hardware, config (the sweep's sizes and flags' values), processes and launch.contract
+(Gloo ranks on CPU devices, the host-to-host matrix's roles), report.table, report.baseline and
+report.gatereport (its tables, thresholds and gate reports), the vocabulary. Not the stores, the
+measurement or the run.
 """

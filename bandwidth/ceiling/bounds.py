@@ -245,9 +245,9 @@ def _best_seconds(fn, repeats: int = 5) -> float:
 
 def fastest_threads(probe, n: int) -> float:
     """The fastest rate ``probe`` reports under each torch thread count a run on ``n`` CPU
-    devices may choose (bandwidth.cputhreads): the steps may run with more threads than torch has
+    devices may choose (bandwidth.hardware.cputhreads): the steps may run with more threads than torch has
     now (a process that imported mxnet has 1), and a bound must hold for the fastest of them."""
-    from bandwidth import cputhreads
+    from bandwidth.hardware import cputhreads
     before = torch.get_num_threads()
     try:
         rates = []

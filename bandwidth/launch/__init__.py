@@ -1,17 +1,25 @@
 """The distributed launcher: MXNet's ``tools/launch.py`` interface, with supervision.
 
+May import the vocabulary (errors, cliparse) and processes.lifeline; nothing of the measurement:
+the launcher starts any command.
+
 Modules, in the order a launch uses them:
 
 * ``cli`` -- the command line (``python launch.py``, ``bandwidth-launch``), parsed once into a
   ``LaunchConfig``; exact usage there
 * ``config`` -- ``LaunchConfig``, frozen and checked (what depends on the launcher: ``launchers``)
 * ``hostfile`` -- the hosts file format (``hosts.example``)
-* ``launchers`` -- the table of launchers: ``local``, ``ssh``, ``mpi``
+* ``launchers`` -- the table of launchers: ``local``, ``ssh``, ``mpi``, ``slurm``
 * ``plan`` -- which host each process runs on (round-robin within slots)
 * ``contract`` -- the environment every process receives, and ``Role.from_environ`` to read it
 * ``environ`` -- which of the launcher's variables are forwarded (an allowlist)
 * ``rendezvous`` -- the TCPStore the launcher hosts, and the watch on who joined
 * ``supervisor`` -- start, forward output, stop everything at the first failure, report
-* ``local``, ``ssh`` (+ ``guard``), ``mpi`` (+ ``mpirole``) -- the launchers themselves
+* ``local``, ``ssh`` (+ ``guard``), ``mpi`` (+ ``mpirole``), ``slurm`` (+ ``slurmrole``) -- the
+  launchers themselves; ``rolewrap``, what ``mpirole`` and ``slurmrole`` share (a process that
+  mpirun or srun started takes its planned role's environment and becomes the command)
+* ``interface`` -- the network interface towards the rendezvous; ``noise`` -- torch's warnings
+  explained once; ``torchenv`` -- a job started by torchrun (or another launcher that sets
+  ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``) read as a launch.py job
 * ``driver`` -- ``run(config, environ)``, the whole launch without the command line
 """

@@ -21,13 +21,13 @@ than give a process another host's name.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
 from bandwidth.launch.contract import ContractError, Job
 from bandwidth.launch.hostfile import Host
 from bandwidth.launch.plan import local_ranks
+from bandwidth.launch.rolewrap import become, role_environ
 
 
 def environ_for(index: int, mpi_size: int, hosts: list[str], environ: dict[str, str],
@@ -44,37 +44,18 @@ def environ_for(index: int, mpi_size: int, hosts: list[str], environ: dict[str, 
             f"mpirun placed process {index} as local rank {mpi_local[0]} of {mpi_local[1]} on "
             f"its node, but the launcher planned {planned[0]} of {planned[1]} on {hosts[index]}: "
             "list each machine once in the hosts file")
-    world_local = local_ranks(placed[:job.world_size])
-    local = world_local[index] if index < job.world_size else None
-    env = dict(environ)
-    env.update(job.role(index, hosts[index], local).to_environ())
-    return env
+    return role_environ(job, placed, index, environ)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m bandwidth.launch.mpirole")
-    parser.add_argument("--hosts", required=True, help="host of each MPI process, comma-separated")
-    parser.add_argument("command", nargs=argparse.REMAINDER)
-    args = parser.parse_args(argv)
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    if not command:
-        parser.error("no command after --")
-    try:
-        env = environ_for(int(os.environ["OMPI_COMM_WORLD_RANK"]),
-                          int(os.environ["OMPI_COMM_WORLD_SIZE"]), args.hosts.split(","),
-                          dict(os.environ), (int(os.environ["OMPI_COMM_WORLD_LOCAL_RANK"]),
-                                             int(os.environ["OMPI_COMM_WORLD_LOCAL_SIZE"])))
-    except KeyError as err:
-        print(f"mpirole: {err.args[0]} is not set: run under Open MPI's mpirun", file=sys.stderr)
-        return 2
-    except ContractError as err:
-        print(f"mpirole: {err}", file=sys.stderr)
-        return 2
-    try:
-        os.execvpe(command[0], command, env)
-    except OSError as err:
-        print(f"mpirole: cannot run {command[0]!r}: {err.strerror}", file=sys.stderr)
-        return 127
+    def environ_of(hosts: list[str]) -> dict[str, str]:
+        e = os.environ
+        return environ_for(int(e["OMPI_COMM_WORLD_RANK"]), int(e["OMPI_COMM_WORLD_SIZE"]), hosts,
+                           dict(e), (int(e["OMPI_COMM_WORLD_LOCAL_RANK"]),
+                                     int(e["OMPI_COMM_WORLD_LOCAL_SIZE"])))
+
+    return become("mpirole", "Open MPI's mpirun", "host of each MPI process, comma-separated",
+                  argv, environ_of)
 
 
 if __name__ == "__main__":

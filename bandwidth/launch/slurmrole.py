@@ -15,13 +15,13 @@ and stops with one line if not, rather than give a process another node's name.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
 from bandwidth.launch.contract import ContractError, Job
 from bandwidth.launch.hostfile import Host
 from bandwidth.launch.plan import local_ranks
+from bandwidth.launch.rolewrap import become, role_environ
 
 
 def environ_for(task: int, ntasks: int, node: str, local_id: int, hosts: list[str],
@@ -38,36 +38,16 @@ def environ_for(task: int, ntasks: int, node: str, local_id: int, hosts: list[st
     if local_ranks(placed)[task][0] != local_id:
         raise ContractError(f"Slurm numbered task {task} local task {local_id} on {node}, but "
                             f"the launcher planned {local_ranks(placed)[task][0]}")
-    world_local = local_ranks(placed[:job.world_size])
-    local = world_local[task] if task < job.world_size else None
-    env = dict(environ)
-    env.update(job.role(task, hosts[task], local).to_environ())
-    return env
+    return role_environ(job, placed, task, environ)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m bandwidth.launch.slurmrole")
-    parser.add_argument("--hosts", required=True, help="node of each task, comma-separated")
-    parser.add_argument("command", nargs=argparse.REMAINDER)
-    args = parser.parse_args(argv)
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    if not command:
-        parser.error("no command after --")
-    try:
-        env = environ_for(int(os.environ["SLURM_PROCID"]), int(os.environ["SLURM_NTASKS"]),
-                          os.environ["SLURMD_NODENAME"], int(os.environ["SLURM_LOCALID"]),
-                          args.hosts.split(","), dict(os.environ))
-    except KeyError as err:
-        print(f"slurmrole: {err.args[0]} is not set: run under srun", file=sys.stderr)
-        return 2
-    except ContractError as err:
-        print(f"slurmrole: {err}", file=sys.stderr)
-        return 2
-    try:
-        os.execvpe(command[0], command, env)
-    except OSError as err:
-        print(f"slurmrole: cannot run {command[0]!r}: {err.strerror}", file=sys.stderr)
-        return 127
+    def environ_of(hosts: list[str]) -> dict[str, str]:
+        e = os.environ
+        return environ_for(int(e["SLURM_PROCID"]), int(e["SLURM_NTASKS"]), e["SLURMD_NODENAME"],
+                           int(e["SLURM_LOCALID"]), hosts, dict(e))
+
+    return become("slurmrole", "srun", "node of each task, comma-separated", argv, environ_of)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ import time
 
 import torch
 
-from bandwidth import cputhreads
+from bandwidth.hardware import cputhreads
 from bandwidth.hardware.devices import DeviceSet
 from bandwidth.plan import optimizers
 from bandwidth.plan.data import Reference, fill_gradient
@@ -74,7 +74,7 @@ class Session:
                     self.references[replica.device] = Reference(numel, self.n, seed, replica.device)
         self.steps = 0
         self.synchronize()
-        # CPU devices: the torch threads of the steps (bandwidth.cputhreads).
+        # CPU devices: the torch threads of the steps (bandwidth.hardware.cputhreads).
         self.threads_note = None
         if not devices.is_cuda:
             self._set_cpu_threads(cpu_threads)
@@ -126,7 +126,7 @@ class Session:
                              f"{self.launch} (--launch graph|eager to choose)")
 
     def _set_cpu_threads(self, cpu_threads: int | None) -> None:
-        """--cpu-threads N, or (None) the trial of bandwidth.cputhreads where this process steps
+        """--cpu-threads N, or (None) the trial of bandwidth.hardware.cputhreads where this process steps
         several replicas on its own (not a mode whose steps talk to other processes); the trial's
         steps leave the weights as ``__init__`` did."""
         if cpu_threads is not None:

@@ -7,4 +7,7 @@ address in 198.18.0.0/15, links shaped with ``tc tbf``, and an sshd of the lab's
 
 ``bandwidth.netlab.lab`` makes and removes the namespaces, links and shaping; ``.sshd`` the keys,
 configurations and daemons; ``.cli`` the command line. See docs/netlab.md.
+
+May import the vocabulary and ceiling.linkbound (rates); nothing else of the toolkit: a lab is
+for any program, the launcher's jobs among them.
 """
