@@ -149,3 +149,33 @@ def sshd(tmp_path_factory):
     yield server
     proc.terminate()
     proc.wait(10)
+
+
+def lab_leftovers(lab, is_daemon=lambda cmd: False) -> list[str]:
+    """Processes in a netlab's namespaces other than its sshd daemons (``sshd -D -e -f
+    .../sshd_config.I``; a login's session processes do count) and what ``is_daemon`` names."""
+    from bandwidth.netlab import lab as labmod
+
+    found = []
+    for host in lab.hosts:
+        for pid in labmod.pids_in(host.namespace):
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            sshd = " -D " in cmd and "sshd_config." in cmd
+            if labmod.alive(pid) and not sshd and not is_daemon(cmd):
+                found.append(f"{host.address}: {pid} {cmd[:120]}")
+    return found
+
+
+def outputs_of(procs: list[subprocess.Popen], timeout_s: float = 120) -> list[tuple[str, str]]:
+    """(stdout, stderr) of every process; any still running after ``timeout_s`` (or when this
+    fails) is killed, so that a test leaves none behind."""
+    try:
+        return [p.communicate(timeout=timeout_s) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()

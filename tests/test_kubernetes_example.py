@@ -10,8 +10,8 @@ import subprocess
 
 import pytest
 import yaml
-
 from conftest import ROOT
+from launch_support import outputs_of
 
 MANIFEST = ROOT / "examples" / "kubernetes" / "dist-nccl.yaml"
 INDEX_FIELD = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
@@ -101,12 +101,8 @@ def test_the_pods_command_runs_here_for_two_ranks(tmp_path):
             procs.append(subprocess.Popen([*container["command"], *args], cwd=tmp_path, env=env,
                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                           text=True))
-        outs = [p.communicate(timeout=120) for p in procs]
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        outs = outputs_of(procs)           # none left behind, whatever happened
     assert [p.returncode for p in procs] == [0, 0], outs[0][1][-2000:] + outs[1][1][-2000:]
     rank0 = outs[1][0]
     assert re.findall(r"GB/sec per gpu, error (\S+)", rank0) == ["0.000000"] * 3

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+from launch_support import lab_leftovers
 
 from bandwidth.netlab import lab as labmod
 from bandwidth.netlab import sshd as labsshd
@@ -70,18 +71,8 @@ def test_status_lists_the_lab(lab):
 
 
 def leftovers(lab) -> list[str]:
-    """Processes in the lab's namespaces other than its sshd daemons (``sshd -D -e -f
-    .../sshd_config.I``; a login's session processes do count)."""
-    found = []
-    for host in lab.hosts:
-        for pid in labmod.pids_in(host.namespace):
-            try:
-                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-            except OSError:
-                continue
-            if labmod.alive(pid) and not (" -D " in cmd and "sshd_config." in cmd):
-                found.append(f"{host.address}: {pid} {cmd[:120]}")
-    return found
+    """Processes in the lab's namespaces other than its sshd daemons."""
+    return lab_leftovers(lab)
 
 
 def assert_clean(lab, within_s: float = 10.0) -> None:

@@ -15,11 +15,9 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
-
-from launch_support import ROOT, program
+from launch_support import ROOT, lab_leftovers, program
 from slurm_support import SlurmCluster, missing_reason
 
 from bandwidth.netlab import lab as labmod
@@ -60,17 +58,7 @@ def cluster(tmp_path_factory):
 
 def leftovers(lab) -> list[str]:
     """Processes in the lab's namespaces other than its sshds and the slurmds."""
-    found = []
-    for host in lab.hosts:
-        for pid in labmod.pids_in(host.namespace):
-            try:
-                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-            except OSError:
-                continue
-            daemon = (" -D " in cmd and "sshd_config." in cmd) or cmd.startswith("slurmd ")
-            if labmod.alive(pid) and not daemon:
-                found.append(f"{host.address}: {pid} {cmd[:120]}")
-    return found
+    return lab_leftovers(lab, is_daemon=lambda cmd: cmd.startswith("slurmd "))
 
 
 def salloc_launch(cluster, *args: str, timeout: float = 150) -> subprocess.CompletedProcess:

@@ -11,6 +11,7 @@ import sys
 
 import pytest
 from conftest import ROOT
+from launch_support import outputs_of
 
 from bandwidth.launch.contract import ContractError
 from bandwidth.launch.torchenv import role_from_environ, torch_role
@@ -92,13 +93,7 @@ def test_rank0_hosts_the_store_without_torchrun(tmp_path):
             [sys.executable, "-m", "bandwidth.measure", "--kv-store", "dist_nccl", "--cpus", "1",
              *LENET], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True))
-    try:
-        outs = [p.communicate(timeout=120) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+    outs = outputs_of(procs)
     assert [p.returncode for p in procs] == [0, 0], outs[0][1][-2000:] + outs[1][1][-2000:]
     rank0 = outs[1][0]
     assert rank0.count("# summary:") == 1 and "on each of 2 workers" in rank0

@@ -29,7 +29,6 @@ import collections
 import functools
 import os
 import re
-import signal
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -93,6 +92,9 @@ class MpiChild(Child):
     """mpirun, whose tagged output is split back into one stream per rank."""
 
     grace_s = 10.0   # mpirun forwards SIGTERM to every rank and tears the job down itself
+    # mpirun, not its process group: the ranks are in their own groups, and mpirun forwards
+    # SIGTERM to them and cleans up.
+    terminate_group = False
 
     def __init__(self, argv: Sequence[str], env: dict[str, str], labels: Sequence[str],
                  subjects: Sequence[str], hosts: Sequence[Host] = (),
@@ -159,14 +161,6 @@ class MpiChild(Child):
         what = explain_ssh_error(lines, host or Host("?"), self.connect_timeout_s)
         return Failure(str(host) if host else "mpirun", what, 255, "mpirun", tuple(lines),
                        context="while mpirun was starting its daemons over ssh")
-
-    def terminate(self) -> None:
-        # mpirun, not its process group: the ranks are in their own groups, and mpirun
-        # forwards the signal to them and cleans up.
-        try:
-            self.proc.send_signal(signal.SIGTERM)
-        except ProcessLookupError:
-            pass
 
 
 def build(plan: Plan) -> list[Child]:

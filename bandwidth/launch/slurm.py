@@ -112,6 +112,9 @@ class SrunChild(Child):
     """srun, whose labelled output is split back into one stream per task."""
 
     grace_s = 10.0   # srun forwards SIGTERM to every task, then Slurm's KillWait applies
+    # srun, not its process group: the tasks run under slurmstepd, and srun forwards the signal
+    # to all of them and waits for the step to end.
+    terminate_group = False
 
     def __init__(self, argv: Sequence[str], env: dict[str, str], labels: Sequence[str],
                  subjects: Sequence[str], hosts: Sequence[Host], cwd: str, job_id: str = "?"):
@@ -170,14 +173,6 @@ class SrunChild(Child):
             return status_failure(f"srun task {task}", returncode, "srun", self.own)
         return status_failure(self.subjects[task], returncode, self.labels[task],
                               self.task_tails[task] or self.own)
-
-    def terminate(self) -> None:
-        # srun, not its process group: the tasks run under slurmstepd, and srun forwards the
-        # signal to all of them and waits for the step to end.
-        try:
-            self.proc.send_signal(signal.SIGTERM)
-        except ProcessLookupError:
-            pass
 
 
 def build(plan: Plan) -> list[Child]:

@@ -88,6 +88,9 @@ class Child:
     grace_s = 5.0
     #: the launch's NoiseFilter, shared by its children (set by the Supervisor)
     noise: NoiseFilter | None = None
+    #: False: SIGTERM goes to the process alone, a leader (mpirun, srun) that forwards it to
+    #: processes in other groups and cleans up; True: to the process's whole group
+    terminate_group = True
 
     def __init__(self, label: str, subject: str, argv: Sequence[str], env: dict[str, str],
                  cwd: str | None = None, capture_stdout: bool = False, stdin_pipe: bool = False):
@@ -150,6 +153,12 @@ class Child:
         return describe_stopped(self.proc.pid, group=True)
 
     def terminate(self) -> None:
+        if not self.terminate_group:
+            try:
+                self.proc.send_signal(signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            return
         _signal_group(self.proc.pid, signal.SIGTERM)
         _signal_group(self.proc.pid, signal.SIGCONT)     # a stopped process handles it now
 
