@@ -17,14 +17,10 @@ from bandwidth.stores.registry import KVStore
 
 # Scratch for the chunked data generation and error check (int64 and float64 temporaries).
 CHECK_SCRATCH_BYTES = 6 * 8 * (1 << 22)
-
-
 # Resident memory of one rank process beyond its arrays (the torch runtime, Gloo's threads), and
 # beyond that, per byte of the arrays (Gloo's working buffers, the flat reference's buffers): vgg-16
 # under nccl on 2 CPU devices used 7.13 GB in all, 2.5 x its 553 MB per process beyond the buffers.
 RANK_PROCESS_BYTES = 330 * 1000 * 1000
-
-
 RANK_NBYTES_FACTOR = 2.5
 
 
