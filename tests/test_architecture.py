@@ -141,6 +141,7 @@ def test_package_inits_hold_only_their_rule():
     ["-m", "bandwidth.ceiling", "--help"],
     ["-m", "bandwidth.compare", "--help"],
     ["-m", "bandwidth.netlab", "--help"],
+    ["-m", "bandwidth.hostgate", "--help"],
     ["launch.py", "--help"],
 ])
 def test_the_public_entry_points_stay(argv):
