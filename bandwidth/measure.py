@@ -153,9 +153,8 @@ def execute(job: Job, role=None) -> int:
         return 0
     widest = max(plans, key=lambda p: p.devices.n)
     environment = describe_environment(widest.devices)
-    if any(plan.config.backend == "mxnet" for plan in plans):
-        from bandwidth.backends import mxnet_backend
-        environment["mxnet"] = mxnet_backend.import_mxnet().__version__   # fails before output
+    for name in dict.fromkeys(plan.config.backend for plan in plans):   # fails before output
+        environment.update(engines.ENGINES[name].environment())
     base = None
     if job.baseline:                       # refuse other hardware before measuring anything
         base = baseline.load_baseline(job.baseline)

@@ -7,7 +7,7 @@ An engine gives: ``measure_here(plan, on_report)``, every device of the plan mea
 process (the plain dict of bandwidth.measurement.tasks); ``open_here(plan, stack)``, a ready session
 on every device for a run that interleaves backends (its clean-ups entered on ``stack``), and its
 notes; ``roles()``, the module whose ``check_role`` and ``run_distributed`` play this process's
-part under launch.py.
+part under launch.py; ``environment()``, what the preamble adds about the backend (its version).
 
 MXNet's engine is imported only when it is asked for (bandwidth.backends.mxnet_session), and it
 imports ``mxnet`` itself only when it measures.
@@ -37,6 +37,8 @@ class Engine:
     # the module whose check_role(kv_store, role, servers_needed) and
     # run_distributed(plan, role, on_report) play this process's part under launch.py
     roles: Callable[[], ModuleType]
+    # entries for the run's environment (the preamble, JSON); may fail in one line first
+    environment: Callable[[], dict] = dict
 
 
 def _toolkit_here(plan: Plan, on_report) -> dict:
@@ -61,6 +63,12 @@ def _mxnet_here(plan: Plan, on_report) -> dict:
     return mxnet_session.measure_task(plan, on_report)
 
 
+def _mxnet_environment() -> dict:
+    from bandwidth.backends import mxnet_backend
+
+    return {"mxnet": mxnet_backend.import_mxnet().__version__}
+
+
 def _mxnet_roles() -> ModuleType:
     from bandwidth.backends import mxnet_session
 
@@ -69,7 +77,7 @@ def _mxnet_roles() -> ModuleType:
 
 ENGINES: dict[str, Engine] = {
     "toolkit": Engine("toolkit", _toolkit_here, _toolkit_open, lambda: distributed),
-    "mxnet": Engine("mxnet", _mxnet_here, _mxnet_open, _mxnet_roles),
+    "mxnet": Engine("mxnet", _mxnet_here, _mxnet_open, _mxnet_roles, _mxnet_environment),
 }
 
 
