@@ -5,6 +5,9 @@
 # The reference tools (nccl-tests, p2pBandwidthLatencyTest) are built from PEERS_SRC: a copy of
 # shared/peers (default: ./peers, else ../shared/peers), since the device tool carries no shared/.
 # CPU_TESTS=1 also runs the CPU-device tests (CI runs them; they are not needed for the figures).
+# PARTS picks what runs (default "tests bench extra"): on several GPUs the whole script can take
+# longer than one 10-minute device call, so it can be split, e.g. PARTS="tests bench", then
+# PARTS=extra on the same machine.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-results}
@@ -13,24 +16,30 @@ export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 PEERS_SRC=${PEERS_SRC:-$PWD/peers}
 [ -f "$PEERS_SRC/build.sh" ] || PEERS_SRC=$PWD/../shared/peers
 GPUS=$(nvidia-smi -L | wc -l)
+PARTS=${PARTS:-tests bench extra}
+part() { [[ " $PARTS " == *" $1 "* ]]; }
 R200=(--network resnet --num-layers 200 --num-batches 10)
 log="$OUT/gpu.log"
 {
   echo "== commit ${COMMIT:-$(git rev-parse --verify -q HEAD || echo unknown)}, $(date -u +%FT%TZ), $GPUS GPU(s)"
   nvidia-smi; nvidia-smi topo -m
   echo "== building the reference tools from $PEERS_SRC (in the background) and the GPU tests"
-  (PEERS_BIN=/tmp/peers bash "$PEERS_SRC/build.sh" > "$OUT/build.log" 2>&1; echo "build exit $?" >> "$OUT/build.log") &
+  [ -f /tmp/peers/env.sh ] || (PEERS_BIN=/tmp/peers bash "$PEERS_SRC/build.sh" > "$OUT/build.log" 2>&1; echo "build exit $?" >> "$OUT/build.log") &
   build=$!
   if [ "${CPU_TESTS:-0}" = 1 ]; then
     python3 -m pytest -q -p no:cacheprovider -m "not gpu" -n 8 tests
   fi
-  python3 -m pytest -q -p no:cacheprovider -m gpu tests
-  wait "$build"; tail -3 "$OUT/build.log"
+  part tests && python3 -m pytest -q -p no:cacheprovider -m gpu tests
+  wait "$build"; [ -f "$OUT/build.log" ] && tail -3 "$OUT/build.log"
   [ -f /tmp/peers/env.sh ] && source /tmp/peers/env.sh
-  echo "== benchmarks/gpu_bench.py (5 runs of each configuration, against the reference tools)"
-  python3 benchmarks/gpu_bench.py --rounds 5 --peers /tmp/peers --json "$OUT/gpu_bench.json" \
-    --log-tools "$OUT/tools.log"
-  if [ "$GPUS" -ge 2 ]; then
+  if part bench; then
+    echo "== benchmarks/gpu_bench.py (5 runs of each configuration, against the reference tools)"
+    python3 benchmarks/gpu_bench.py --rounds 5 --peers /tmp/peers --json "$OUT/gpu_bench.json" \
+      --log-tools "$OUT/tools.log"
+  fi
+  if ! part extra; then
+    :
+  elif [ "$GPUS" -ge 2 ]; then
     echo "== python -m bandwidth.ceiling"
     python3 -m bandwidth.ceiling -b 1M -e 1G -f 2 --json "$OUT/ceilings.json"
     echo "== sweep of the single-host modes, with a plot"
