@@ -60,7 +60,10 @@ class Reference:
             base, delta = _base_delta(start, stop, seed, device)
             self.sum[start:stop] = base.mul_(replicas).add_(delta, alpha=pairs).to(torch.float32)
         self.sum.div_(SCALE)
-        self.abs_total = float(self.sum.abs().sum(dtype=torch.float64))
+        # In chunks: a whole-array abs() in float64 would take twice the sum's own memory (60 GiB
+        # for llama-8b), which check_memory does not count.
+        self.abs_total = sum(float(self.sum[start:stop].abs().sum(dtype=torch.float64))
+                             for start, stop in _chunks(numel))
 
     def error_terms(self, outputs: list[torch.Tensor], optimizer: Sgd | None,
                     steps: int) -> tuple[float, float]:
