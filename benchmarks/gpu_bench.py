@@ -159,8 +159,10 @@ def configurations(gpus: int) -> list[tuple[str, dict]]:
 def measure_once(config: Config) -> dict:
     result = run(config)
     s = result.summary
+    steps = [re.search(r"graph steps(?: auto)?: (\d+) replays", n) for n in result.notes]
     return {"launch": result.launch, "busbw": s.busbw_median, "algbw": s.algbw_median,
             "seconds": s.seconds_median,
+            "graph_steps": next((int(m.group(1)) for m in steps if m), 1),
             "host_seconds": s.host_seconds_median, "error": s.error_max}
 
 
@@ -310,16 +312,19 @@ def main(argv: list[str] | None = None) -> int:
                           "step_us": 1e6 * statistics.median(x["seconds"] for x in got),
                           "error": max(x["error"] for x in got),
                           "chosen": "/".join(sorted({x["launch"] or "?" for x in got})),
+                          "graph_steps": sorted({x.get("graph_steps", 1) for x in got}),
                           "path_spread": path_spread(figure, round_rates, label, gpus)})
     print("\n== modes: median of the run medians (GB/s; local on one GPU: algbw), spread of the "
           "run medians (max/min), ratio to the bound of the same run, host time per step (us) "
-          "beside the step's time")
+          "beside the step's time; both per step, where an iteration replays the graph several times")
     print(f"{'network':<20} {'dtype':<8} {'MB':>9}  {'mode':<17} {'GB/s':>9} {'spread':>7} "
           f"{'bound':>9} {'ratio':>6}  {'host us':>8} {'step us':>9}  bound")
     for row in table:
         bound = f"{row['bound']:9.1f}" if row["bound"] else f"{'n/a':>9}"
         ratio = f"{row['ratio']:6.3f}" if row["ratio"] else f"{'n/a':>6}"
         chosen = f" (auto chose {row['chosen']})" if row["mode"].endswith("auto") else ""
+        if row["graph_steps"] != [1]:
+            chosen += f" (graph steps {'/'.join(map(str, row['graph_steps']))})"
         print(f"{row['network']:<20} {row['dtype']:<8} {row['mbytes']:>9.1f}  {row['mode']:<17} "
               f"{row['median']:>9.1f} {row['spread']:>7.3f} {bound} {ratio}  "
               f"{row['host_us']:>8.1f} {row['step_us']:>9.1f}  {row['bound_name']}{chosen}")

@@ -78,6 +78,8 @@ def _cases(f: dict[str, str]) -> list[tuple[str, list[str]]]:
         ["--cpu-threads", "0"], ["--tolerance", "abc"], ["--gpus", "99"],
         ["--kv-store", "local", "--network-ceiling", "/nonexistent.json"],
         ["--seed", "9" * 30], ["--num-classes", "9" * 30],
+        ["--graph-steps", "0"], ["--graph-steps", DIGITS], ["--graph-steps", "2", "--cpus", "2"],
+        ["--graph-steps", "2", "--launch", "eager"],
     ]]
     c = [(f"ceiling {' '.join(a)[:50]}", CEILING + a) for a in [
         ["--mb", "nan"], ["--mb", "1e300"], ["--p2p-mb", "inf"], ["--cpu-threads", "0"],

@@ -149,6 +149,46 @@ def test_graph_with_sgd_counts_every_step_once(kv, launch):
     assert all(0 <= s.error < 1e-6 for s in result.samples), result.samples
 
 
+@pytest.mark.parametrize("kv", ["device", "nccl"])
+def test_graph_steps_replay_every_set_exactly(kv):
+    # --graph-steps 3: each timed iteration replays the step on three sets of buffers; with sgd
+    # every set's weights are exactly warm-up + 3 updates from zero, which the check verifies.
+    gpus = (0, 0) if kv == "device" else GPUS
+    result = run(Config(kv_store=kv, gpus=gpus, optimizer="sgd", reference=False, launch="graph",
+                        graph_steps=3, **RESNET50))
+    assert all(0 <= s.error < 1e-6 for s in result.samples), result.samples
+    assert any("graph steps: 3 replays per timed iteration" in n for n in result.notes)
+
+
+def test_graph_steps_auto_queues_several_replays_of_a_small_step(cli):
+    proc = cli("--kv-store", "device", "--gpus", "0,0", "--network", "mlp", "--launch", "graph",
+               "--num-batches", "3")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("GB/sec per gpu, error 0.000000") == 3
+    line = next(x for x in proc.stdout.splitlines() if "graph steps auto:" in x)
+    count = int(line.split("graph steps auto: ")[1].split()[0])
+    assert 1 < count <= session_mod.GRAPH_MAX_SETS, line
+
+
+def test_error_check_covers_every_set_of_buffers():
+    # A wrong value in the third set alone must show in the error.
+    from bandwidth.hardware.devices import DeviceSet
+    from bandwidth.processes.group import LocalGroup
+    s = session_mod.Session("device", [("w", (1000, 300))], DeviceSet("cuda", (0, 0)), [0, 1],
+                            LocalGroup(), dtype="float32", optimizer="none", seed=0,
+                            chunk_mb=None, launch="graph", graph_steps=3)
+    try:
+        assert s.graph_steps == 3
+        s.prepare()
+        s.step()
+        s.synchronize()
+        assert s.error() == 0.0
+        s.more_sets[1][0][1].outputs[7] += 1.0
+        assert s.error() > 0.0
+    finally:
+        s.close()
+
+
 def test_nccl_with_one_gpu_twice_is_one_line(cli):
     proc = cli("--kv-store", "nccl", "--gpus", "0,0", "--network", "mlp")
     assert proc.returncode == 2

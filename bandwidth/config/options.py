@@ -50,6 +50,7 @@ class Config:
     gc_type: str = "none"                  # MXNet's gradient compression (--backend mxnet only)
     launch: str | None = None              # "auto" | "graph" | "eager"; None: auto on CUDA, eager on CPU
     owners: str = "balanced"               # device mode's key placement: "balanced" | "greedy"
+    graph_steps: int | None = None         # graph replays per timed iteration (None: auto)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -103,6 +104,21 @@ class Job:
 SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 MAX_TIMEOUT_S = 7 * 24 * 3600             # a week: any longer is no bound at all
 MAX_CHUNK_MB = 1e9                        # MB of 1e6 bytes: 1 PB
+MAX_GRAPH_STEPS = 1024                    # --graph-steps N: each replay holds a copy of the buffers
+
+
+def parse_graph_steps(text: str) -> int | None:
+    """--graph-steps: "auto" (None) or a count from 1 to MAX_GRAPH_STEPS."""
+    if str(text).strip().lower() == "auto":
+        return None
+    try:
+        count = int(str(text).strip())
+    except ValueError:
+        count = 0
+    if not 1 <= count <= MAX_GRAPH_STEPS:
+        raise ConfigError(f"--graph-steps must be 'auto' or a whole number from 1 to "
+                          f"{MAX_GRAPH_STEPS}; got {str(text)[:30]!r}")
+    return count
 MAX_SIZE_BYTES = 1 << 50                  # 1 PiB: beyond any device's memory
 MAX_SWEEP_SIZES = 1000                    # -b 1 -e 1G -f 1.05 has 395 sizes
 
@@ -244,6 +260,13 @@ def build_parser() -> argparse.ArgumentParser:
                          "launched by the host each step, as a framework without graphs does) or "
                          "'auto' (capture, then keep the graph unless a few untimed trial steps "
                          "show the eager step faster) (default: auto on GPUs, eager on CPU devices)")
+    ex.add_argument("--graph-steps", default="auto",
+                    help="with the graph launch: how many replays of the captured step each timed "
+                         "iteration queues back to back, each on a copy of the buffers of its own "
+                         "(so that neither the host's launch and wake-up nor the GPU's cache sets "
+                         "a small network's figure); the time is divided by the count. 'auto' "
+                         "(default): enough for an iteration of about 4 ms, at most 64 copies and "
+                         f"40 %% of the free GPU memory; N: exactly N (1 to {MAX_GRAPH_STEPS})")
     ex.add_argument("--owners", default="balanced",
                     help="device mode's key placement: 'balanced' (keys larger than 1,000,000 "
                          "elements are split so that every GPU owns the same bytes; default) or "
@@ -364,6 +387,11 @@ def _check_scalars(args: argparse.Namespace) -> None:
                           f"got {args.chunk_mb:g}")
     if args.launch is not None and args.launch not in LAUNCHES:
         raise ConfigError(f"unknown --launch {args.launch!r}; valid: {', '.join(LAUNCHES)}")
+    graph_steps = parse_graph_steps(args.graph_steps)
+    if graph_steps is not None and args.launch == "eager":
+        raise ConfigError("--graph-steps counts replays of a CUDA graph; --launch eager has none")
+    if graph_steps is not None and args.cpus is not None:
+        raise ConfigError("--graph-steps needs GPUs (CUDA graphs); CPU devices run eager")
     if args.owners not in OWNER_RULES:
         raise ConfigError(f"unknown --owners {args.owners!r}; valid: {', '.join(OWNER_RULES)}")
     if args.launch in ("graph", "auto") and args.cpus is not None:
@@ -514,7 +542,7 @@ def job_from_args(args: argparse.Namespace) -> Job:
                   optimizer=optimizer, dtype=args.dtype, reference=args.reference,
                   chunk_mb=args.chunk_mb, cpu_threads=args.cpu_threads, timeout_s=args.timeout,
                   seed=args.seed, gc_type=args.gc_type.lower(), launch=args.launch,
-                  owners=args.owners)
+                  owners=args.owners, graph_steps=parse_graph_steps(args.graph_steps))
     # The backend varies fastest, so that the rows of a comparison sit side by side.
     configs = tuple(Config(network=network, kv_store=mode, gpus=gpus, cpus=cpus, backend=backend,
                            **common)

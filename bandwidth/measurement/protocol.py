@@ -6,7 +6,10 @@ device synchronisation; ``perf_counter`` brackets it. The time ``step`` takes to
 issuing the step's work: its launches, or one graph replay) is kept beside it as the host time. A
 multi-process run takes, per iteration, the
 slowest rank's time (and keeps each rank's own, for the per-worker table of the distributed
-modes). Warm-up iterations run the same way and are discarded. The error check runs
+modes). A session that replays a CUDA graph several times per iteration, each replay on buffers
+of its own (``graph_steps``, bandwidth.measurement.session), counts the iteration as that many
+steps: its time and host time are divided by the count. Warm-up iterations run the same way and
+are discarded. The error check runs
 after every iteration, untimed, as MXNet's did. Several sessions of one measurement (the backends
 of ``--backend toolkit,mxnet``) run it together, iteration by iteration (``measure_interleaved``).
 """
@@ -115,6 +118,7 @@ def measure_interleaved(sessions: list, *, iterations: int, warmup: int, disp_ba
 def _iteration(session, iteration: int, check: bool) -> Sample:
     """One iteration of the protocol (module docstring): untimed prepare, barrier and
     synchronisation, the timed step, the untimed error check."""
+    steps = getattr(session, "graph_steps", 1)
     session.prepare()
     session.group.barrier()
     session.synchronize()
@@ -122,7 +126,7 @@ def _iteration(session, iteration: int, check: bool) -> Sample:
     session.step()
     issued = time.perf_counter()
     session.synchronize()
-    own_seconds = time.perf_counter() - start
+    own_seconds = (time.perf_counter() - start) / steps
     seconds = session.group.max(own_seconds)
     error = session.error() if check else -1.0
-    return Sample(iteration, seconds, error, own_seconds, issued - start)
+    return Sample(iteration, seconds, error, own_seconds, (issued - start) / steps)

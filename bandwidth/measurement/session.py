@@ -10,11 +10,27 @@ BENCHMARKS.md). A
 mode whose ``auto_graph`` is False (``local``) runs eager under auto.
 Every process of a run takes the same decision (the slowest rank's times). The error check is the
 same either way: every step's outputs.
+
+A graph is replayed ``graph_steps`` times per timed iteration, each replay on a set of buffers of
+its own (the replicas' gradients and outputs and the mode's own buffers, with a graph captured on
+each set), and the iteration's time is divided by that count. One replay of a small network's
+step takes tens of microseconds, of which the host's launch and its wake-up after the
+synchronisation were 6-25 us and moved 1.4-3.1 x from run to run on an H100 host
+(BENCHMARKS.md, 2026-11-24): a figure that the host's wake-up sets. Replays queued back to back
+keep the GPU busy while the host launches the next, so the host's share shrinks to one launch and
+one wake-up per iteration. Each replay has a set of its own, rather than replaying one set again,
+so that no step finds its operands in the GPU's L2 cache where the previous step left them (16.8
+MB of mobilenet fit in an H100's 50 MB): the figure stays one of memory and links, not of the
+cache. ``graph_steps=None`` ("auto") chooses the count from a few untimed replays: enough for an
+iteration of ``GRAPH_ITERATION_S``, at most ``GRAPH_MAX_SETS`` sets and no more than
+``GRAPH_MEMORY_SHARE`` of the free GPU memory; every process of a run takes the smallest count.
+Every set's outputs are checked after every iteration.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import statistics
 import time
 
@@ -38,11 +54,12 @@ class Session:
                  dtype: str, optimizer: str, seed: int, chunk_mb: float | None,
                  cpu_threads: int | None = None, check: bool = True, cluster=None,
                  first_replica: int = 0, replicas: int | None = None, launch: str = "eager",
-                 owners: str = "balanced"):
+                 owners: str = "balanced", graph_steps: int | None = 1):
         """``first_replica`` and ``replicas``: this process's devices are replicas
         first_replica + index of ``replicas`` in the whole job (default: the devices here).
         ``launch``: "graph" or "eager" (see ``launch_of``); ``owners``: the placement rule of
-        modes that take one (``KVStore.takes_owners``)."""
+        modes that take one (``KVStore.takes_owners``); ``graph_steps``: replays per timed
+        iteration with the graph (module docstring; None: auto)."""
         store_cls = KVSTORES[kv_store]
         self.threads_before = torch.get_num_threads()      # restored at close on CPU devices
         self.devices = devices
@@ -53,19 +70,30 @@ class Session:
         self.layout = store_cls.make_layout(shapes, devices.n, cluster, **rule)
         self.optimizer = optimizers.make(optimizer)
         numel = self.layout.numel
-        self.replicas = []
-        for index in indices:
-            device = devices.torch_device(index)
-            grads = torch.empty(numel, dtype=TORCH_DTYPES[dtype], device=device)
-            fill_gradient(grads, rank=first_replica + index, seed=seed)
-            outputs = torch.zeros_like(grads)
-            self.replicas.append(Replica(first_replica + index, device, grads, outputs))
         chunk_elements = (None if chunk_mb is None        # None: each mode's own default
                           else max(1, int(chunk_mb * 1e6) // DTYPE_BYTES[dtype]))
         extra = {"cluster": cluster} if store_cls.distributed and cluster is not None else {}
         extra.update(rule)
-        self.store = store_cls(self.replicas, self.layout, self.optimizer, group, chunk_elements,
-                               cpu_threads, **extra)
+
+        def new_set():
+            """One set of buffers: every replica's gradients and outputs, and a store on them."""
+            replicas_of_set = []
+            for index in indices:
+                device = devices.torch_device(index)
+                grads = torch.empty(numel, dtype=TORCH_DTYPES[dtype], device=device)
+                fill_gradient(grads, rank=first_replica + index, seed=seed)
+                outputs = torch.zeros_like(grads)
+                replicas_of_set.append(Replica(first_replica + index, device, grads, outputs))
+            return replicas_of_set, store_cls(replicas_of_set, self.layout, self.optimizer, group,
+                                              chunk_elements, cpu_threads, **extra)
+
+        self._new_set = new_set
+        allocated = _allocated(devices)
+        self.replicas, self.store = new_set()
+        self.set_bytes = _allocated(devices) - allocated   # GPU memory of one set
+        # Further sets, each with its graph (graph_steps > 1): [(replicas, store, graph)].
+        self.more_sets: list[tuple[list[Replica], object, object]] = []
+        self.graph_note = None
         # The exact expected sum, once per distinct device (CPU devices share one).
         self.references = {}
         if check:
@@ -94,28 +122,67 @@ class Session:
                     "\n")[0]
                 log.warning(self.graph_failure)
                 self.synchronize()
+        graph_s = None
         if auto and self.graph is not None:
-            self._choose_launch()
+            graph_s = self._choose_launch()
+        if self.graph is not None:
+            self._add_sets(graph_steps, graph_s)
         self.synchronize()
+
+    @property
+    def graph_steps(self) -> int:
+        """Steps per timed iteration: one per set of buffers."""
+        return 1 + len(self.more_sets)
+
+    def _add_sets(self, wanted: int | None, graph_s: float | None) -> None:
+        """Sets of buffers for ``graph_steps`` replays per iteration (module docstring): ``wanted``
+        of them, or (None) as many as an iteration of GRAPH_ITERATION_S needs, judged from
+        ``graph_s`` (one replay's median time) or a few untimed replays, within GRAPH_MAX_SETS and
+        GRAPH_MEMORY_SHARE of the free memory. Every process takes the smallest count."""
+        if wanted is None:
+            if graph_s is None:
+                graph_s = self._median_seconds(self.graph.replay)
+            count = max(1, math.ceil(GRAPH_ITERATION_S / max(graph_s, 1e-9)))
+            count = min(count, GRAPH_MAX_SETS)
+            free = min(torch.cuda.mem_get_info(d)[0] for d in _gpus(self.replicas))
+            if self.set_bytes > 0:
+                count = min(count, 1 + int(GRAPH_MEMORY_SHARE * free // self.set_bytes))
+            count = int(-self.group.max(-float(count)))
+            how = (f"graph steps auto: {count} replays per timed iteration, each on a set of "
+                   f"buffers of its own (one replay took {1e6 * graph_s:.1f} us; --graph-steps N "
+                   "to choose)")
+        else:
+            count = wanted
+            how = f"graph steps: {count} replays per timed iteration (--graph-steps)"
+        if self.optimizer is not None:
+            self.store.reset_weights()     # after the trial replays, as __init__ left them
+        for _ in range(count - 1):
+            replicas, store = self._new_set()
+            self.more_sets.append((replicas, store, store.capture()))
+        if count > 1 or wanted is not None:
+            self.graph_note = how
+
+    def _median_seconds(self, issue) -> float:
+        """The slowest rank's median time of TRIAL_STEPS untimed steps issued by ``issue`` (after
+        one more to warm up), each from a synchronised start to its end."""
+        times = []
+        for _ in range(TRIAL_STEPS + 1):
+            self.store.prepare()
+            self.synchronize()
+            self.group.barrier()
+            start = time.perf_counter()
+            issue()
+            self.synchronize()
+            times.append(time.perf_counter() - start)
+        return self.group.max(statistics.median(times[1:]))
 
     def _choose_launch(self) -> None:
         """``launch="auto"``: time TRIAL_STEPS untimed steps each way (after one of each to warm
         up) and keep the graph unless the eager step's median is EAGER_MARGIN faster. The steps
-        leave the weights as ``__init__`` did, so the error check still counts from step 1."""
-        def median_seconds(issue) -> float:
-            times = []
-            for _ in range(TRIAL_STEPS + 1):
-                self.store.prepare()
-                self.synchronize()
-                self.group.barrier()
-                start = time.perf_counter()
-                issue()
-                self.synchronize()
-                times.append(time.perf_counter() - start)
-            return self.group.max(statistics.median(times[1:]))
-
-        graph_s = median_seconds(self.graph.replay)
-        eager_s = median_seconds(self.store.step)
+        leave the weights as ``__init__`` did, so the error check still counts from step 1.
+        Returns the graph's median."""
+        graph_s = self._median_seconds(self.graph.replay)
+        eager_s = self._median_seconds(self.store.step)
         if self.optimizer is not None:
             for replica in self.replicas:
                 replica.outputs.zero_()
@@ -124,6 +191,7 @@ class Session:
         self.launch_trial = (f"launch auto: {TRIAL_STEPS} trial steps each way, median graph "
                              f"{1e6 * graph_s:.1f} us, eager {1e6 * eager_s:.1f} us: "
                              f"{self.launch} (--launch graph|eager to choose)")
+        return graph_s
 
     def _set_cpu_threads(self, cpu_threads: int | None) -> None:
         """--cpu-threads N, or (None) the trial of bandwidth.hardware.cputhreads where this process steps
@@ -147,10 +215,15 @@ class Session:
 
     def prepare(self) -> None:
         self.store.prepare()
+        for _, store, _ in self.more_sets:
+            store.prepare()
 
     def step(self) -> None:
+        """One timed iteration: a step on every set of buffers (graph_steps), one after another."""
         if self.graph is not None:
             self.graph.replay()
+            for _, _, graph in self.more_sets:
+                graph.replay()
         else:
             self.store.step()
         self.steps += 1
@@ -163,16 +236,20 @@ class Session:
     def error(self) -> float:
         wrong = 0.0
         total = 0.0
-        for replica in self.replicas:
+        sets = [self.replicas] + [replicas for replicas, _, _ in self.more_sets]
+        for replica in (r for replicas in sets for r in replicas):
             w, total = self.references[replica.device].error_terms(
                 [replica.outputs], self.optimizer, self.steps)
             wrong += w
-        wrong = self.group.sum(wrong)
+        wrong = self.group.sum(wrong) / len(sets)
         return wrong / total if total else 0.0
 
     def close(self) -> None:
         self.synchronize()
         self.graph = None
+        for _, store, _ in self.more_sets:
+            store.close()
+        self.more_sets.clear()
         self.store.close()
         self.replicas.clear()
         self.references.clear()
@@ -183,6 +260,23 @@ class Session:
 # launch="auto": untimed trial steps each way, and how much faster eager must be to be chosen.
 TRIAL_STEPS = 5
 EAGER_MARGIN = 0.03
+
+# graph_steps auto (module docstring): the time a timed iteration of replays should take, the most
+# sets of buffers, and the share of the free GPU memory the further sets may take.
+GRAPH_ITERATION_S = 0.004
+GRAPH_MAX_SETS = 64
+GRAPH_MEMORY_SHARE = 0.4
+
+
+def _gpus(replicas) -> list:
+    return list(dict.fromkeys(r.device for r in replicas if r.device.type == "cuda"))
+
+
+def _allocated(devices: DeviceSet) -> int:
+    """Bytes torch has allocated on the GPUs of ``devices`` (0 on CPU devices)."""
+    if not devices.is_cuda:
+        return 0
+    return sum(torch.cuda.memory_allocated(gpu) for gpu in set(devices.ids))
 
 
 def launch_of(store_cls, devices: DeviceSet, requested: str | None,

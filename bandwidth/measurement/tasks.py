@@ -38,9 +38,9 @@ def open_session(plan: Plan, indices: list[int], group, *, cluster=None, first_r
                       optimizer=c.optimizer, seed=c.seed, chunk_mb=c.chunk_mb,
                       cpu_threads=c.cpu_threads, check=c.test_results, cluster=cluster,
                       first_replica=first_replica, replicas=replicas, launch=plan.launch,
-                      owners=c.owners)
+                      owners=c.owners, graph_steps=c.graph_steps)
     notes = session.store.notes() + [n for n in (session.graph_failure, session.launch_trial,
-                                                 session.threads_note) if n]
+                                                 session.graph_note, session.threads_note) if n]
     return session, notes
 
 
@@ -82,7 +82,8 @@ def reference_task(plan: Plan, indices: list[int], group, replicas: int | None =
     c = plan.config
     session = Session("nccl", [("flat", (plan.numel,))], plan.devices, indices, group,
                       dtype=c.dtype, optimizer="none", seed=c.seed, chunk_mb=c.chunk_mb, check=False,
-                      launch=launch_of(KVSTORES["nccl"], plan.devices, c.launch))
+                      launch=launch_of(KVSTORES["nccl"], plan.devices, c.launch),
+                      graph_steps=c.graph_steps)
     try:
         with Watchdog(c.timeout_s, f"the flat all-reduce reference of {plan.network_label}") as dog:
             samples, _ = protocol.measure(

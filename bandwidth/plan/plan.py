@@ -90,11 +90,12 @@ def check_memory(*plans: Plan) -> None:
     free = free_bytes(first.devices)
     if first.devices.is_cuda:
         # Replicas sharing a GPU (--gpus 0,0) each need their buffers on it; the expected sum
-        # and the scratch are kept once per GPU.
+        # and the scratch are kept once per GPU. --graph-steps N keeps N sets of buffers (auto
+        # adds sets only within the memory it finds free).
         free_of = dict(zip(first.devices.ids, free))
         for gpu in sorted(set(first.devices.ids)):
             count = first.devices.ids.count(gpu)
-            need = sum(count * _replica_bytes(plan) + _reference_bytes(plan)
+            need = sum(count * _replica_bytes(plan) * _sets(plan) + _reference_bytes(plan)
                        + CHECK_SCRATCH_BYTES for plan in plans)
             have = free_of[gpu]
             label = f"cuda:{gpu}" + (f" ({count} replicas)" if count > 1 else "")
@@ -115,6 +116,12 @@ def _replica_bytes(plan: Plan) -> int:
     """One replica's buffers: gradients, outputs and what the mode adds per device."""
     return 2 * plan.nbytes + plan.store_cls.extra_bytes_per_device(
         plan.nbytes, plan.devices.n, plan.config.optimizer != "none")
+
+
+def _sets(plan: Plan) -> int:
+    """Sets of buffers a run keeps: --graph-steps N where steps are graph replays."""
+    steps = plan.config.graph_steps
+    return steps if steps and plan.launch in ("graph", "auto") else 1
 
 
 def _reference_bytes(plan: Plan) -> int:
