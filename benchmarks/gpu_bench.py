@@ -29,6 +29,7 @@ medians (max / min). It asserts nothing; BENCHMARKS.md records its results.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import re
 import statistics
@@ -237,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
                 measure_once(config)
             except BandwidthError:
                 pass
+            gc.collect()
             torch.cuda.empty_cache()
         print(f"# warm-up round {w + 1} (discarded) done at "
               f"{time.perf_counter() - started:.0f} s", flush=True)
@@ -254,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
                 runs[key].append(measure_once(config))
             except BandwidthError as exc:
                 skipped.append(f"{' '.join(key)} round {r + 1}: {exc}")
+            gc.collect()
             torch.cuda.empty_cache()
         print(f"# round {r + 1}/{args.rounds} done at {time.perf_counter() - started:.0f} s",
               flush=True)

@@ -167,7 +167,7 @@ def test_graph_steps_auto_queues_several_replays_of_a_small_step(cli):
     assert proc.stdout.count("GB/sec per gpu, error 0.000000") == 3
     line = next(x for x in proc.stdout.splitlines() if "graph steps auto:" in x)
     count = int(line.split("graph steps auto: ")[1].split()[0])
-    assert 1 < count <= session_mod.GRAPH_MAX_SETS, line
+    assert 1 < count <= session_mod.GRAPH_MAX_STEPS, line
 
 
 def test_error_check_covers_every_set_of_buffers():

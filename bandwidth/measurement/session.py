@@ -11,20 +11,23 @@ mode whose ``auto_graph`` is False (``local``) runs eager under auto.
 Every process of a run takes the same decision (the slowest rank's times). The error check is the
 same either way: every step's outputs.
 
-A graph is replayed ``graph_steps`` times per timed iteration, each replay on a set of buffers of
-its own (the replicas' gradients and outputs and the mode's own buffers, with a graph captured on
-each set), and the iteration's time is divided by that count. One replay of a small network's
-step takes tens of microseconds, of which the host's launch and its wake-up after the
-synchronisation were 6-25 us and moved 1.4-3.1 x from run to run on an H100 host
-(BENCHMARKS.md, 2026-11-24): a figure that the host's wake-up sets. Replays queued back to back
-keep the GPU busy while the host launches the next, so the host's share shrinks to one launch and
-one wake-up per iteration. Each replay has a set of its own, rather than replaying one set again,
-so that no step finds its operands in the GPU's L2 cache where the previous step left them (16.8
-MB of mobilenet fit in an H100's 50 MB): the figure stays one of memory and links, not of the
-cache. ``graph_steps=None`` ("auto") chooses the count from a few untimed replays: enough for an
-iteration of ``GRAPH_ITERATION_S``, at most ``GRAPH_MAX_SETS`` sets and no more than
-``GRAPH_MEMORY_SHARE`` of the free GPU memory; every process of a run takes the smallest count.
-Every set's outputs are checked after every iteration.
+A graph is replayed ``graph_steps`` times per timed iteration, back to back, and the iteration's
+time is divided by that count. One replay of a small network's step takes tens of microseconds, of
+which the host's launch and its wake-up after the synchronisation were 6-25 us and moved 1.4-3.1 x
+from run to run on an H100 host (BENCHMARKS.md, 2026-11-24): a figure that the host's wake-up
+sets. Replays queued back to back keep the GPU busy while the host launches the next, so the
+host's share shrinks to one launch and one wake-up per iteration. The replays take turns over a
+few sets of buffers (the replicas' gradients and outputs and the mode's own buffers, with a graph
+captured on each): one set where its buffers hold ``GRAPH_L2_FACTOR`` times the GPU's L2 cache,
+else enough sets that the buffers of the others between two turns of one set hold that much, so that no step finds its operands in the cache
+where an earlier step left them (16.8 MB of mobilenet fit in an H100's 50 MB): the figure stays
+one of memory and links, not of the cache. Few sets rather than one per replay: the same buffers
+come back every few steps, as a training step's do. A mode whose step consumes what its untimed
+``prepare`` wrote (``prepared_steps``: ``nccl`` reduces a bucket in place) gets a set per replay. ``graph_steps=None`` ("auto") chooses the
+count from a few untimed replays: enough for an iteration of ``GRAPH_ITERATION_S``, at most
+``GRAPH_MAX_STEPS``, a whole number of turns over the sets; the sets take at most
+``GRAPH_MEMORY_SHARE`` of the free GPU memory, and every process takes the smallest counts. Every
+set's outputs are checked after every iteration.
 """
 
 from __future__ import annotations
@@ -93,6 +96,7 @@ class Session:
         self.set_bytes = _allocated(devices) - allocated   # GPU memory of one set
         # Further sets, each with its graph (graph_steps > 1): [(replicas, store, graph)].
         self.more_sets: list[tuple[list[Replica], object, object]] = []
+        self.turns = 1                          # replays of every set per iteration
         self.graph_note = None
         # The exact expected sum, once per distinct device (CPU devices share one).
         self.references = {}
@@ -127,40 +131,57 @@ class Session:
             graph_s = self._choose_launch()
         if self.graph is not None:
             self._add_sets(graph_steps, graph_s)
+        self._new_set = None     # the closure refers to self: no cycle to outlive the session
         self.synchronize()
 
     @property
     def graph_steps(self) -> int:
-        """Steps per timed iteration: one per set of buffers."""
-        return 1 + len(self.more_sets)
+        """Steps per timed iteration: graph replays, taking turns over the sets of buffers."""
+        return self.turns * (1 + len(self.more_sets))
 
     def _add_sets(self, wanted: int | None, graph_s: float | None) -> None:
-        """Sets of buffers for ``graph_steps`` replays per iteration (module docstring): ``wanted``
-        of them, or (None) as many as an iteration of GRAPH_ITERATION_S needs, judged from
-        ``graph_s`` (one replay's median time) or a few untimed replays, within GRAPH_MAX_SETS and
-        GRAPH_MEMORY_SHARE of the free memory. Every process takes the smallest count."""
+        """Sets of buffers and replays per iteration (module docstring): ``wanted`` replays, or
+        (None) as many as an iteration of GRAPH_ITERATION_S needs, judged from ``graph_s`` (one
+        replay's median time) or a few untimed replays, within GRAPH_MAX_STEPS; the sets that
+        keep the cache cold, within GRAPH_MEMORY_SHARE of the free memory. The replays are a
+        whole number of turns over the sets. Every process takes the smallest counts."""
         if wanted is None:
             if graph_s is None:
                 graph_s = self._median_seconds(self.graph.replay)
-            count = max(1, math.ceil(GRAPH_ITERATION_S / max(graph_s, 1e-9)))
-            count = min(count, GRAPH_MAX_SETS)
-            free = min(torch.cuda.mem_get_info(d)[0] for d in _gpus(self.replicas))
-            if self.set_bytes > 0:
-                count = min(count, 1 + int(GRAPH_MEMORY_SHARE * free // self.set_bytes))
-            count = int(-self.group.max(-float(count)))
-            how = (f"graph steps auto: {count} replays per timed iteration, each on a set of "
-                   f"buffers of its own (one replay took {1e6 * graph_s:.1f} us; --graph-steps N "
-                   "to choose)")
+            wanted = min(GRAPH_MAX_STEPS, max(1, math.ceil(GRAPH_ITERATION_S / max(graph_s,
+                                                                                  1e-9))))
+            how = (f"graph steps auto: {{steps}} replays per timed iteration, taking turns over "
+                   f"{{sets}} sets of buffers (one replay took {1e6 * graph_s:.1f} us; "
+                   "--graph-steps N to choose)")
+            exact = False
         else:
-            count = wanted
-            how = f"graph steps: {count} replays per timed iteration (--graph-steps)"
+            how = "graph steps: {steps} replays per timed iteration over {sets} sets of buffers"
+            exact = True
+        gpus = _gpus(self.replicas)
+        sets = 1
+        if wanted > 1 and gpus and self.set_bytes > 0:
+            l2 = max(torch.cuda.get_device_properties(d).L2_cache_size for d in gpus)
+            free = min(torch.cuda.mem_get_info(d)[0] for d in gpus)
+            most = 1 + int(GRAPH_MEMORY_SHARE * free // self.set_bytes)
+            cache = GRAPH_L2_FACTOR * l2
+            sets = min(wanted, most,
+                       1 if self.set_bytes >= cache else 1 + math.ceil(cache / self.set_bytes))
+            if exact:    # N replays exactly: a count of sets that divides N
+                sets = min([d for d in range(sets, wanted + 1) if wanted % d == 0 and d <= most]
+                           or [max(d for d in range(1, sets + 1) if wanted % d == 0)])
+            if type(self.store).prepared_steps:    # each replay on a set prepared for it
+                sets = min(wanted, most)
+        sets = int(-self.group.max(-float(max(1, sets))))
+        turns = 1 if type(self.store).prepared_steps else math.ceil(wanted / sets)
+        turns = int(-self.group.max(-float(turns)))
         if self.optimizer is not None:
             self.store.reset_weights()     # after the trial replays, as __init__ left them
-        for _ in range(count - 1):
+        for _ in range(sets - 1):
             replicas, store = self._new_set()
             self.more_sets.append((replicas, store, store.capture()))
-        if count > 1 or wanted is not None:
-            self.graph_note = how
+        self.turns = turns
+        if self.graph_steps > 1:
+            self.graph_note = how.format(steps=self.graph_steps, sets=sets)
 
     def _median_seconds(self, issue) -> float:
         """The slowest rank's median time of TRIAL_STEPS untimed steps issued by ``issue`` (after
@@ -219,14 +240,15 @@ class Session:
             store.prepare()
 
     def step(self) -> None:
-        """One timed iteration: a step on every set of buffers (graph_steps), one after another."""
+        """One timed iteration: ``turns`` steps on every set of buffers, the sets taking turns."""
         if self.graph is not None:
-            self.graph.replay()
-            for _, _, graph in self.more_sets:
-                graph.replay()
+            for _ in range(self.turns):
+                self.graph.replay()
+                for _, _, graph in self.more_sets:
+                    graph.replay()
         else:
             self.store.step()
-        self.steps += 1
+        self.steps += self.turns
 
     def synchronize(self) -> None:
         # Each GPU once (replicas may share one: --gpus 0,0), in the order of the replicas.
@@ -247,6 +269,7 @@ class Session:
     def close(self) -> None:
         self.synchronize()
         self.graph = None
+        self._new_set = None
         for _, store, _ in self.more_sets:
             store.close()
         self.more_sets.clear()
@@ -261,10 +284,12 @@ class Session:
 TRIAL_STEPS = 5
 EAGER_MARGIN = 0.03
 
-# graph_steps auto (module docstring): the time a timed iteration of replays should take, the most
-# sets of buffers, and the share of the free GPU memory the further sets may take.
+# graph_steps (module docstring): the time a timed iteration of replays should take (auto), the
+# most replays (auto), how many L2 caches' worth of the other sets' buffers pass between two turns
+# of one set, and the share of the free GPU memory the further sets may take.
 GRAPH_ITERATION_S = 0.004
-GRAPH_MAX_SETS = 64
+GRAPH_MAX_STEPS = 64
+GRAPH_L2_FACTOR = 2.0
 GRAPH_MEMORY_SHARE = 0.4
 
 

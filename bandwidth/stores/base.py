@@ -125,6 +125,10 @@ class KVStore:
         for replica in self.replicas:
             replica.outputs.zero_()
 
+    # True: a step consumes what ``prepare`` wrote, so a replayed graph needs a fresh prepare (a
+    # set of buffers of its own) for every replay (bandwidth.measurement.session).
+    prepared_steps = False
+
     def prepare(self) -> None:
         """Untimed work before each step (default: none)."""
 

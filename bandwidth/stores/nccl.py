@@ -63,6 +63,8 @@ class NcclStore(KVStore):
             return [f"CPU devices: Gloo all-reduce stands in for NCCL ({self.group.size} processes)"]
         return [f"{backend} all-reduce, {self.group.size} processes, one per GPU"]
 
+    prepared_steps = True       # the all-reduce sums the bucket in place
+
     def prepare(self):
         self.bucket.copy_(self.replica.grads)
 
