@@ -126,8 +126,10 @@ def test_auto_choosing_eager_runs_the_eager_plan_after_capture(monkeypatch):
 
 @pytest.mark.parametrize("kv", ["device", "local"])
 def test_four_replicas_on_one_gpu_with_sgd_in_bfloat16(kv):
+    # One step per iteration: bf16 weights lose precision with every update, and the bound below
+    # is for warm-up + 3 of them (graph steps would multiply the updates).
     result = run(Config(kv_store=kv, gpus=(0, 0, 0, 0), dtype="bfloat16", optimizer="sgd",
-                        reference=False, **RESNET50))
+                        reference=False, graph_steps=1, **RESNET50))
     assert all(0 <= s.error < 5e-2 for s in result.samples), result.samples
 
 

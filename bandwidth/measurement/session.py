@@ -181,7 +181,8 @@ class Session:
             self.more_sets.append((replicas, store, store.capture()))
         self.turns = turns
         if self.graph_steps > 1:
-            self.graph_note = how.format(steps=self.graph_steps, sets=sets)
+            self.graph_note = how.format(steps=self.graph_steps, sets=sets).replace(
+                " 1 sets of buffers", " 1 set of buffers")
 
     def _median_seconds(self, issue) -> float:
         """The slowest rank's median time of TRIAL_STEPS untimed steps issued by ``issue`` (after
