@@ -290,7 +290,7 @@ EAGER_MARGIN = 0.03
 # of one set, and the share of the free GPU memory the further sets may take.
 GRAPH_ITERATION_S = 0.004
 GRAPH_MAX_STEPS = 64
-GRAPH_L2_FACTOR = 2.0
+GRAPH_L2_FACTOR = 4.0
 GRAPH_MEMORY_SHARE = 0.4
 
 
