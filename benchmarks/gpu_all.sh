@@ -7,7 +7,7 @@
 # CPU_TESTS=1 also runs the CPU-device tests (CI runs them; they are not needed for the figures).
 # PARTS picks what runs (default "tests bench extra"): on several GPUs the whole script can take
 # longer than one 10-minute device call, so it can be split, e.g. PARTS="tests bench", then
-# PARTS=extra on the same machine.
+# PARTS=extra on the same machine. BENCH_ARGS adds options of gpu_bench.py (e.g. "--max-mb 2000").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-results}
@@ -35,7 +35,7 @@ log="$OUT/gpu.log"
   if part bench; then
     echo "== benchmarks/gpu_bench.py (5 runs of each configuration, against the reference tools)"
     python3 benchmarks/gpu_bench.py --rounds 5 --peers /tmp/peers --json "$OUT/gpu_bench.json" \
-      --log-tools "$OUT/tools.log"
+      --log-tools "$OUT/tools.log" ${BENCH_ARGS:-}
   fi
   if ! part extra; then
     :

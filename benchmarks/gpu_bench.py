@@ -184,6 +184,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--local-max-mb", type=float, default=2000.0,
                         help="measure local only on networks up to this size (default 2000: "
                              "larger ones take seconds per step over PCIe)")
+    parser.add_argument("--max-mb", type=float, default=None,
+                        help="leave out networks above this many MB (default: none); on "
+                             "several GPUs the warm-up round of every network up to llama-8b "
+                             "took 396 s on 2 x H200, so one device call may need it")
     parser.add_argument("--json", default=None)
     parser.add_argument("--log-tools", default=None, help="write the tools' raw output here")
     args = parser.parse_args(argv)
@@ -201,6 +205,9 @@ def main(argv: list[str] | None = None) -> int:
     modes = configurations(gpus)
     plans, skipped = {}, []
     for name, dtype, nbytes in nets:
+        if args.max_mb is not None and nbytes > args.max_mb * 1e6:
+            skipped.append(f"{name} {dtype}: above --max-mb {args.max_mb:g}")
+            continue
         for label, fields in modes:
             if fields["kv_store"] == "local" and nbytes > args.local_max_mb * 1e6:
                 skipped.append(f"{name} {dtype} {label}: above --local-max-mb "
@@ -233,15 +240,20 @@ def main(argv: list[str] | None = None) -> int:
         # the round are kept for the bounds, which take the fastest of every probe of the call
         # (the copy probe read 2,975 GB/s in a call's first round and 2,520-2,560 after it).
         warm_rates.append({g: rates(g) for g in range(gpus)})
+        took = []
         for key, config in plans.items():
+            begun = time.perf_counter()
             try:
                 measure_once(config)
             except BandwidthError:
                 pass
             gc.collect()
             torch.cuda.empty_cache()
+            took.append((time.perf_counter() - begun, " ".join(key)))
+        slowest = ", ".join(f"{label} {seconds:.0f} s" for seconds, label in sorted(took)[::-1][:5])
         print(f"# warm-up round {w + 1} (discarded) done at "
-              f"{time.perf_counter() - started:.0f} s", flush=True)
+              f"{time.perf_counter() - started:.0f} s; slowest configurations: {slowest}",
+              flush=True)
     rounds_from = time.perf_counter()
     for r in range(args.rounds):
         elapsed = time.perf_counter() - started
