@@ -14,20 +14,20 @@ same either way: every step's outputs.
 A graph is replayed ``graph_steps`` times per timed iteration, back to back, and the iteration's
 time is divided by that count. One replay of a small network's step takes tens of microseconds, of
 which the host's launch and its wake-up after the synchronisation were 6-25 us and moved 1.4-3.1 x
-from run to run on an H100 host (BENCHMARKS.md, 2026-11-24): a figure that the host's wake-up
-sets. Replays queued back to back keep the GPU busy while the host launches the next, so the
-host's share shrinks to one launch and one wake-up per iteration. The replays take turns over a
-few sets of buffers (the replicas' gradients and outputs and the mode's own buffers, with a graph
-captured on each): one set where its buffers hold ``GRAPH_L2_FACTOR`` times the GPU's L2 cache,
-else enough sets that the buffers of the others between two turns of one set hold that much, so that no step finds its operands in the cache
-where an earlier step left them (16.8 MB of mobilenet fit in an H100's 50 MB): the figure stays
-one of memory and links, not of the cache. Few sets rather than one per replay: the same buffers
-come back every few steps, as a training step's do. A mode whose step consumes what its untimed
-``prepare`` wrote (``prepared_steps``: ``nccl`` reduces a bucket in place) gets a set per replay. ``graph_steps=None`` ("auto") chooses the
-count from a few untimed replays: enough for an iteration of ``GRAPH_ITERATION_S``, at most
-``GRAPH_MAX_STEPS``, a whole number of turns over the sets; the sets take at most
-``GRAPH_MEMORY_SHARE`` of the free GPU memory, and every process takes the smallest counts. Every
-set's outputs are checked after every iteration.
+from run to run on an H100 host (BENCHMARKS.md, 2026-11-24): a figure that the host's wake-up sets.
+Replays queued back to back keep the GPU busy while the host launches the next, so the host's share
+shrinks to one launch and one wake-up per iteration. The replays take turns over a few sets of
+buffers (the replicas' gradients and outputs and the mode's own buffers, with a graph captured on
+each): one set where its buffers hold ``GRAPH_L2_FACTOR`` times the GPU's L2 cache, else enough
+sets that the buffers of the others between two turns of one set hold that much, so that no step
+finds its operands in the cache where an earlier step left them (16.8 MB of mobilenet fit in an
+H100's 50 MB): the figure stays one of memory and links, not of the cache. Few sets rather than one
+per replay: the same buffers come back every few steps, as a training step's do. A mode whose step
+consumes what its untimed ``prepare`` wrote (``prepared_steps``: ``nccl`` reduces a bucket in
+place) gets a set per replay. ``graph_steps=None`` ("auto") chooses the count from a few untimed
+replays: enough for an iteration of ``GRAPH_ITERATION_S``, at most ``GRAPH_MAX_STEPS``, a whole
+number of turns over the sets; the sets take at most ``GRAPH_MEMORY_SHARE`` of the free GPU memory,
+and every process takes the smallest counts. Every set's outputs are checked after every iteration.
 """
 
 from __future__ import annotations
@@ -198,7 +198,7 @@ class Session:
             times.append(time.perf_counter() - start)
         return self.group.max(statistics.median(times[1:]))
 
-    def _choose_launch(self) -> None:
+    def _choose_launch(self) -> float:
         """``launch="auto"``: time TRIAL_STEPS untimed steps each way (after one of each to warm
         up) and keep the graph unless the eager step's median is EAGER_MARGIN faster. The steps
         leave the weights as ``__init__`` did, so the error check still counts from step 1.
