@@ -90,6 +90,18 @@ def test_a_rerun_reports_the_same_verdict_everywhere(base, cli, tmp_path):
     assert {r["cpu_threads"] for r in now["results"]} == {chosen}
 
 
+def test_cpu_threads_given_win_over_the_baseline(base, cli, tmp_path):
+    """--cpu-threads N on the rerun is what runs (fewer threads than the baseline's is a
+    slowdown the gate is there to see), and the document records it."""
+    proc = cli(*TINY, "--repeat", "auto", "--time-budget", "2", "--confirm", "0",
+               "--cpu-threads", "1", "--baseline", str(base), "--tolerance", "99%", "--json",
+               str(tmp_path / "now.json"), timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "as in the baseline" not in proc.stdout
+    now = json.loads((tmp_path / "now.json").read_text())
+    assert [r["cpu_threads"] for r in now["results"]] == [1]
+
+
 def test_baseline_processes_flag(cli, tmp_path):
     """--baseline-processes K: K documents' worth of passes, each in its own process (the
     children's pids are printed and differ); bad values and a K without --save-baseline and
