@@ -16,7 +16,9 @@ slowed (--slow):
   cores:N   the slowed try runs on the first N cores of --cores only (fewer cores);
   threads:N the slowed try runs with --cpu-threads N (fewer CPU threads than the baseline's);
   A+B       both (cores:1+burn:1: one core, shared with a busy loop).
-Competing processes run on the cores of the slowed measurement.
+Competing processes run on the cores of the slowed measurement. --workload mlp (a 9 ms step) is
+the one to gate with: in the tiny mlp's 25 us step a competing process shows in the slow tail,
+not in the median the gate judges (BENCHMARKS.md, 2026-11-24).
 """
 
 from __future__ import annotations
