@@ -30,6 +30,7 @@ import os  # noqa: E402
 import signal  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
+from collections import Counter  # noqa: E402
 from dataclasses import replace  # noqa: E402
 
 import torch  # noqa: E402
@@ -40,6 +41,7 @@ from bandwidth.ceiling.bounds import BoundCache  # noqa: E402
 from bandwidth.config.options import Job, build_parser, job_from_args  # noqa: E402
 from bandwidth.errors import BandwidthError, ConfigError  # noqa: E402
 from bandwidth.hardware.environment import describe as describe_environment  # noqa: E402
+from bandwidth.measurement.fresh import fresh_pass  # noqa: E402
 from bandwidth.measurement.protocol import Summary  # noqa: E402
 from bandwidth.plan.plan import Plan, make_plan, size_line  # noqa: E402
 from bandwidth.report import baseline  # noqa: E402
@@ -170,6 +172,10 @@ def execute(job: Job, role=None) -> int:
     for path, flag in ((job.junit_path, "--junit"), (summary_md, "--summary-md")):
         gatereport.check_output_path(path, flag)
     busy_lines = check_busy(widest.devices, job.force, gating)
+    if base is not None:                   # like with like: the baseline's CPU threads
+        plans, pinned = pin_threads(plans, baseline_threads(base))
+        busy_lines += [f"# note: {plan_label(p)}: CPU threads {p.config.cpu_threads}, as in the "
+                       "baseline (--cpu-threads N to choose)" for p in pinned]
     for line in preamble(plans[0], environment, sweep=len(plans)) + busy_lines:
         print(line)
     ceiling_doc, ceiling_status = host_ceilings(widest) if job.ceiling else (None, 0)
@@ -186,6 +192,8 @@ def execute(job: Job, role=None) -> int:
             if bar is not None:
                 bar.close()
         runs.append(results)
+        if repeat == 0:                    # later repeats keep this process's choice of threads
+            plans, _ = pin_threads(plans, {plan_key(r.plan): r.cpu_threads for r in results})
         doc = document(merged(runs) if job.repeat_auto else results, environment,
                        None if ceiling_doc is None else {"ceiling": ceiling_doc})
         every_row += rows_from_document(document(results, environment), f"repeat {repeat + 1}")
@@ -208,6 +216,8 @@ def execute(job: Job, role=None) -> int:
                 break                      # as fleet health checks: the first good repeat passes
         if job.repeat_auto:
             break                          # precise enough, or out of time: judged once
+    if job.repeat_auto and job.baseline_processes > 1:
+        doc["results"] += baseline_processes(job, plans, environment)
     if job.repeat_auto and verdict is not None and verdict.exit_code == 1 and job.confirm:
         verdict, passes = confirm(job, plans, runs[0], bounds, environment, base, every_row,
                                   gates, verdict, started)
@@ -235,13 +245,62 @@ def execute(job: Job, role=None) -> int:
     return max(status, ceiling_status)
 
 
+def plan_key(plan: Plan) -> tuple:
+    """The Row.key of the row that ``plan`` measures."""
+    c = plan.config
+    return (c.kv_store, plan.network_label, devices_label(plan.devices.labels()), c.dtype,
+            c.optimizer, c.backend)
+
+
+def baseline_threads(base: dict) -> dict[tuple, int]:
+    """The CPU threads each row of the baseline ran with (the most frequent over its repeats;
+    rows of GPUs, or of documents written before the field, have none)."""
+    counts: dict[tuple, Counter] = {}
+    for row in rows_from_document(base, "baseline"):
+        if row.cpu_threads is not None:
+            counts.setdefault(row.key, Counter())[row.cpu_threads] += 1
+    return {key: c.most_common(1)[0][0] for key, c in counts.items()}
+
+
+def pin_threads(plans: list[Plan], threads: dict[tuple, int | None]
+                ) -> tuple[list[Plan], list[Plan]]:
+    """``plans`` with the CPU threads of ``threads`` (by row key) fixed where the command line
+    left them to the trial (bandwidth.hardware.cputhreads): the thread count is part of what is
+    compared, and the trial can choose differently from one process (or repeat) to the next on
+    the same machine. Returns all plans and those changed."""
+    out, changed = [], []
+    for plan in plans:
+        n = threads.get(plan_key(plan))
+        if n is not None and plan.config.cpu_threads is None and not plan.devices.is_cuda:
+            plan = replace(plan, config=replace(plan.config, cpu_threads=n))
+            changed.append(plan)
+        out.append(plan)
+    return out, changed
+
+
+def baseline_processes(job: Job, plans: list[Plan], environment: dict) -> list[dict]:
+    """--save-baseline with --repeat auto: --baseline-processes K - 1 more passes, each in a
+    fresh process (bandwidth.measurement.fresh: a process's level is shared by all of its
+    iterations), each pass's rows kept as a repeat of the baseline's rows."""
+    out = []
+    for k in range(2, job.baseline_processes + 1):
+        print(f"# baseline process {k} of {job.baseline_processes}: a fresh process measures "
+              "every row again (--baseline-processes)", flush=True)
+        out += document(merged(fresh_pass(auto_pass, job, plans, environment,
+                                             f"baseline process {k}")),
+                        environment)["results"]
+    return out
+
+
 def confirm(job: Job, plans: list[Plan], first: list[Result], bounds: BoundCache,
             environment: dict, base: dict | None, every_row: list, gates: baseline.Gates,
             verdict: baseline.Check, last_start: float
             ) -> tuple[baseline.Check, list[list[dict]]]:
     """--repeat auto's confirmation passes (--confirm N): the rows whose measured gate failed
-    (baseline.CONFIRMED_GATES) are measured again, by the same --ci-width / --time-budget rule
-    (a budget of its own), and judged on that pass's iterations alone; a row fails only if every
+    (baseline.CONFIRMED_GATES) are measured again, in a fresh process each time
+    (bandwidth.measurement.fresh), with this process's CPU threads, by the same --ci-width /
+    --time-budget rule (a budget of its own), and judged on that pass's iterations alone; a row
+    fails only if every
     pass fails. Each pass starts --confirm-interval seconds after the one before it began
     (``last_start``: when the first pass began), so that one burst of other load on the host
     does not span every pass. Stops at the first pass after which nothing fails. Returns the
@@ -261,7 +320,7 @@ def confirm(job: Job, plans: list[Plan], first: list[Result], bounds: BoundCache
               f"the row fails only if this pass fails too", flush=True)
         time.sleep(wait)
         last_start = time.perf_counter()
-        runs = auto_pass(job, chosen, bounds, environment, f"confirmation {number}")
+        runs = fresh_pass(auto_pass, job, chosen, environment, f"confirmation {number}")
         results = merged(runs)
         passes.append([row for k, repeat in enumerate(runs) for row in rows_from_document(
             document(repeat, environment), f"confirmation {number} repeat {k + 1}")])
@@ -310,7 +369,7 @@ def merged(runs: list[list[Result]]) -> list[Result]:
         samples = [replace(s, iteration=k + 1)
                    for k, s in enumerate(s for r in repeats for s in r.samples)]
         summary = Summary.of(samples, last.summary.nbytes, last.summary.bus_factor)
-        out.append(replace(last, samples=samples, summary=summary,
+        out.append(replace(last, samples=samples, summary=summary, notes=repeats[0].notes,
                            reports=[rep for r in repeats for rep in r.reports]))
     return out
 

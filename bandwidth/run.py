@@ -125,4 +125,4 @@ def finished(plan: Plan, measured: dict, reference: Summary | None,
     return Result(plan=plan, environment=describe_environment(plan.devices), samples=samples,
                   reports=[Report(**r) for r in measured["reports"]], summary=summary,
                   reference=reference, ceiling=ceiling, notes=measured["notes"],
-                  launch=measured.get("launch"))
+                  launch=measured.get("launch"), cpu_threads=measured.get("cpu_threads"))

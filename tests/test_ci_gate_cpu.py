@@ -46,12 +46,15 @@ def base(tmp_path_factory):
 
 def test_every_iteration_is_kept_in_the_document(base):
     doc = json.loads(base.read_text())
-    (result,) = doc["results"]
-    iterations = result["iterations"]
-    assert len(iterations) >= 20 and len(iterations) % 20 == 0     # whole repeats, pooled
-    assert [it["iteration"] for it in iterations] == list(range(1, len(iterations) + 1))
-    assert all(it["busbw_gbps"] > 0 for it in iterations)
-    assert result["summary"]["iterations"] == len(iterations)
+    # --baseline-processes' default: this process and two fresh ones, one pooled pass each
+    assert len(doc["results"]) == 3
+    for result in doc["results"]:
+        iterations = result["iterations"]
+        assert len(iterations) >= 20 and len(iterations) % 20 == 0     # whole repeats, pooled
+        assert [it["iteration"] for it in iterations] == list(range(1, len(iterations) + 1))
+        assert all(it["busbw_gbps"] > 0 for it in iterations)
+        assert result["summary"]["iterations"] == len(iterations)
+        assert result["cpu_threads"] in (1, 2)          # the trial's choice, 2 cores
 
 
 def _agree(proc, junit: Path, doc: dict | None = None, summary: Path | None = None):
@@ -79,6 +82,44 @@ def test_a_rerun_reports_the_same_verdict_everywhere(base, cli, tmp_path):
                str(tmp_path / "j.xml"), "--summary-md", str(summary), "--json",
                str(tmp_path / "now.json"), timeout=120)
     _agree(proc, tmp_path / "j.xml", json.loads((tmp_path / "now.json").read_text()), summary)
+    # like with like: the rerun runs with the baseline's CPU threads (its most frequent count)
+    threads = [r["cpu_threads"] for r in json.loads(base.read_text())["results"]]
+    chosen = max(set(threads), key=threads.count)
+    assert f"# note: local mlp cpu x2: CPU threads {chosen}, as in the baseline" in proc.stdout
+    now = json.loads((tmp_path / "now.json").read_text())
+    assert {r["cpu_threads"] for r in now["results"]} == {chosen}
+
+
+def test_cpu_threads_given_win_over_the_baseline(base, cli, tmp_path):
+    """--cpu-threads N on the rerun is what runs (fewer threads than the baseline's is a
+    slowdown the gate is there to see), and the document records it."""
+    proc = cli(*TINY, "--repeat", "auto", "--time-budget", "2", "--confirm", "0",
+               "--cpu-threads", "1", "--baseline", str(base), "--tolerance", "99%", "--json",
+               str(tmp_path / "now.json"), timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "as in the baseline" not in proc.stdout
+    now = json.loads((tmp_path / "now.json").read_text())
+    assert [r["cpu_threads"] for r in now["results"]] == [1]
+
+
+def test_baseline_processes_flag(cli, tmp_path):
+    """--baseline-processes K: K documents' worth of passes, each in its own process (the
+    children's pids are printed and differ); bad values and a K without --save-baseline and
+    --repeat auto are refused in one line."""
+    path = tmp_path / "b.json"
+    proc = cli(*TINY, "--repeat", "auto", "--time-budget", "1", "--baseline-processes", "2",
+               "--save-baseline", str(path), timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert len(json.loads(path.read_text())["results"]) == 2
+    assert re.search(r"# baseline process 2: in a fresh process \(pid \d+\)", proc.stdout), \
+        proc.stdout
+    for bad in (["--baseline-processes", "0"], ["--baseline-processes", "x"],
+                ["--baseline-processes", "21"]):
+        proc = cli(*TINY, "--repeat", "auto", *bad, "--save-baseline", str(path), timeout=60)
+        assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1, proc.stderr
+        assert "--baseline-processes must be a whole number" in proc.stderr
+    proc = cli(*TINY, "--baseline-processes", "2", "--save-baseline", str(path), timeout=60)
+    assert proc.returncode == 2 and "give both" in proc.stderr, proc.stderr
 
 
 def test_a_baseline_far_above_the_run_fails_by_tolerance_and_rank_test(base, cli, tmp_path):
@@ -105,6 +146,8 @@ def test_a_baseline_far_above_the_run_fails_by_tolerance_and_rank_test(base, cli
                      r"\(failed above\) in [01]\.\d s \(--confirm-interval 1 s after the last "
                      r"pass began\)", proc.stdout), proc.stdout
     assert re.search(r"# confirmation 1: \d+ repeats? in ", proc.stdout), proc.stdout
+    # ... in a fresh process: a process's level is shared by all of its passes
+    assert re.search(r"# confirmation 1: in a fresh process \(pid \d+\)", proc.stdout)
     assert re.search(r"# note: local mlp cpu x2: first pass -100\.0 % \(p \S+\), confirmation "
                      r"pass 1 -100\.0 % \(p \S+\): confirmed", proc.stdout), proc.stdout
     assert "confirmation pass 1 -100.0 %" in failure.get("message")

@@ -89,6 +89,7 @@ class Job:
     time_budget_s: float = 300.0           # ... or this much time has passed
     confirm: int = 2                       # ... then a failed row is measured again this often
     confirm_interval_s: float = 10.0       # ... each pass this long after the last one began
+    baseline_processes: int = 1            # --save-baseline: passes, each in a fresh process
     allow_missing: bool = False            # baseline rows missing from the run pass
     min_pct_of_ceiling: float | None = None
     junit_path: str | None = None
@@ -342,6 +343,10 @@ def build_parser() -> argparse.ArgumentParser:
     ci.add_argument("--confirm-interval", default=10.0, type=float, metavar="S",
                     help="--confirm: start each pass S seconds after the one before it began "
                          "(default 10)")
+    ci.add_argument("--baseline-processes", default=None, metavar="K",
+                    help="--save-baseline with --repeat auto: measure the baseline in K processes "
+                         "(this one and K-1 fresh ones), each pass kept as a repeat (default 3; "
+                         "a process's figure has a level of its own)")
     ci.add_argument("--allow-missing", action="store_true",
                     help="let baseline rows this run did not measure pass (default: they fail)")
     ci.add_argument("--min-percent-of-ceiling", default=None, metavar="P",
@@ -410,6 +415,24 @@ def _check_scalars(args: argparse.Namespace) -> None:
     if not (math.isfinite(args.time_budget) and 0 < args.time_budget < 1e7):
         raise ConfigError(f"--time-budget must be a positive number of seconds; got "
                           f"{args.time_budget:g}")
+
+
+def parse_baseline_processes(text: str | None, auto: bool, saving: bool) -> int:
+    """``--baseline-processes K``: 1 to 20, more than 1 only with --save-baseline and --repeat
+    auto; default 3 there, else 1."""
+    if text is None:
+        return 3 if auto and saving else 1
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 20:
+        raise ConfigError(f"--baseline-processes must be a whole number of processes from 1 to "
+                          f"20; got {str(text)[:40]!r}")
+    if value > 1 and not (auto and saving):
+        raise ConfigError("--baseline-processes measures the passes of --repeat auto for "
+                          "--save-baseline: give both, or leave it out")
+    return value
 
 
 def parse_confirm(text: str) -> int:
@@ -559,6 +582,8 @@ def job_from_args(args: argparse.Namespace) -> Job:
                network_ceiling=matrix, repeat_auto=auto, ci_width_pct=args.ci_width,
                time_budget_s=args.time_budget, allow_missing=args.allow_missing,
                confirm=parse_confirm(args.confirm), confirm_interval_s=args.confirm_interval,
+               baseline_processes=parse_baseline_processes(args.baseline_processes, auto,
+                                                           args.save_baseline is not None),
                min_pct_of_ceiling=None if args.min_percent_of_ceiling is None
                else parse_min_percent(args.min_percent_of_ceiling),
                junit_path=args.junit_path, summary_md=args.summary_md,

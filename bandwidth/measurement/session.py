@@ -108,8 +108,10 @@ class Session:
         self.synchronize()
         # CPU devices: the torch threads of the steps (bandwidth.hardware.cputhreads).
         self.threads_note = None
+        self.cpu_threads_used = None      # CPU devices: the torch threads the steps run with
         if not devices.is_cuda:
             self._set_cpu_threads(cpu_threads)
+            self.cpu_threads_used = torch.get_num_threads()
         self.launch = launch_of(store_cls, devices, launch, optimizer)
         self.graph, self.graph_failure, self.launch_trial = None, None, None
         auto = self.launch == "auto"

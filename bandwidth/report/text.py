@@ -176,6 +176,7 @@ def result_json(result: Result) -> dict:
                      "notes": result.notes},
         "devices": plan.devices.labels(),
         "launch": result.launch or plan.launch,
+        **({"cpu_threads": result.cpu_threads} if result.cpu_threads is not None else {}),
         # Every iteration's figure, kept for the statistical gate (bandwidth.report.stats).
         "iterations": [dict(asdict(s), busbw_gbps=busbw_gbps(result.summary.nbytes, s.seconds,
                                                              result.summary.bus_factor))

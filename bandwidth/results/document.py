@@ -13,6 +13,7 @@ Document, schema version 1::
         "network": {"name", "arrays", "bytes", "shapes"},
         "kv_store": {"name", "bound", "notes"}, "devices": ["cuda:0", ...],
         "launch": "graph" | "eager",  # how the steps were issued (measure.py --launch)
+        "cpu_threads": 2,             # CPU devices: the torch threads of the steps (else absent)
         "iterations": [{"iteration", "seconds", "error", "own_seconds",
                         "host_seconds"}],          # host_seconds: time to issue the step
         "reports": [...],
@@ -65,6 +66,7 @@ class Row:
     ceiling_note: str | None = None     # why the ceiling is not a bound for this row (no %)
     ceiling_of: str = "busbw"   # the figure the ceiling bounds: "busbw", or "algbw" (one GPU)
     samples: tuple[float, ...] = ()     # every measured iteration's GB/s per GPU (busbw), in order
+    cpu_threads: int | None = None      # CPU devices: the torch threads the steps ran with
 
     @property
     def key(self) -> tuple:
@@ -130,7 +132,9 @@ def rows_from_document(doc: dict, source: str) -> list[Row]:
             backend=config.get("backend", "toolkit"),       # documents before --backend: toolkit
             ceiling_note=ceiling.get("not_a_bound") if ceiling else None,
             ceiling_of=(ceiling.get("of") or "busbw") if ceiling else "busbw",
-            samples=iteration_gbps(result)))
+            samples=iteration_gbps(result),
+            cpu_threads=result.get("cpu_threads") if isinstance(result.get("cpu_threads"), int)
+            and not isinstance(result.get("cpu_threads"), bool) else None))
     return rows
 
 

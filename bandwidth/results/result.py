@@ -46,6 +46,7 @@ class Result:
     host_ceiling: HostCeiling | None = None            # --network-ceiling's figures
     launch: str | None = None          # how the steps were issued (None: as plan.launch says)
     link_bound: object = None                           # --link-rate: a linkbound.LinkBound
+    cpu_threads: int | None = None     # CPU devices: the torch threads the steps ran with
 
     @property
     def pct_of_ceiling(self) -> float | None:
