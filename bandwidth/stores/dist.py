@@ -190,11 +190,6 @@ class ParameterServerStore(KVStore):
         elif not on_host:
             self.host_in = [dev.empty(numel, first.dtype, torch.device("cpu"), pinned)
                             for _ in replicas]
-        # Several CPU devices: each message's range is summed just before it is pushed, and each
-        # answer copied to the other devices as soon as it is in, so the local reduce and
-        # broadcast (2 x 102 MB for resnet-50, tens of ms on a busy 2-core host) overlap the
-        # transfers instead of preceding and following them.
-        self.piecewise = on_host and not self.on_gpus and len(replicas) > 1
 
     def server_nbytes(self):
         element = self.push_buf.element_size()
@@ -209,9 +204,7 @@ class ParameterServerStore(KVStore):
                 f"{'GPUs' if self.on_gpus else 'CPU'}"]
 
     def step(self):
-        piecewise = self.piecewise
-        if not piecewise:
-            self._reduce_local()
+        self._reduce_local()
         cluster = self.cluster
         rank = cluster.server_rank
         # Each message's pull is posted just before its push: Gloo sends a message only once its
@@ -223,29 +216,11 @@ class ParameterServerStore(KVStore):
         for tag, (server, s, e) in enumerate(self.messages):
             recvs.append(dist.irecv(self.pull_buf[s:e], src=rank(server), tag=tag,
                                     group=cluster.pull_group))
-            if piecewise:
-                self._reduce_range(s, e)
             sends.append(dist.isend(self.push_buf[s:e], dst=rank(server), tag=tag,
                                     group=cluster.push_group))
-        if piecewise:
-            for (_, s, e), work in zip(self.messages, recvs):
-                work.wait()
-                for replica in self.replicas[1:]:
-                    replica.outputs[s:e].copy_(self.pull_buf[s:e])
-            for work in sends:
-                work.wait()
-            return
         for work in sends + recvs:
             work.wait()
         self._broadcast_local()
-
-    def _reduce_range(self, s: int, e: int) -> None:
-        """The CPU devices' sum of elements [s, e) into the push buffer."""
-        grads = [replica.grads[s:e] for replica in self.replicas]
-        out = self.push_buf[s:e]
-        torch.add(grads[0], grads[1], out=out)
-        for more in grads[2:]:
-            out.add_(more)
 
     def _reduce_local(self):
         replicas = self.replicas
