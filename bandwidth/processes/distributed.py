@@ -151,13 +151,13 @@ def _raw_exchange(plan: Plan, cluster: Cluster, role: Role, repeats: int = 3) ->
     for i in range(repeats + 1):                  # the first one is a warm-up
         dist.barrier()
         start = time.perf_counter()
-        if role.name == WORKER:                   # receives first, as a step posts them
-            works = [dist.irecv(back[s:e], src=cluster.server_rank(server), tag=tag,
-                                group=cluster.pull_group)
-                     for tag, (server, s, e) in enumerate(plan_messages)]
-            works += [dist.isend(out[s:e], dst=cluster.server_rank(server), tag=tag,
-                                 group=cluster.push_group)
-                      for tag, (server, s, e) in enumerate(plan_messages)]
+        if role.name == WORKER:                   # each receive before its send, as a step
+            works = []
+            for tag, (server, s, e) in enumerate(plan_messages):
+                works.append(dist.irecv(back[s:e], src=cluster.server_rank(server), tag=tag,
+                                        group=cluster.pull_group))
+                works.append(dist.isend(out[s:e], dst=cluster.server_rank(server), tag=tag,
+                                        group=cluster.push_group))
         else:                                     # as a server: all receives posted at once
             mine = [(tag, s, e) for tag, (server, s, e) in enumerate(plan_messages)
                     if server == role.task_id]

@@ -28,7 +28,11 @@ from bandwidth.stores.base import KVStore
 from bandwidth.stores.device import DeviceStore, assign_owners
 
 BIGARRAY_BOUND = 1_000_000          # MXNET_KVSTORE_BIGARRAY_BOUND: elements, not bytes
-MESSAGE_BYTES = 2 * 10**6
+# A server's answers end at least 2 x (its largest message) / rate after its last push is in (see
+# ``messages``): 12.8 ms per step at 2.5 Gbit/s with 2 MB messages, 6.4 ms with 1 MB. On the
+# netlab (4 hosts, 2.5 Gbit/s, 2 x 2, resnet-50; BENCHMARKS.md, 2026-11-24) a step took 0.373-0.377
+# s with 2 MB and 0.366-0.369 s with 1 MB; 500 kB gained nothing more (more messages to post).
+MESSAGE_BYTES = 10**6
 FIRST_MESSAGE_BYTES = 256 * 1024    # the ramp's first and last message (see ``messages``)
 
 
@@ -100,11 +104,13 @@ def messages(server_ranges, element_size: int) -> list[tuple[int, int, int]]:
     took twice the link's bound), and each server answers its first messages while the later
     pushes are still arriving, so pulls overlap pushes.
 
-    Ramped: a server answers a message once every worker's copy of it is in, so the pulls start
-    one first message after the pushes and end one last message after them; on a slow link
-    that head and tail are idle time (at 1 Gbit/s, 2 x 32 ms per step with 2 MB messages). The
-    messages of each server therefore grow from FIRST_MESSAGE_BYTES, doubling, to MESSAGE_BYTES
-    and shrink the same way at the end."""
+    The answers trail the pushes by the largest message: a server answers a message once every
+    worker's copy of it is in, and every later answer follows it on the server's link, so the
+    server's last answer leaves at least 2 x (largest message) / rate after its last push arrived
+    (2 x the message: one answer per worker). Hence MESSAGE_BYTES is small (1 MB). The messages of
+    each server also grow from FIRST_MESSAGE_BYTES, doubling, to MESSAGE_BYTES and shrink the same
+    way at the end, so that the first answers leave early in the step (measured on the netlab's
+    earlier queues: 66 to 80 % of link at 2.5 Gbit/s, BENCHMARKS.md 2026-11-23)."""
     limit = max(1, MESSAGE_BYTES // element_size)
     first = max(1, FIRST_MESSAGE_BYTES // element_size)
     per_server = [[(server, s, e) for s, e in ramped_ranges(a, b, limit, first)]
@@ -201,16 +207,17 @@ class ParameterServerStore(KVStore):
         self._reduce_local()
         cluster = self.cluster
         rank = cluster.server_rank
-        # The pulls are posted first: Gloo sends a message only once its receive is posted,
-        # and an answer whose receive is already waiting leaves the server at once (measured
-        # on the netlab at 2.5 Gbit/s, 2 x 2, resnet-50: 71 % of link with the sends first,
-        # 81-85 % with the receives first).
-        recvs = [dist.irecv(self.pull_buf[s:e], src=rank(server), tag=tag,
-                            group=cluster.pull_group)
-                 for tag, (server, s, e) in enumerate(self.messages)]
-        sends = [dist.isend(self.push_buf[s:e], dst=rank(server), tag=tag,
-                            group=cluster.push_group)
-                 for tag, (server, s, e) in enumerate(self.messages)]
+        # Each message's pull is posted just before its push: Gloo sends a message only once its
+        # receive is posted, so the server's answer to it leaves at once (measured on the netlab
+        # at 2.5 Gbit/s, 2 x 2, resnet-50: 71 % of link with every send posted first, 81-85 %
+        # with the receives first), and the first pushes leave before the later pulls are
+        # posted, not after all of them.
+        recvs, sends = [], []
+        for tag, (server, s, e) in enumerate(self.messages):
+            recvs.append(dist.irecv(self.pull_buf[s:e], src=rank(server), tag=tag,
+                                    group=cluster.pull_group))
+            sends.append(dist.isend(self.push_buf[s:e], dst=rank(server), tag=tag,
+                                    group=cluster.push_group))
         for work in sends + recvs:
             work.wait()
         self._broadcast_local()
