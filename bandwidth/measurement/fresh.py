@@ -32,6 +32,9 @@ def fresh_pass(auto_pass: Callable, job, plans: list, environment: dict, tag: st
     does not import measure.py) in a fresh process: its repeats' results (a list of lists of
     Result). Its output (the pass's progress and summary line) goes to this process's stdout and
     stderr."""
+    import torch
+    if torch.cuda.is_initialized():
+        torch.cuda.empty_cache()      # this process's cached GPU memory, free for the child
     ctx = multiprocessing.get_context("spawn")
     receive, send = ctx.Pipe(duplex=False)
     child = ctx.Process(target=_child, args=(send, os.getpid(), auto_pass, job, plans,
