@@ -153,11 +153,11 @@ class Session:
             wanted = min(GRAPH_MAX_STEPS, max(1, math.ceil(GRAPH_ITERATION_S / max(graph_s,
                                                                                   1e-9))))
             how = (f"graph steps auto: {{steps}} replays per timed iteration, taking turns over "
-                   f"{{sets}} sets of buffers (one replay took {1e6 * graph_s:.1f} us; "
+                   f"{{sets}} of buffers (one replay took {1e6 * graph_s:.1f} us; "
                    "--graph-steps N to choose)")
             exact = False
         else:
-            how = "graph steps: {steps} replays per timed iteration over {sets} sets of buffers"
+            how = "graph steps: {steps} replays per timed iteration over {sets} of buffers"
             exact = True
         gpus = _gpus(self.replicas)
         sets = 1
@@ -183,8 +183,8 @@ class Session:
             self.more_sets.append((replicas, store, store.capture()))
         self.turns = turns
         if self.graph_steps > 1:
-            self.graph_note = how.format(steps=self.graph_steps, sets=sets).replace(
-                " 1 sets of buffers", " 1 set of buffers")
+            self.graph_note = how.format(steps=self.graph_steps,
+                                         sets=f"{sets} set{'s' if sets > 1 else ''}")
 
     def _median_seconds(self, issue) -> float:
         """The slowest rank's median time of TRIAL_STEPS untimed steps issued by ``issue`` (after
