@@ -24,11 +24,13 @@ def mxnet_size_mb(nbytes: int) -> float:
     return nbytes / 1e6
 
 
-def one_gpu_device_bound_gbps(n: int, copy_gbps: float, add_gbps: float) -> float:
+def one_gpu_device_bound_gbps(n: int, memory_gbps: float) -> float:
     """The device mode's busbw bound with n replicas on one GPU (``--gpus 0,0``): a step of S
-    bytes copies 2(n-1)S (4(n-1)S of memory traffic at the copy rate) and sums (n-1)S (3(n-1)S
-    at the add rate), so t >= (n-1)S(4/copy + 3/add) and busbw = S 2(n-1)/n / t is at most
-    2 / (n (4/copy + 3/add)). Rates in GB/s of memory traffic; 0 for n < 2."""
+    bytes copies 2(n-1)S (each byte read and written: 4(n-1)S of memory traffic) and sums (n-1)S
+    (two operands read, one written: 3(n-1)S), 7(n-1)S in all through one GPU's memory. At the
+    fastest rate ``memory_gbps`` that memory was measured to move (GB/s of traffic, copies and
+    sums overlapped or not) t >= 7(n-1)S / M, so busbw = S 2(n-1)/n / t is at most 2M / (7n);
+    0 for n < 2."""
     if n < 2:
         return 0.0
-    return 2.0 / (n * (4.0 / copy_gbps + 3.0 / add_gbps))
+    return 2.0 * memory_gbps / (7.0 * n)

@@ -83,19 +83,23 @@ def run_together(plans: list[Plan], bounds: BoundCache | None = None) -> list[Re
                 nbytes=first.nbytes,
                 bus_factors=[p.store_cls.bus_factor(p.devices.n) for p in plans])
         launches = [getattr(session, "launch", None) for session, _ in opened]
+        steps = [getattr(session, "graph_steps", 1) if launch == "graph" else 1
+                 for (session, _), launch in zip(opened, launches)]
     reference = reference_summary(first, flat_reference(first), first.devices.n)
     found = None
     if c.reference:
         found = bounds.probe_again(first, reference) if probe_twice else \
             bounds.bound(first, reference)
     results = []
-    for plan, (_, notes), (samples, reports), launch in zip(plans, opened, measured, launches):
+    for plan, (_, notes), (samples, reports), launch, graph_steps in zip(plans, opened, measured,
+                                                                         launches, steps):
         others = [name for name in names if name != plan.config.backend]
         together = (f"iterations interleaved with {', '.join(others)}'s in this process (the "
                     "first of each iteration rotating)")
         results.append(finished(plan, {"samples": [asdict(x) for x in samples],
                                        "reports": [asdict(r) for r in reports],
-                                       "notes": notes + [together], "launch": launch},
+                                       "notes": notes + [together], "launch": launch,
+                                       "graph_steps": graph_steps},
                                 reference, found))
     return results
 
@@ -125,4 +129,5 @@ def finished(plan: Plan, measured: dict, reference: Summary | None,
     return Result(plan=plan, environment=describe_environment(plan.devices), samples=samples,
                   reports=[Report(**r) for r in measured["reports"]], summary=summary,
                   reference=reference, ceiling=ceiling, notes=measured["notes"],
-                  launch=measured.get("launch"), cpu_threads=measured.get("cpu_threads"))
+                  launch=measured.get("launch"), cpu_threads=measured.get("cpu_threads"),
+                  graph_steps=measured.get("graph_steps") or 1)

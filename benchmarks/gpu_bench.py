@@ -8,12 +8,14 @@ the rates that bound them, every configuration measured 5 times in one call.
 What it prints depends on the GPUs it finds:
 
 - always: the rates each bound is made of, measured in this run, once per round: the GPU's own
-  copy (read + write, p2pBandwidthLatencyTest's diagonal count) and add rates, pinned
+  copy (read + write, p2pBandwidthLatencyTest's diagonal count) and add rates and the two at
+  once, pinned
   host->device, device->host and both at once (duplex); p2pBandwidthLatencyTest's matrices
   (on one GPU its diagonal: a copy inside the GPU) beside the toolkit's copy rate;
 - one GPU: per network, ``device --gpus 0,0`` with the graph and the eager launch against the bound
-  of docs/formulas.md (2 / (n (4/copy + 3/add)) from the same round's rates), the host time per
-  step of each, and ``local`` on the GPU (algbw) against the duplex host path;
+  of docs/formulas.md (2M / (7n), M the fastest of the copy, add and both-at-once rates of the
+  call), the host time per step of each, and ``local`` on the GPU (algbw) against the duplex host
+  path;
 - several GPUs: ``device`` and ``nccl`` (graph and eager) over every GPU and ``local``, against
   nccl-tests' all_reduce_perf busbw at each network's byte count and dtype.
 
@@ -22,13 +24,15 @@ float32, plus llama-1b in bfloat16. A configuration that does not fit the GPU's 
 skipped with the reason. Each configuration runs ``--rounds`` times (rounds alternate over all
 configurations, so that a drift of the machine spreads over all of them; one round of every
 configuration runs first and is discarded, ``--warmup-rounds``); a run's figure is the
-median of its iterations, the table shows the median of the run medians and the spread of the run
+median of its iterations (``local`` runs about ``--local-run-s`` seconds of them, counted from its
+step in the warm-up round, since a step over PCIe takes 100 x longer than one inside the GPU), the table shows the median of the run medians and the spread of the run
 medians (max / min). It asserts nothing; BENCHMARKS.md records its results.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import json
 import re
@@ -81,6 +85,15 @@ def iterations_for(nbytes: int) -> int:
     return max(3, min(50, int(10e9 // max(nbytes, 1))))
 
 
+def local_iterations(step_seconds: float, seconds: float) -> int:
+    """local: iterations for about ``seconds`` of steps of ``step_seconds`` (measured in the
+    warm-up round), 10 to 3,000. At 50 iterations (the other modes' count) a run of a 200 MB-1.2 GB
+    network over one H200's PCIe took 0.2 s, and a dip of the host path shorter than that moved
+    single runs by 5-8 % on a machine whose path was otherwise steady within 0.3 %
+    (BENCHMARKS.md, 2026-11-24)."""
+    return max(10, min(3000, int(seconds / max(step_seconds, 1e-9))))
+
+
 def warmup_for(nbytes: int) -> int:
     """Untimed iterations first: 20 for the small networks, down to 2 from 1 GB. A small network's
     graph step on one H100 still ran 4-6 % slower in its first 10 iterations after a second of
@@ -130,8 +143,7 @@ def nccl_tests_busbw(peers: Path | None, gpus: int, nbytes: int, dtype: str,
 # ---------------------------------------------------------------------
 
 def rates(gpu: int) -> dict[str, float]:
-    copy, add = one_gpu_rates(gpu, PROBE_BYTES)
-    return {"copy": copy, "add": add,
+    return {**one_gpu_rates(gpu, PROBE_BYTES),
             "h2d": host_link_gbps(gpu, PROBE_BYTES, pinned=True, to_device=True),
             "d2h": host_link_gbps(gpu, PROBE_BYTES, pinned=True, to_device=False),
             "duplex": duplex_host_gbps(gpu, PROBE_BYTES)}
@@ -160,10 +172,8 @@ def configurations(gpus: int) -> list[tuple[str, dict]]:
 def measure_once(config: Config) -> dict:
     result = run(config)
     s = result.summary
-    steps = [re.search(r"graph steps(?: auto)?: (\d+) replays", n) for n in result.notes]
     return {"launch": result.launch, "busbw": s.busbw_median, "algbw": s.algbw_median,
-            "seconds": s.seconds_median,
-            "graph_steps": next((int(m.group(1)) for m in steps if m), 1),
+            "seconds": s.seconds_median, "graph_steps": result.graph_steps,
             "host_seconds": s.host_seconds_median, "error": s.error_max}
 
 
@@ -184,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--local-max-mb", type=float, default=2000.0,
                         help="measure local only on networks up to this size (default 2000: "
                              "larger ones take seconds per step over PCIe)")
+    parser.add_argument("--local-run-s", type=float, default=1.0,
+                        help="about how long each run of local on the GPU lasts (default 1.0)")
     parser.add_argument("--max-mb", type=float, default=None,
                         help="leave out networks above this many MB (default: none); on "
                              "several GPUs the warm-up round of every network up to llama-8b "
@@ -244,7 +256,10 @@ def main(argv: list[str] | None = None) -> int:
         for key, config in plans.items():
             begun = time.perf_counter()
             try:
-                measure_once(config)
+                got = measure_once(config)
+                if config.kv_store == "local":
+                    plans[key] = dataclasses.replace(config, num_batches=local_iterations(
+                        got["seconds"], args.local_run_s))
             except BandwidthError:
                 pass
             gc.collect()
@@ -278,7 +293,8 @@ def main(argv: list[str] | None = None) -> int:
           "round's included, spread = max/min); the bounds below take the fastest")
     print(f"{'GPU':>3}  {'rate':<44} {'median':>9} {'fastest':>9} {'spread':>7}")
     words = {"copy": "copy inside the GPU (read + write)",
-             "add": "add a + b -> c (3 x bytes)", "h2d": "pinned host -> device",
+             "add": "add a + b -> c (3 x bytes)",
+             "both": "a copy and an add at once (all traffic)", "h2d": "pinned host -> device",
              "d2h": "device -> pinned host", "duplex": "both at once, each way"}
     for g in range(gpus):
         for key, text in words.items():
@@ -309,9 +325,9 @@ def main(argv: list[str] | None = None) -> int:
                 # A bound is an upper bound: the fastest rates of the run (others only slow a
                 # probe down), as bandwidth.ceiling.bounds takes the fastest of its repeats.
                 every = round_rates + warm_rates
-                bound = one_gpu_device_bound_gbps(2, max(rr[0]["copy"] for rr in every),
-                                                  max(rr[0]["add"] for rr in every))
-                bound_name = "copy/add bound (fastest rates of the run)"
+                bound = one_gpu_device_bound_gbps(
+                    2, max(rr[0][k] for rr in every for k in ("copy", "add", "both")))
+                bound_name = "memory bound (fastest rate of the run)"
             elif gpus == 1 and one_device:
                 bound = max(rr[0]["duplex"] for rr in round_rates + warm_rates)
                 bound_name = "duplex host path"

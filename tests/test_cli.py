@@ -64,6 +64,7 @@ def test_local_mode_on_cpu_devices_prints_mxnet_lines_and_json(cli, tmp_path):
     (data,) = doc["results"]
     assert data["config"]["kv_store"] == "local" and data["devices"] == ["cpu:0", "cpu:1", "cpu:2"]
     assert len(data["iterations"]) == 4 and len(data["reports"]) == 2
+    assert data["launch"] == "eager" and data["graph_steps"] == 1      # CPU devices: no graphs
     assert data["network"]["bytes"] == 437544 and data["network"]["arrays"] == 6
     assert data["summary"]["bus_factor"] == pytest.approx(4 / 3)
     assert data["reference"]["busbw_median"] > 0

@@ -24,9 +24,8 @@ def test_algbw_and_size():
 
 def test_one_gpu_device_bound():
     from bandwidth.formulas import one_gpu_device_bound_gbps
-    # Memory that moves 2800 GB/s either way: 7(n-1)S of traffic per step, busbw 2M/(7n).
-    assert one_gpu_device_bound_gbps(2, 2800.0, 2800.0) == pytest.approx(400.0)
-    assert one_gpu_device_bound_gbps(4, 2800.0, 2800.0) == pytest.approx(200.0)
-    # Slower adds lower it: 2 / (2 (4/2800 + 3/2100)) = 350.
-    assert one_gpu_device_bound_gbps(2, 2800.0, 2100.0) == pytest.approx(350.0)
-    assert one_gpu_device_bound_gbps(1, 2800.0, 2800.0) == 0.0
+    # Memory that moves at most 2800 GB/s of traffic: 7(n-1)S per step, busbw 2M/(7n).
+    assert one_gpu_device_bound_gbps(2, 2800.0) == pytest.approx(400.0)
+    assert one_gpu_device_bound_gbps(4, 2800.0) == pytest.approx(200.0)
+    assert one_gpu_device_bound_gbps(8, 4200.0) == pytest.approx(150.0)
+    assert one_gpu_device_bound_gbps(1, 2800.0) == 0.0

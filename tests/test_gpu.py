@@ -160,16 +160,20 @@ def test_graph_steps_replay_every_set_exactly(kv):
                         graph_steps=3, **RESNET50))
     assert all(0 <= s.error < 1e-6 for s in result.samples), result.samples
     assert any("graph steps: 3 replays per timed iteration" in n for n in result.notes)
+    assert result.graph_steps == 3
 
 
-def test_graph_steps_auto_queues_several_replays_of_a_small_step(cli):
+def test_graph_steps_auto_queues_several_replays_of_a_small_step(cli, tmp_path):
+    out = tmp_path / "r.json"
     proc = cli("--kv-store", "device", "--gpus", "0,0", "--network", "mlp", "--launch", "graph",
-               "--num-batches", "3")
+               "--num-batches", "3", "--json", str(out))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("GB/sec per gpu, error 0.000000") == 3
     line = next(x for x in proc.stdout.splitlines() if "graph steps auto:" in x)
     count = int(line.split("graph steps auto: ")[1].split()[0])
     assert 1 < count <= session_mod.GRAPH_MAX_STEPS, line
+    (data,) = json.loads(out.read_text())["results"]
+    assert data["launch"] == "graph" and data["graph_steps"] == count
 
 
 def test_error_check_covers_every_set_of_buffers():
@@ -202,7 +206,9 @@ def test_cli_with_gpu_0_twice(cli):
     proc = cli("--kv-store", "device", "--gpus", "0,0", "--network", "mlp", "--num-batches", "3")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("GB/sec per gpu, error 0.000000") == 3
-    assert "# devices: 2 x" in proc.stdout or "2 GPUs (0,0)" in proc.stdout
+    assert "# devices: 1 x " in proc.stdout and "(2 replicas)" in proc.stdout
+    assert "on 2 replicas on 1 GPU (0,0):" in proc.stdout
+    assert "0<->0" not in proc.stdout                 # no link of a GPU with itself
     assert ("launch graph" in proc.stdout or "launch eager" in proc.stdout)
     assert "launch auto:" in proc.stdout and "one GPU's memory" in proc.stdout
 

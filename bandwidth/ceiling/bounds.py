@@ -114,45 +114,63 @@ def one_gpu_bound(gpu: int, n: int, probe: int) -> Bound:
     """The device mode with ``n`` replicas on one GPU (``--gpus 0,0``): every copy and every sum
     of a step goes through that GPU's memory. Per step (S bytes, docs/formulas.md) the pulls and
     pushes copy 2(n-1)S bytes, each read and written (4(n-1)S of memory traffic), and the sums
-    write (n-1)S bytes from two operands each (3(n-1)S); at the GPU's measured copy rate C and
-    add rate A (both in bytes of memory traffic per second) a step takes at least
-    (n-1)S (4/C + 3/A), so busbw = S 2(n-1)/n / t is at most 2 / (n (4/C + 3/A))."""
-    copy, add = one_gpu_rates(gpu, probe)
-    gbps = one_gpu_device_bound_gbps(n, copy, add)
-    return Bound(f"one GPU's memory: copy {copy:.0f} and add {add:.0f} GB/s of traffic, "
-                 f"2/(n(4/copy+3/add)) with n={n}", gbps, probe)
+    write (n-1)S bytes from two operands each (3(n-1)S): 7(n-1)S in all. At the fastest rate M
+    the GPU's memory was measured to move (a copy, an add, or both at once on two streams, in
+    bytes of traffic per second) a step takes at least 7(n-1)S / M, so busbw = S 2(n-1)/n / t is
+    at most 2M / (7n)."""
+    rates = one_gpu_rates(gpu, probe)
+    fastest = max(rates.values())
+    gbps = one_gpu_device_bound_gbps(n, fastest)
+    return Bound(f"one GPU's memory: {fastest:.0f} GB/s of traffic at best (copy "
+                 f"{rates['copy']:.0f}, add {rates['add']:.0f}, both at once "
+                 f"{rates['both']:.0f}), 7(n-1)S per step, 2M/(7n) with n={n}", gbps, probe)
 
 
-def one_gpu_rates(gpu: int, probe: int) -> tuple[float, float]:
-    """GPU ``gpu``'s copy and add rates in GB/s of memory traffic (a copy: read + write, 2 x its
-    bytes, as p2pBandwidthLatencyTest counts its diagonal; an add: 3 x the buffer). Each is the
-    fastest of issuing it from the host and replaying it from a CUDA graph (the copy also as the
-    elementwise kernel that the device mode's one-GPU graph copies with): a bound must hold for
-    every way the modes launch it."""
+def one_gpu_rates(gpu: int, probe: int) -> dict[str, float]:
+    """GPU ``gpu``'s memory rates in GB/s of traffic: ``copy`` (read + write, 2 x its bytes, as
+    p2pBandwidthLatencyTest counts its diagonal), ``add`` (3 x the buffer) and ``both`` (a copy
+    and an add at once on two streams, all their traffic). The copy and the add are each the
+    fastest of issuing them from the host and replaying them from a CUDA graph (the copy also as
+    the elementwise kernel that the device mode's one-GPU graph copies with): a bound must hold
+    for every way the modes launch them, and the mode overlaps copies and sums of different
+    owners (``both``)."""
     from bandwidth.ceiling.host import device_add_gbps
     from bandwidth.ceiling.p2p import p2p_copy_gbps
+    from bandwidth.hardware.rawcopy import kernel_copy
     a = torch.ones(probe // 4, device=f"cuda:{gpu}")
     b, c = torch.ones_like(a), torch.empty_like(a)
-    from bandwidth.hardware.rawcopy import kernel_copy
+    nbytes = a.numel() * 4
 
     # The copy: cudaMemcpyPeerAsync from the host, and from a graph both torch's copy_ (a memcpy
     # node) and the elementwise kernel copy that the device mode's one-GPU graph uses.
     copy = max(2 * p2p_copy_gbps(gpu, gpu, probe, repeats=3, burst=5),
-               2 * a.numel() * 4 / _graph_seconds(lambda: c.copy_(a), gpu) / 1e9,
-               2 * a.numel() * 4 / _graph_seconds(lambda: kernel_copy(c, a), gpu) / 1e9)
+               2 * nbytes / _graph_seconds([lambda: c.copy_(a)], gpu) / 1e9,
+               2 * nbytes / _graph_seconds([lambda: kernel_copy(c, a)], gpu) / 1e9)
     add = max(device_add_gbps(gpu, probe),
-              3 * a.numel() * 4 / _graph_seconds(lambda: torch.add(a, b, out=c), gpu) / 1e9)
-    return copy, add
+              3 * nbytes / _graph_seconds([lambda: torch.add(a, b, out=c)], gpu) / 1e9)
+    # Both at once, on separate buffers (shared operands could be read from L2 by both).
+    d, e = torch.ones_like(a), torch.empty_like(a)
+    both = 5 * nbytes / _graph_seconds([lambda: kernel_copy(c, a), lambda: torch.add(b, d, out=e)],
+                                       gpu) / 1e9
+    return {"copy": copy, "add": add, "both": both}
 
 
-def _graph_seconds(op, gpu: int, burst: int = 10, repeats: int = 5) -> float:
-    """Seconds per ``op`` replayed from a CUDA graph of ``burst`` of them (median of repeats)."""
+def _graph_seconds(ops, gpu: int, burst: int = 10, repeats: int = 5) -> float:
+    """Seconds per burst element of ``ops`` replayed from a CUDA graph: each op ``burst`` times in
+    a row on a stream of its own, the streams running at once (median of repeats)."""
     from bandwidth.ceiling.timing import median_seconds
-    op()
-    graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream(device=gpu)
-    with torch.cuda.graph(graph, stream=stream):
-        for _ in range(burst):
-            op()
+    for op in ops:
+        op()
+    graph = torch.cuda.CUDAGraph()
+    capture = torch.cuda.Stream(device=gpu)
+    sides = [torch.cuda.Stream(device=gpu) for _ in ops]
+    with torch.cuda.graph(graph, stream=capture):
+        for side, op in zip(sides, ops):
+            side.wait_stream(capture)
+            with torch.cuda.stream(side):
+                for _ in range(burst):
+                    op()
+            capture.wait_stream(side)
     seconds = median_seconds(graph.replay, lambda: torch.cuda.synchronize(gpu), repeats)
     return seconds / burst
 

@@ -46,7 +46,10 @@ class DeviceSet:
 
     def describe(self) -> str:
         if self.is_cuda:
-            return f"{self.n} GPU{'s' if self.n > 1 else ''} ({','.join(map(str, self.ids))})"
+            listed, gpus = ",".join(map(str, self.ids)), len(set(self.ids))
+            if gpus < self.n:           # a GPU listed twice (--gpus 0,0): replicas share it
+                return f"{self.n} replicas on {gpus} GPU{'s' if gpus > 1 else ''} ({listed})"
+            return f"{self.n} GPU{'s' if self.n > 1 else ''} ({listed})"
         return f"{self.n} CPU device{'s' if self.n > 1 else ''} (replicas in host memory)"
 
 

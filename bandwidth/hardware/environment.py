@@ -56,7 +56,8 @@ def links(devices: DeviceSet) -> dict | None:
     from bandwidth.hardware import rawcopy
     from bandwidth.hardware.topology import compact_links, read_topology
 
-    topo, _ = read_topology(list(devices.ids), [rawcopy.pci_bus_id(g) for g in devices.ids])
+    gpus = list(dict.fromkeys(devices.ids))      # each GPU once, however often it is listed
+    topo, _ = read_topology(gpus, [rawcopy.pci_bus_id(g) for g in gpus])
     return None if topo is None else compact_links(topo)
 
 

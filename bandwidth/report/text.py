@@ -37,8 +37,12 @@ def preamble(plan: Plan, environment: dict, sweep: int = 1) -> list[str]:
     if env.get("driver"):
         versions += f", driver {env['driver']}"
     names = sorted({d["name"] for d in env["devices"]})
+    count = f"{len(env['devices'])} x"
+    if plan.devices.is_cuda and len(set(plan.devices.ids)) < plan.devices.n:
+        count = f"{len(set(plan.devices.ids))} x"       # replicas sharing a GPU (--gpus 0,0)
+        names[-1] += f" ({plan.devices.n} replicas)"
     lines = [f"# bandwidth {env['toolkit']} on {env['host']}: {versions}",
-             f"# devices: {len(env['devices'])} x {', '.join(names)}"]
+             f"# devices: {count} {', '.join(names)}"]
     if env.get("links"):
         lines.append(f"# links: {links_text(env['links'])}")
     if sweep > 1:
@@ -176,6 +180,7 @@ def result_json(result: Result) -> dict:
                      "notes": result.notes},
         "devices": plan.devices.labels(),
         "launch": result.launch or plan.launch,
+        "graph_steps": result.graph_steps,
         **({"cpu_threads": result.cpu_threads} if result.cpu_threads is not None else {}),
         # Every iteration's figure, kept for the statistical gate (bandwidth.report.stats).
         "iterations": [dict(asdict(s), busbw_gbps=busbw_gbps(result.summary.nbytes, s.seconds,

@@ -13,6 +13,7 @@ Document, schema version 1::
         "network": {"name", "arrays", "bytes", "shapes"},
         "kv_store": {"name", "bound", "notes"}, "devices": ["cuda:0", ...],
         "launch": "graph" | "eager",  # how the steps were issued (measure.py --launch)
+        "graph_steps": 1,             # graph: replays per timed iteration (--graph-steps)
         "cpu_threads": 2,             # CPU devices: the torch threads of the steps (else absent)
         "iterations": [{"iteration", "seconds", "error", "own_seconds",
                         "host_seconds"}],          # host_seconds: time to issue the step

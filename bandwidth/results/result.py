@@ -45,6 +45,7 @@ class Result:
     server_hosts: list[str] = field(default_factory=list)   # and each server's, as launched
     host_ceiling: HostCeiling | None = None            # --network-ceiling's figures
     launch: str | None = None          # how the steps were issued (None: as plan.launch says)
+    graph_steps: int = 1               # graph launch: replays per timed iteration (--graph-steps)
     link_bound: object = None                           # --link-rate: a linkbound.LinkBound
     cpu_threads: int | None = None     # CPU devices: the torch threads the steps ran with
 
