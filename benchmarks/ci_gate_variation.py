@@ -94,6 +94,11 @@ def main() -> int:
     parser.add_argument("--workload", default="tiny", choices=sorted(WORKLOADS))
     parser.add_argument("--extra", default="", help="more measure.py flags, one string")
     args = parser.parse_args()
+    if args.processes < 2 or args.repeats < 2:
+        # The table's spreads are variances: of the process medians, and of each one's repeats.
+        print("ci_gate_variation.py: --processes and --repeats must be at least 2 (the spreads "
+              "between processes and within one need two of each)", file=sys.stderr)
+        return 2
     cores = {int(c) for c in args.cores.split(",")} if args.cores else os.sched_getaffinity(0)
     settings = args.threads.split(",")
     extra = args.extra.split()

@@ -194,3 +194,14 @@ def test_report_flags_need_a_gate_and_a_folder(cli, tmp_path):
                timeout=60)
     assert proc.returncode == 2 and "does not exist" in proc.stderr
     assert "iter 1" not in proc.stdout                      # refused before measuring
+
+
+@pytest.mark.parametrize("flag", ["--processes", "--repeats"])
+def test_variation_benchmark_refuses_a_single_process_or_repeat_in_one_line(flag):
+    # Its spreads are variances, which need two values: one clear line and status 2, no
+    # traceback, and no process started.
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "ci_gate_variation.py"
+    proc = subprocess.run([sys.executable, str(script), flag, "1"], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip().count("\n") == 0 and "at least 2" in proc.stderr
