@@ -189,15 +189,8 @@ def disable_peer_access(device: int, peer: int) -> bool:
     p2pBandwidthLatencyTest's P2P=Disabled runs rely on). Returns True if it had been enabled.
     torch enables peer access on its first cross-device copy and never disables it, so call
     this only in a process that makes no torch cross-device copy afterwards."""
-    lib = _peer_runtime()
-    if lib is None:
-        raise RuntimeError("the CUDA runtime library torch loaded was not found")
-    with keep_device(torch.cuda.current_device()):
-        code = lib.cudaSetDevice(device)
-        if code == 0:
-            code = lib.cudaDeviceDisablePeerAccess(peer)
-        lib.cudaGetLastError()                   # 705 (not enabled) is the expected answer
-    if code in (0, _PEER_ACCESS_NOT_ENABLED):
+    lib, code = _on_device(device, lambda lib: lib.cudaDeviceDisablePeerAccess(peer))
+    if code in (0, _PEER_ACCESS_NOT_ENABLED):    # 705 (not enabled) is the expected answer
         return code == 0
     raise RuntimeError(f"cudaDeviceDisablePeerAccess({peer}) on GPU {device} failed: "
                        f"{_error_text(lib, code)}")
@@ -206,17 +199,25 @@ def disable_peer_access(device: int, peer: int) -> bool:
 def enable_peer_access(device: int, peer: int) -> None:
     """Let ``device`` access ``peer`` directly (as torch's first cross-device copy would); an
     already enabled pair is fine. Raises RuntimeError where the pair has no peer access."""
+    lib, code = _on_device(device, lambda lib: lib.cudaDeviceEnablePeerAccess(peer, 0))
+    if code not in (0, _PEER_ACCESS_ALREADY_ENABLED):
+        raise RuntimeError(f"cudaDeviceEnablePeerAccess({peer}) on GPU {device} failed: "
+                           f"{_error_text(lib, code)}")
+
+
+def _on_device(device: int, call) -> tuple:
+    """(the runtime library, the status of ``call(lib)`` made with ``device`` current), the
+    caller's device current again and the runtime's last error cleared (so that torch does not
+    trip over an expected one)."""
     lib = _peer_runtime()
     if lib is None:
         raise RuntimeError("the CUDA runtime library torch loaded was not found")
     with keep_device(torch.cuda.current_device()):
         code = lib.cudaSetDevice(device)
         if code == 0:
-            code = lib.cudaDeviceEnablePeerAccess(peer, 0)
+            code = call(lib)
         lib.cudaGetLastError()
-    if code not in (0, _PEER_ACCESS_ALREADY_ENABLED):
-        raise RuntimeError(f"cudaDeviceEnablePeerAccess({peer}) on GPU {device} failed: "
-                           f"{_error_text(lib, code)}")
+    return lib, code
 
 
 def pci_bus_id(device: int) -> str | None:
