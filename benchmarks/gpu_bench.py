@@ -380,6 +380,8 @@ def main(argv: list[str] | None = None) -> int:
                           "path_spread": path_spread(got),
                           "paths": [x.get("path") for x in got],
                           "repeated": repeated.get((name, dtype, label), 0),
+                          "replaced_runs": [x["replaced"]["algbw"] for x in got
+                                            if "replaced" in x],
                           "disturbed": sum(disturbed(x, fastest_path) for x in got)})
     print("\n== modes: median of the run medians (GB/s; local on one GPU: algbw), spread of the "
           "run medians (max/min), ratio to the bound of the same run, host time per step (us) "
@@ -448,7 +450,14 @@ def makeup(plans: dict, runs: dict, fastest: float, started: float, budget_s: fl
             again = measure_bracketed(plans[key])
         except BandwidthError:
             continue
-        if not disturbed(again, fastest):
+        first = runs[key][i]
+        clean = not disturbed(again, fastest)
+        print(f"# {' '.join(key)} round {i + 1}: {first['algbw']:.2f} GB/s between probes of "
+              f"{first['path'][0]:.1f} and {first['path'][1]:.1f}; again {again['algbw']:.2f} "
+              f"between {again['path'][0]:.1f} and {again['path'][1]:.1f}: "
+              f"{'replaced' if clean else 'kept (the path was slow again)'}", flush=True)
+        if clean:
+            again["replaced"] = first       # kept in the JSON beside the run that replaced it
             runs[key][i] = again
             replaced[key] = replaced.get(key, 0) + 1
         gc.collect()
