@@ -9,9 +9,8 @@ What it prints depends on the GPUs it finds:
 
 - always: the rates each bound is made of, measured in this run, once per round: the GPU's own
   copy (read + write, p2pBandwidthLatencyTest's diagonal count) and add rates and the two at
-  once, pinned
-  host->device, device->host and both at once (duplex); p2pBandwidthLatencyTest's matrices
-  (on one GPU its diagonal: a copy inside the GPU) beside the toolkit's copy rate;
+  once, pinned host->device, device->host and both at once (duplex); p2pBandwidthLatencyTest's
+  matrices (on one GPU its diagonal: a copy inside the GPU) beside the toolkit's copy rate;
 - one GPU: per network, ``device --gpus 0,0`` with the graph and the eager launch against the bound
   of docs/formulas.md (2M / (7n), M the fastest of the copy, add and both-at-once rates of the
   call), the host time per step of each, and ``local`` on the GPU (algbw) against the duplex host
@@ -100,7 +99,7 @@ def local_iterations(step_seconds: float, seconds: float) -> int:
     """local: iterations for about ``seconds`` of steps of ``step_seconds`` (measured in the
     warm-up round), 10 to 3,000. At 50 iterations (the other modes' count) a run of a 200 MB-1.2 GB
     network over one H200's PCIe took 0.2 s, and a dip of the host path shorter than that moved
-    single runs by 5-8 % on a machine whose path was otherwise steady within 0.3 %
+    single runs by 5-7 % on a machine whose path was otherwise steady within 0.3 %
     (BENCHMARKS.md, 2026-11-24)."""
     return max(10, min(3000, int(seconds / max(step_seconds, 1e-9))))
 
