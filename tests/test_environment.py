@@ -81,3 +81,11 @@ def test_the_preamble_shows_the_links():
     assert links_text({"nvlinks": {"0-1": 18}, "pcie": {"0": {"gen": 5, "width": 16},
                                                         "1": {"gen": None, "width": 8}}}) == \
         "GPU 0<->1 18 NVLinks; PCIe: GPU 0 gen5 x16, GPU 1 gen? x8"
+
+
+def test_replicas_sharing_a_gpu_are_named_as_such():
+    # --gpus 0,0 is two replicas on one GPU, not two GPUs; each GPU is read once for its links.
+    assert DeviceSet("cuda", (0, 0)).describe() == "2 replicas on 1 GPU (0,0)"
+    assert DeviceSet("cuda", (0, 0, 1)).describe() == "3 replicas on 2 GPUs (0,0,1)"
+    assert DeviceSet("cuda", (0, 1)).describe() == "2 GPUs (0,1)"
+    assert DeviceSet("cpu", (0, 1)).describe() == "2 CPU devices (replicas in host memory)"

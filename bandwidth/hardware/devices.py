@@ -46,8 +46,9 @@ class DeviceSet:
 
     def describe(self) -> str:
         if self.is_cuda:
-            listed, gpus = ",".join(map(str, self.ids)), len(set(self.ids))
-            if gpus < self.n:           # a GPU listed twice (--gpus 0,0): replicas share it
+            listed = ",".join(map(str, self.ids))
+            if self.shares_gpu:         # a GPU listed twice (--gpus 0,0)
+                gpus = len(set(self.ids))
                 return f"{self.n} replicas on {gpus} GPU{'s' if gpus > 1 else ''} ({listed})"
             return f"{self.n} GPU{'s' if self.n > 1 else ''} ({listed})"
         return f"{self.n} CPU device{'s' if self.n > 1 else ''} (replicas in host memory)"

@@ -38,7 +38,7 @@ def preamble(plan: Plan, environment: dict, sweep: int = 1) -> list[str]:
         versions += f", driver {env['driver']}"
     names = sorted({d["name"] for d in env["devices"]})
     count = f"{len(env['devices'])} x"
-    if plan.devices.is_cuda and len(set(plan.devices.ids)) < plan.devices.n:
+    if plan.devices.shares_gpu:
         count = f"{len(set(plan.devices.ids))} x"       # replicas sharing a GPU (--gpus 0,0)
         names[-1] += f" ({plan.devices.n} replicas)"
     lines = [f"# bandwidth {env['toolkit']} on {env['host']}: {versions}",
