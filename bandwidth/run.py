@@ -83,8 +83,7 @@ def run_together(plans: list[Plan], bounds: BoundCache | None = None) -> list[Re
                 nbytes=first.nbytes,
                 bus_factors=[p.store_cls.bus_factor(p.devices.n) for p in plans])
         launches = [getattr(session, "launch", None) for session, _ in opened]
-        steps = [getattr(session, "graph_steps", 1) if launch == "graph" else 1
-                 for (session, _), launch in zip(opened, launches)]
+        steps = [getattr(session, "graph_steps", 1) for session, _ in opened]
     reference = reference_summary(first, flat_reference(first), first.devices.n)
     found = None
     if c.reference:

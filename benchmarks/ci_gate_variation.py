@@ -48,7 +48,7 @@ def worker(repeats: int, threads: str, workload: str, extra: list[str]) -> None:
     for _ in range(repeats):
         result = run(plan.config, plan=plan)
         note = next((n for n in result.notes if "CPU threads" in n), "")
-        chosen = note.split(": ")[-1].split(" ")[0] if "auto" in note else threads
+        chosen = str(result.cpu_threads) if threads == "auto" else threads
         s = result.summary
         samples = [busbw_gbps(s.nbytes, x.seconds, s.bus_factor) for x in result.samples]
         print(json.dumps({"median": result.summary.busbw_median, "threads": chosen,

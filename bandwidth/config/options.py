@@ -105,7 +105,9 @@ class Job:
 SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 MAX_TIMEOUT_S = 7 * 24 * 3600             # a week: any longer is no bound at all
 MAX_CHUNK_MB = 1e9                        # MB of 1e6 bytes: 1 PB
-MAX_GRAPH_STEPS = 1024                    # --graph-steps N: each replay holds a copy of the buffers
+MAX_GRAPH_STEPS = 1024                    # --graph-steps N: replays queued per timed iteration
+MAX_SIZE_BYTES = 1 << 50                  # 1 PiB: beyond any device's memory
+MAX_SWEEP_SIZES = 1000                    # -b 1 -e 1G -f 1.05 has 395 sizes
 
 
 def parse_graph_steps(text: str) -> int | None:
@@ -120,8 +122,6 @@ def parse_graph_steps(text: str) -> int | None:
         raise ConfigError(f"--graph-steps must be 'auto' or a whole number from 1 to "
                           f"{MAX_GRAPH_STEPS}; got {str(text)[:30]!r}")
     return count
-MAX_SIZE_BYTES = 1 << 50                  # 1 PiB: beyond any device's memory
-MAX_SWEEP_SIZES = 1000                    # -b 1 -e 1G -f 1.05 has 395 sizes
 
 
 def check_timeout(seconds: float, flag: str = "--timeout") -> None:
@@ -263,11 +263,12 @@ def build_parser() -> argparse.ArgumentParser:
                          "show the eager step faster) (default: auto on GPUs, eager on CPU devices)")
     ex.add_argument("--graph-steps", default="auto",
                     help="with the graph launch: how many replays of the captured step each timed "
-                         "iteration queues back to back, each on a copy of the buffers of its own "
+                         "iteration queues back to back, taking turns over a few sets of buffers "
                          "(so that neither the host's launch and wake-up nor the GPU's cache sets "
                          "a small network's figure); the time is divided by the count. 'auto' "
-                         "(default): enough for an iteration of about 4 ms, at most 64 copies and "
-                         f"40 %% of the free GPU memory; N: exactly N (1 to {MAX_GRAPH_STEPS})")
+                         "(default): enough for an iteration of about 4 ms, at most 64 replays, "
+                         "the sets within 40 %% of the free GPU memory; N: exactly N (1 to "
+                         f"{MAX_GRAPH_STEPS})")
     ex.add_argument("--owners", default="balanced",
                     help="device mode's key placement: 'balanced' (keys larger than 1,000,000 "
                          "elements are split so that every GPU owns the same bytes; default) or "

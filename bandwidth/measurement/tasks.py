@@ -25,7 +25,7 @@ def measure_task(plan: Plan, indices: list[int], group,
         measured = measure_session(plan, session, on_report, replicas, notes,
                                    session.store.server_nbytes())
         measured["launch"] = session.launch
-        measured["graph_steps"] = session.graph_steps if session.launch == "graph" else 1
+        measured["graph_steps"] = session.graph_steps        # 1 unless replays are queued
         measured["cpu_threads"] = session.cpu_threads_used
         return measured
     finally:

@@ -90,8 +90,9 @@ def check_memory(*plans: Plan) -> None:
     free = free_bytes(first.devices)
     if first.devices.is_cuda:
         # Replicas sharing a GPU (--gpus 0,0) each need their buffers on it; the expected sum
-        # and the scratch are kept once per GPU. --graph-steps N keeps N sets of buffers (auto
-        # adds sets only within the memory it finds free).
+        # and the scratch are kept once per GPU. --graph-steps N is counted as N sets of buffers,
+        # the most it can keep (nccl keeps one per replay; the other modes fewer, see
+        # measurement/session.py); auto adds sets only within the memory it finds free.
         free_of = dict(zip(first.devices.ids, free))
         for gpu in sorted(set(first.devices.ids)):
             count = first.devices.ids.count(gpu)

@@ -34,7 +34,7 @@ from bandwidth.plan.plan import Plan, make_plan
 from bandwidth.processes.group import DistGroup
 from bandwidth.processes.spawn import run_ranks
 from bandwidth.results.result import Result, WorkerTraffic
-from bandwidth.stores.dist import Cluster, messages, ps_layout
+from bandwidth.stores.dist import Cluster, messages, post_messages, ps_layout
 from bandwidth.stores.psserver import serve
 
 DIST_NCCL_PREFIX = "bandwidth/dist_nccl/"
@@ -151,13 +151,8 @@ def _raw_exchange(plan: Plan, cluster: Cluster, role: Role, repeats: int = 3) ->
     for i in range(repeats + 1):                  # the first one is a warm-up
         dist.barrier()
         start = time.perf_counter()
-        if role.name == WORKER:                   # each receive before its send, as a step
-            works = []
-            for tag, (server, s, e) in enumerate(plan_messages):
-                works.append(dist.irecv(back[s:e], src=cluster.server_rank(server), tag=tag,
-                                        group=cluster.pull_group))
-                works.append(dist.isend(out[s:e], dst=cluster.server_rank(server), tag=tag,
-                                        group=cluster.push_group))
+        if role.name == WORKER:                   # posted as a step posts them
+            works = post_messages(cluster, plan_messages, out, back)
         else:                                     # as a server: all receives posted at once
             mine = [(tag, s, e) for tag, (server, s, e) in enumerate(plan_messages)
                     if server == role.task_id]
