@@ -70,7 +70,12 @@ def test_sync_servers_are_exact(mode, optimizer, tmp_path):
     assert [w["worker"] for w in result["workers"]] == [0, 1]
     assert all(w["network_nbytes"] == result["network"]["bytes"] == sum(w["server_nbytes"])
                for w in result["workers"])
-    assert re.search(r"ceiling: [0-9.]+ % of [0-9.]+ GB/s \(raw Gloo send\+recv", proc.stdout)
+    # The raw exchange of the same run is the ceiling. On a shared 2-core machine a 1.7 MB step
+    # can beat its median of 3 by more than 10 %; the line then shows n/a with that reason and
+    # the raw figure (a timing is never asserted here).
+    assert re.search(r"ceiling: ([0-9.]+ % of [0-9.]+ GB/s \(|n/a \(timing noise: this run beat "
+                     r"its reference of the same run by more than 10 %\); )raw Gloo send\+recv",
+                     proc.stdout)
 
 
 @pytest.mark.timeout(200)
