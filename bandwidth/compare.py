@@ -22,7 +22,8 @@ Exit status: 0 reported / passed; 1 a failed gate (a regression, a row below --m
 --min-percent-of-ceiling, a baseline row missing from every FILE, a link that lost NVLinks or
 PCIe lanes since the baseline); 2 bad input (an
 unreadable file, a bad flag value, a baseline from other hardware without --force, no row in
-common with the baseline).
+common with the baseline); 130 interrupted (Ctrl-C); 141 the reader of stdout went away
+(``| head -1``; bandwidth.cliexit).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import os
 import sys
 from pathlib import Path
 
+from bandwidth import cliexit
 from bandwidth.cliparse import OneLineParser
 from bandwidth.errors import BandwidthError, ConfigError
 from bandwidth.report import baseline as bl
@@ -93,7 +95,13 @@ def source_names(paths: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return _compare(args)
+        status = _compare(args)
+        sys.stdout.flush()         # a closed pipe shows here, inside these handlers, not at exit
+        return status
+    except BrokenPipeError:
+        return cliexit.broken_pipe()
+    except KeyboardInterrupt:
+        return cliexit.interrupted("compare")
     except BandwidthError as exc:
         print(f"compare: error: {exc}", file=sys.stderr)
         return exc.exit_code

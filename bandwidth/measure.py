@@ -33,6 +33,11 @@ import time  # noqa: E402
 from collections import Counter  # noqa: E402
 from dataclasses import replace  # noqa: E402
 
+from bandwidth import cliexit  # noqa: E402
+
+if __name__ == "__main__":
+    cliexit.quiet_interrupt_while_importing("measure.py")    # Ctrl-C while torch imports
+
 import torch  # noqa: E402
 
 import networks  # noqa: E402
@@ -49,7 +54,7 @@ from bandwidth.report import gatereport  # noqa: E402
 from bandwidth.report import table  # noqa: E402
 from bandwidth.report.progress import Progress  # noqa: E402
 from bandwidth.report.stats import ci_width_pct  # noqa: E402
-from bandwidth.report.text import (array_table, discard_stdout, document, preamble,  # noqa: E402
+from bandwidth.report.text import (array_table, document, preamble,  # noqa: E402
                                    summary_lines, worker_lines, write_document)
 from bandwidth.results.document import (Row, devices_label, fingerprint,  # noqa: E402
                                         rows_from_document)
@@ -78,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _stop_on_signal)
     try:
+        cliexit.restore_interrupt()
         if args.list_networks:
             status = list_networks()
         else:
@@ -92,12 +98,9 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()         # a closed pipe shows here, inside these handlers, not at exit
         return status
     except BrokenPipeError:
-        # The reader of stdout went away (measure.py --dry-run | head -1). End quietly, as a C
-        # tool killed by SIGPIPE does, with the status a shell reports for one: 128 + SIGPIPE =
-        # 141. Output cut short is not a success; under `set -o pipefail` this reads as
-        # `yes | head -1` does.
-        discard_stdout()
-        return 128 + signal.SIGPIPE
+        # The reader of stdout went away (measure.py --dry-run | head -1): quietly, 141
+        # (bandwidth.cliexit says why).
+        return cliexit.broken_pipe()
     except BandwidthError as exc:
         print(f"measure.py: error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -109,8 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"measure.py: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("measure.py: interrupted", file=sys.stderr)
-        return 130
+        return cliexit.interrupted("measure.py")
     except RuntimeError as exc:
         first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
         if not _peer_failure(exc, first):

@@ -149,6 +149,9 @@ MAX_NAME_CHARS = 200
 def load_json(path: Path) -> Shapes:
     """Read a user's shape list: ``[["fc1_weight", [128, 784]], ...]`` or
     ``{"arrays": [{"name": "fc1_weight", "shape": [128, 784]}, ...]}``."""
+    if path.exists() and not path.is_file():       # a FIFO or device would block the read
+        raise NetworkError(f"shape file {str(path)!r} is not a regular file (a FIFO, socket, "
+                           "device or folder)")
     try:
         data = json.loads(path.read_text())
     except OSError as exc:

@@ -10,11 +10,13 @@ from pathlib import Path
 
 import torch
 
+from bandwidth import cliexit
 from bandwidth.ceiling import render
 from bandwidth.ceiling.suite import PARTS, CeilingOptions, measure_ceilings
 from bandwidth.config.options import check_timeout, parse_gpus, parse_size, size_sweep
 from bandwidth.errors import BandwidthError, ConfigError
 from bandwidth.hardware.devices import resolve
+from bandwidth.results.files import write_atomic
 
 PROG = "python -m bandwidth.ceiling"
 MAX_MB = 1e9                              # 1 PB: beyond any memory
@@ -130,7 +132,8 @@ def network_main(args) -> int:
     if matrix is not None:
         print("\n".join(render(matrix)), flush=True)
         if args.json_path:
-            Path(args.json_path).write_text(json.dumps({"network": matrix}, indent=1))
+            write_atomic(args.json_path, json.dumps({"network": matrix}, indent=1) + "\n",
+                         "the network matrix")
             print(f"# wrote {args.json_path}")
     return 0
 
@@ -193,13 +196,15 @@ def _expect(ceilings, pct: float, junit: str | None, summary_md: str | None,
         data = json.loads(Path(json_path).read_text())
         data["gates"] = [r.to_dict() for r in records]
         data["verdict"] = verdict
-        Path(json_path).write_text(json.dumps(data, indent=1))
+        write_atomic(json_path, json.dumps(data, indent=1) + "\n", "the ceiling's JSON")
     return 1 if failed else 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Exit status: 0 done, 1 a part failed (printed as FAILED), 2 bad input."""
+    """Exit status: 0 done, 1 a part failed (printed as FAILED), 2 bad input, 130 interrupted
+    (Ctrl-C), 141 the reader of stdout went away (bandwidth.cliexit)."""
     try:
+        cliexit.restore_interrupt()
         args = build_parser().parse_args(argv)
         if args.gpus is not None and args.cpus is not None:
             raise ConfigError("--gpus and --cpus exclude each other")
@@ -211,15 +216,24 @@ def main(argv: list[str] | None = None) -> int:
         devices = resolve(parse_gpus(args.gpus) if args.gpus is not None else None, args.cpus)
         options = options_from_args(args, devices.is_cuda)
         expect_pct, summary_md = _expect_args(args, devices, options)
+        # The preamble first: a reader that goes away (| head -1) shows as a broken pipe when
+        # the rest is printed, not as a success.
         ceilings = measure_ceilings(devices, options,
-                                    progress=lambda m: print(f"# {m}", file=sys.stderr, flush=True))
-        print("\n".join(render.lines(ceilings)), flush=True)
+                                    progress=lambda m: print(f"# {m}", file=sys.stderr, flush=True),
+                                    started=lambda c: print("\n".join(render.preamble(c)),
+                                                            flush=True))
+        print("\n".join(render.lines(ceilings)[len(render.preamble(ceilings)):]), flush=True)
         if args.json_path:
-            Path(args.json_path).write_text(json.dumps({"ceilings": ceilings.to_dict()}, indent=1))
+            write_atomic(args.json_path, json.dumps({"ceilings": ceilings.to_dict()}, indent=1)
+                         + "\n", "the ceiling's JSON")
             print(f"# wrote {args.json_path}")
         if expect_pct is not None:
             status = _expect(ceilings, expect_pct, args.junit, summary_md, args.json_path)
             return max(status, 1 if ceilings.failures else 0)
+    except BrokenPipeError:
+        return cliexit.broken_pipe()
+    except KeyboardInterrupt:
+        return cliexit.interrupted(PROG)
     except BandwidthError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return exc.exit_code

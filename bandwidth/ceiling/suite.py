@@ -90,7 +90,8 @@ class CeilingOptions:
 
 
 def measure_ceilings(devices: DeviceSet, options: CeilingOptions = CeilingOptions(),
-                     progress: Callable[[str], None] = log.info) -> Ceilings:
+                     progress: Callable[[str], None] = log.info,
+                     started: Callable[[Ceilings], None] | None = None) -> Ceilings:
     gpus = list(devices.ids) if devices.is_cuda else []
     sizes = options.sizes_for(devices)
     names = ([torch.cuda.get_device_name(g) for g in gpus] if gpus
@@ -100,6 +101,8 @@ def measure_ceilings(devices: DeviceSet, options: CeilingOptions = CeilingOption
     c = Ceilings(devices={"kind": devices.kind, "ids": list(devices.ids), "names": names},
                  settings=settings, p2p=[], host_links=None, host_memory=None, collectives=None,
                  topology=None, environment=describe_environment(devices))
+    if started is not None:
+        started(c)            # what is known before measuring: the CLI prints its preamble
     na = c.not_applicable
     skip = options.skip
     if gpus and "topology" not in skip:

@@ -515,6 +515,9 @@ def check_output_path(flag: str, path: str | None) -> None:
     target = Path(path)
     if target.is_dir():
         raise ConfigError(f"{flag} {path}: is a folder; give a file name inside it")
+    if target.exists() and not target.is_file():
+        raise ConfigError(f"{flag} {path}: is not a regular file (a FIFO, socket or device); "
+                          "give a file name")
     folder = target.parent
     if not folder.is_dir():
         raise ConfigError(f"{flag} {path}: the folder {str(folder)!r} does not exist")

@@ -10,6 +10,11 @@ mpi launchers would copy them onto other machines. Forwarded are only
 * for processes on the launching host (local launcher, the scheduler, mpirun itself) also the
   session variables in ``SESSION`` (``HOME``, ``USER``, locale, ``TMPDIR``...): remote processes
   get those from their own login instead;
+* the loader's and the interpreter's code-injection variables (``LOADER``: ``LD_PRELOAD``,
+  ``LD_AUDIT``, ``PYTHONSTARTUP``...) only to processes on the launching host, which run with
+  this launcher's own already: on another machine they would load a library or run a file of
+  that machine's, named by this one. ``LD_LIBRARY_PATH`` is forwarded as ``PATH`` is (a search
+  path that CUDA and NCCL installations need, not code that runs by itself);
 * every variable named with ``--env NAME`` (the launcher's value) or ``--env NAME=VALUE``,
   whatever its name, because the user asked for it.
 
@@ -25,7 +30,7 @@ from bandwidth.errors import ConfigError
 from bandwidth.launch.contract import VARIABLES
 
 FORWARDED = frozenset({
-    "PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "LD_PRELOAD", "VIRTUAL_ENV", "CONDA_PREFIX",
+    "PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "CONDA_PREFIX",
     "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "CUDA_LAUNCH_BLOCKING", "CUDA_HOME",
     "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "KMP_AFFINITY",
     "PYTORCH_CUDA_ALLOC_CONF", "DMLC_INTERFACE", "DMLC_LOCAL"})
@@ -33,6 +38,9 @@ FORWARDED_PREFIXES = ("NCCL_", "GLOO_", "TORCH_", "MXNET_", "PS_", "UCX_", "FI_"
 SESSION = frozenset({"HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR",
                      "TERM"})
 SESSION_PREFIXES = ("LC_",)
+LOADER = frozenset({"LD_PRELOAD", "LD_AUDIT", "LD_BIND_NOW", "LD_DEBUG", "LD_DEBUG_OUTPUT",
+                    "LD_PROFILE", "PYTHONSTARTUP", "PYTHONINSPECT", "PYTHONHOME",
+                    "PYTHONEXECUTABLE", "PYTHONBREAKPOINT"})
 _CREDENTIAL = re.compile(r"SECRET|TOKEN|PASSW|CREDENTIAL|AUTH|APIKEY|ACCESSKEY|PRIVATE|COOKIE"
                          r"|SIGNATURE|(^|_)KEY($|_)|_KEY", re.IGNORECASE)
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -44,7 +52,7 @@ def is_forwarded(name: str, same_host: bool) -> bool:
         return False
     if name in FORWARDED or name.startswith(FORWARDED_PREFIXES):
         return True
-    return same_host and (name in SESSION or name.startswith(SESSION_PREFIXES))
+    return same_host and (name in SESSION or name in LOADER or name.startswith(SESSION_PREFIXES))
 
 
 def parse_env_flags(flags: Iterable[str],

@@ -16,6 +16,7 @@ smuggle an ssh option such as ``-oProxyCommand=...``; user names and aliases bel
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +51,12 @@ LOCALHOST = Host("127.0.0.1")
 
 def parse_hostfile(path: str | Path) -> list[Host]:
     """The hosts of ``path`` in file order; raises HostfileError on the first bad line."""
+    from bandwidth.results.files import check_regular_file
+
+    try:
+        check_regular_file(path, "hosts file")          # a FIFO would block the read
+    except ConfigError as err:
+        raise HostfileError(str(err)) from None
     try:
         with open(path, "rb") as f:
             data = f.read(MAX_FILE_BYTES + 1)
@@ -101,4 +108,42 @@ def _parse_line(line: str, where: str, raw: str) -> Host:
         raise HostfileError(f"{where}: {_shown(raw)}: port {port} is not in 1..65535")
     if slots == 0:
         raise HostfileError(f"{where}: {_shown(raw)}: slots=0 places nothing; remove the line")
+    problem = _v6_problem(match["v6"]) if match["v6"] else _name_problem(match["name"])
+    if problem:
+        raise HostfileError(f"{where}: {_shown(raw)}: {problem}")
     return Host(match["name"] or match["v6"], port, slots)
+
+
+def _name_problem(name: str) -> str | None:
+    """Why ``name`` is no host name or IPv4 address ssh could reach (None: it is one). Checked
+    here, so that a name the resolver refuses (a label of 64 characters) or ssh cannot use (a
+    trailing dot) is one line before any process starts."""
+    if re.fullmatch(r"[0-9.]+", name):
+        try:
+            ipaddress.IPv4Address(name)
+        except ValueError:
+            return "not an IPv4 address (four numbers 0..255 separated by dots)"
+        return None
+    if name.endswith("."):
+        return "a host name ending in a dot; write it without the dot"
+    for label in name.split("."):
+        if not label:
+            return "a host name with an empty label (two dots in a row, or a leading dot)"
+        if len(label) > 63:
+            return (f"the label {label[:20]!r}... has {len(label)} characters; DNS allows at "
+                    "most 63 between dots")
+        if label.startswith("-") or label.endswith("-"):
+            return f"the label {label!r} starts or ends with '-'"
+    return None
+
+
+def _v6_problem(text: str) -> str | None:
+    """Why ``[text]`` is no IPv6 address to reach a host by (None: it is one)."""
+    try:
+        address = ipaddress.IPv6Address(text)
+    except ValueError:
+        return "not an IPv6 address"
+    if address.ipv4_mapped is not None:
+        return (f"an IPv4 address written as IPv6; write it as {address.ipv4_mapped} "
+                "(without brackets)")
+    return None

@@ -51,6 +51,7 @@ from bandwidth.report.verdicts import (  # noqa: F401
     BELOW_CEILING, BELOW_FLOOR, CONFIRMED_GATES, FAILING, FASTER, LINK_LOST, MISSING,
     MISSING_ALLOWED, NEW, NO_CEILING, NOT_CONFIRMED, NOT_SIGNIFICANT, ONE_DEVICE, PASS,
     REGRESSION, ROW_VERDICTS, SIZE_DIFFERS, BaselineMismatchError, Diff)
+from bandwidth.results.files import write_atomic
 from bandwidth.results.document import Row, fingerprint, load_document, rows_from_document
 
 # ---------------------------------------------------------------------------------------------
@@ -156,12 +157,9 @@ def write_gate_reports(result: Check, gates: Gates, *, tool: str, junit_path: st
                                      verdict_line=verdict, junit_path=junit_path,
                                      summary_md=summary_md, seconds=seconds)
     if json_path:
-        try:
-            Path(json_path).write_text(json.dumps(
-                {"gates": [r.to_dict() for r in records], "verdict": verdict,
-                 "exit_status": result.exit_code}, indent=1) + "\n")
-        except OSError as exc:
-            raise ConfigError(f"cannot write {json_path!r}: {exc.strerror}") from None
+        write_atomic(json_path, json.dumps(
+            {"gates": [r.to_dict() for r in records], "verdict": verdict,
+             "exit_status": result.exit_code}, indent=1) + "\n", "the gates' JSON")
         wrote.append(f"# wrote {json_path} (gates)")
     return wrote
 
@@ -177,7 +175,4 @@ def save_baseline(document: dict, path: str | Path) -> None:
         raise ConfigError("nothing to save as a baseline: the run produced no results")
     doc = dict(document)
     doc.setdefault("fingerprint", fingerprint(doc.get("environment", {})))
-    try:
-        Path(path).write_text(json.dumps(doc, indent=1) + "\n")
-    except OSError as exc:
-        raise ConfigError(f"cannot write the baseline {str(path)!r}: {exc.strerror}") from None
+    write_atomic(path, json.dumps(doc, indent=1) + "\n", "the baseline")

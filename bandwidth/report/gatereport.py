@@ -141,6 +141,8 @@ def check_output_path(path: str | None, flag: str) -> None:
         return
     if path == "":
         raise ConfigError(f"{flag} needs a file name")
+    if Path(path).exists() and not Path(path).is_file():
+        raise ConfigError(f"{flag} {path!r}: is not a regular file (a FIFO, socket or device)")
     parent = Path(path).parent
     if not parent.is_dir():
         raise ConfigError(f"{flag} {path!r}: the folder {str(parent)!r} does not exist")
@@ -156,16 +158,13 @@ def write_reports(records: list[GateRecord], *, tool: str, title: str, verdict_l
                   ) -> list[str]:
     """Write the JUnit file (replaced) and the markdown (appended, as GitHub's step summary
     expects); returns ``# wrote ...`` lines."""
+    from bandwidth.results.files import append_atomic, write_atomic
+
     wrote = []
-    try:
-        if junit_path:
-            Path(junit_path).write_text(junit_xml(records, tool, seconds))
-            wrote.append(f"# wrote {junit_path} (JUnit XML, {len(records)} test cases)")
-        if summary_md:
-            with open(summary_md, "a") as out:
-                out.write(markdown(records, title, verdict_line))
-            wrote.append(f"# wrote {summary_md} (markdown summary)")
-    except OSError as exc:
-        raise ConfigError(f"cannot write a report: {exc.strerror}: "
-                          f"{exc.filename!r}") from None
+    if junit_path:
+        write_atomic(junit_path, junit_xml(records, tool, seconds), "the JUnit report")
+        wrote.append(f"# wrote {junit_path} (JUnit XML, {len(records)} test cases)")
+    if summary_md:
+        append_atomic(summary_md, markdown(records, title, verdict_line), "the markdown summary")
+        wrote.append(f"# wrote {summary_md} (markdown summary)")
     return wrote

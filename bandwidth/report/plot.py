@@ -81,9 +81,12 @@ def plot_rows(rows: list[Row], path: str | Path, kind: str | None = None,
     subtitle = f"{sources_text(rows)}; medians over iterations"
     fig.suptitle((title or _TITLES[kind]) + "\n", fontsize=14, fontweight="bold")
     fig.text(0.5, 0.955, subtitle, ha="center", va="top", fontsize=9, color="0.35")
+    from bandwidth.results.files import atomic_output
+
     try:
-        fig.savefig(path)
-    except (OSError, ValueError) as exc:
+        with atomic_output(path, "the plot", binary=True) as out:
+            fig.savefig(out, format=Path(path).suffix.lstrip(".").lower() or None)
+    except ValueError as exc:
         raise ConfigError(f"cannot write the plot {str(path)!r}: {exc}") from None
     return kind
 

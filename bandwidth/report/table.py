@@ -345,20 +345,19 @@ def speedup_table(rows: list[Row]) -> list[str]:
 def write_csv(rows: list[Row], path: str | Path) -> None:
     """One line per row, every Row field plus pct_of_ceiling; numbers unformatted; an unknown value
     (no ceiling, error not checked) is an empty cell."""
-    try:
-        with open(path, "w", newline="") as out:
-            writer = csv.writer(out)
-            writer.writerow(CSV_COLUMNS)
-            for r in rows:
-                values = []
-                for column in CSV_COLUMNS:
-                    value = getattr(r, column)
-                    if value is None or (column == "error" and value < 0):
-                        value = ""
-                    values.append(value)
-                writer.writerow(values)
-    except OSError as exc:
-        raise ConfigError(f"cannot write {str(path)!r}: {exc.strerror}") from None
+    from bandwidth.results.files import atomic_output
+
+    with atomic_output(path, "the CSV", newline="") as out:
+        writer = csv.writer(out)
+        writer.writerow(CSV_COLUMNS)
+        for r in rows:
+            values = []
+            for column in CSV_COLUMNS:
+                value = getattr(r, column)
+                if value is None or (column == "error" and value < 0):
+                    value = ""
+                values.append(value)
+            writer.writerow(values)
 
 
 def report_lines(rows: list[Row], baseline_row: str | int | None = None,

@@ -213,6 +213,7 @@ def document(results: list[Result], environment: dict, extra: dict | None = None
 
 
 def write_document(doc: dict, path: str) -> None:
-    with open(path, "w") as out:
-        json.dump(doc, out, indent=1)
-        out.write("\n")
+    """The result document as a whole, or the old file left as it was (results.files)."""
+    from bandwidth.results.files import write_atomic
+
+    write_atomic(path, json.dumps(doc, indent=1) + "\n", "the result")

@@ -23,11 +23,12 @@ MAX_BYTES = 256 << 20           # a result document of a long sweep is a few MB
 
 def read_json(path: str | Path) -> object:
     """The parsed JSON of ``path``; every way a file can fail to be JSON is one ConfigError."""
+    from bandwidth.results.files import check_regular_file
+
     path = Path(path)
     name = repr(str(path))
+    check_regular_file(path)          # a FIFO would block the read below
     try:
-        if path.is_dir():
-            raise ConfigError(f"{name} is a folder, not a file")
         if path.stat().st_size > MAX_BYTES:
             raise ConfigError(f"{name} is larger than {MAX_BYTES >> 20} MB: not a result "
                               "document")
@@ -99,8 +100,9 @@ def check_document(doc: object, name: str) -> dict:
     """``doc`` if it is a result document whose rows, samples and fingerprint can be read;
     otherwise one ConfigError naming the first bad field."""
     c = _Checker(name)
-    if not isinstance(doc, dict) or doc.get("schema_version") != SCHEMA_VERSION \
-            or not isinstance(doc.get("results"), list):
+    # type() and not ==: true == 1 in Python, and a bool is no schema version.
+    if not isinstance(doc, dict) or type(doc.get("schema_version")) is not int \
+            or doc["schema_version"] != SCHEMA_VERSION or not isinstance(doc.get("results"), list):
         raise ConfigError(f"{name} is not a result file of this tool (schema version "
                           f"{SCHEMA_VERSION}); write one with --json or --save-baseline")
     for i, result in enumerate(doc["results"]):

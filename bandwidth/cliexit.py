@@ -1,0 +1,54 @@
+"""How every command ends on Ctrl-C and on a closed stdout: quietly, with a conventional status.
+
+* Ctrl-C (SIGINT): one line ``PROG: interrupted`` on stderr and exit status 130 (128 + SIGINT),
+  as a shell reports for a command it interrupted. ``quiet_interrupt_while_importing`` covers the
+  first second of a command, while torch imports and no ``try`` of ``main`` is running yet: a
+  Ctrl-C there ends the process at once (it has started nothing that could be left behind).
+* The reader of stdout went away (``... | head -1``): no traceback, further output discarded,
+  exit status 141 (128 + SIGPIPE), what a shell reports for a C tool killed by SIGPIPE. Output cut
+  short is not a success: under ``set -o pipefail`` it reads as ``yes | head -1`` does.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+INTERRUPTED = 128 + signal.SIGINT          # 130
+BROKEN_PIPE = 128 + signal.SIGPIPE         # 141
+
+
+def quiet_interrupt_while_importing(prog: str) -> None:
+    """Until ``restore_interrupt`` (call it first thing in ``main``): a Ctrl-C prints one line
+    and ends the process with status 130, with no traceback from inside an import."""
+
+    def _interrupted(signum, frame):
+        try:
+            os.write(2, f"{prog}: interrupted\n".encode())
+        finally:
+            os._exit(INTERRUPTED)
+
+    signal.signal(signal.SIGINT, _interrupted)
+
+
+def restore_interrupt() -> None:
+    """Ctrl-C raises KeyboardInterrupt again (main's handlers stop what runs and report)."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def interrupted(prog: str) -> int:
+    print(f"{prog}: interrupted", file=sys.stderr)
+    return INTERRUPTED
+
+
+def broken_pipe() -> int:
+    """After a BrokenPipeError on stdout: send further output to /dev/null (Python would raise
+    again when it flushes stdout at exit) and return 141."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except OSError:
+        pass
+    return BROKEN_PIPE
