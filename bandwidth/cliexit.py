@@ -52,3 +52,27 @@ def broken_pipe() -> int:
     except OSError:
         pass
     return BROKEN_PIPE
+
+
+def error(line: str) -> None:
+    """Print the one error line; under torchrun also hand it to torchrun as this rank's error
+    (TORCHELASTIC_ERROR_FILE), so that its failure report shows the line as the cause instead of
+    "To enable traceback see ..."."""
+    print(line, file=sys.stderr)
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if path:
+        import json
+        import time
+
+        try:
+            with open(path, "w") as out:
+                json.dump({"message": line, "timestamp": int(time.time())}, out)
+        except OSError:
+            pass
+
+
+def exiting() -> None:
+    """main has returned its status: a SIGTERM or SIGHUP from now on (torchrun stops the other
+    ranks once one has failed) cannot change it or print a traceback from an exit handler."""
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_IGN)

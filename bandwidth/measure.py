@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         # (bandwidth.cliexit says why).
         return cliexit.broken_pipe()
     except BandwidthError as exc:
-        print(f"measure.py: error: {exc}", file=sys.stderr)
+        cliexit.error(f"measure.py: error: {exc}")
         return exc.exit_code
     except torch.OutOfMemoryError as exc:
         print(f"measure.py: error: out of device memory: {str(exc).splitlines()[0]}",
@@ -119,8 +119,8 @@ def main(argv: list[str] | None = None) -> int:
             raise
         # Another process of the job is gone or stopped answering (a Gloo or store timeout, a
         # closed connection): one line; the launcher names the process at fault.
-        print(f"measure.py: error: a peer process is gone or stopped answering: {first[:300]}",
-              file=sys.stderr)
+        cliexit.error(f"measure.py: error: a peer process is gone or stopped answering: "
+                      f"{first[:300]}")
         return 1
     except Stopped as stop:
         print(f"measure.py: stopped by {signal.Signals(stop.signum).name}", file=sys.stderr)
@@ -573,4 +573,6 @@ def host_ceilings(plan: Plan) -> tuple[dict, int]:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    cliexit.exiting()
+    sys.exit(status)

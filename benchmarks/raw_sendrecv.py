@@ -33,6 +33,7 @@ import torch.distributed as dist
 import networks
 from bandwidth.launch.contract import SERVER, WORKER, ContractError, Role, join_store
 from bandwidth.plan.layout import chunk_ranges
+from bandwidth.processes.group import all_gather_json
 from bandwidth.stores.dist import ps_layout, split_evenly
 
 
@@ -125,8 +126,7 @@ def main(argv=None) -> int:
             if i >= args.warmup:
                 times.append(seconds)
         median = statistics.median(times) if role.name == WORKER else None
-        every: list = [None] * role.world_size
-        dist.all_gather_object(every, median)
+        every = all_gather_json(median, role.world_size)     # JSON, never pickle
         if role.rank == 0:
             report(args, role, numel * 4, ranges, every[:role.job.num_workers], len(plan))
         dist.barrier()

@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 
 from bandwidth.errors import UnsupportedError
+from bandwidth.processes.group import all_gather_json
 
 
 def measure_network(nbytes: int, repeats: int, timeout_s: float) -> dict | None:
@@ -35,8 +36,7 @@ def measure_network(nbytes: int, repeats: int, timeout_s: float) -> dict | None:
     dist.init_process_group("gloo", store=join_store(role, timeout_s), rank=role.rank,
                             world_size=role.world_size, timeout=timedelta(seconds=timeout_s))
     try:
-        hosts: list = [None] * role.world_size
-        dist.all_gather_object(hosts, f"{role.rank}@{role.node_host}")
+        hosts = all_gather_json(f"{role.rank}@{role.node_host}", role.world_size)
         payload = torch.ones(max(1, nbytes // 4))
         ack = torch.zeros(1, dtype=torch.uint8)
         size = role.world_size
@@ -59,8 +59,7 @@ def measure_network(nbytes: int, repeats: int, timeout_s: float) -> dict | None:
                         dist.send(ack, dst=src)
                 if role.rank == src:
                     row[dst] = payload.numel() * 4 / statistics.median(seconds) / 1e9
-        rows: list = [None] * size
-        dist.all_gather_object(rows, row)
+        rows = all_gather_json(row, size)
         dist.barrier()
     finally:
         dist.destroy_process_group()

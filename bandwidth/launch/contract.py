@@ -60,6 +60,9 @@ WORKER, SERVER, SCHEDULER = "worker", "server", "scheduler"
 ROLES = (WORKER, SERVER, SCHEDULER)
 JOINED_COUNT_KEY = "launch/joined"
 JOINED_KEY_PREFIX = "launch/joined/"
+WORLD_KEY_PREFIX = "launch/world_size/"   # each rank's WORLD_SIZE, under torchrun or "env"
+WORLD_FIRST_KEY = "launch/world_size"     # the first rank's, which the others must match
+WORLD_CONFLICT_KEY = "launch/world_size_conflict"
 SECRET_VARIABLE = "BANDWIDTH_JOB_SECRET"
 
 # Every variable the launcher sets; ``--env`` may not override them.
@@ -268,7 +271,48 @@ def join_store(role: Role, timeout_s: float = 300.0):
     if role.rank is not None:
         store.set(f"{JOINED_KEY_PREFIX}{role.rank}", role.node_host)
         store.add(JOINED_COUNT_KEY, 1)
+        if role.job.cluster in ("torchrun", "env"):
+            try:
+                check_world_size(store, role.rank, role.world_size, timeout_s)
+            except ContractError:
+                if hosting:       # keep the store up a moment: the others read the conflict
+                    import time
+                    time.sleep(1.0)
+                raise
     return store
+
+
+def check_world_size(store, rank: int, world_size: int, timeout_s: float) -> None:
+    """Under torchrun or another launcher each process reads its own WORLD_SIZE (launch.py sets
+    one for all, and Role.from_environ checks it). This rank posts its own; the first rank's is
+    the job's (compare_set), and a rank that differs posts the conflict and raises; the others
+    wait until ranks ``0..world_size-1`` have posted, or a conflict is posted, or ``timeout_s``
+    passes (then the process group's own wait names what is missing). ContractError: one line
+    naming both values."""
+    import time
+
+    mine = str(world_size)
+    keys = [f"{WORLD_KEY_PREFIX}{r}" for r in range(world_size)]
+    store.set(keys[rank], mine)
+    first = store.compare_set(WORLD_FIRST_KEY, "", mine).decode(errors="replace")
+    if first != mine:
+        message = (f"rank {rank} has WORLD_SIZE={mine} but a rank before it has "
+                   f"WORLD_SIZE={first[:20]}: start every process of a job with the same "
+                   "WORLD_SIZE")
+        store.set(WORLD_CONFLICT_KEY, message)
+        raise ContractError(message)
+    deadline = time.monotonic() + timeout_s
+    while not store.check(keys):
+        if store.check([WORLD_CONFLICT_KEY]):
+            raise ContractError(store.get(WORLD_CONFLICT_KEY).decode(errors="replace")[:300])
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.2)
+    for other, value in enumerate(store.multi_get(keys)):
+        if value.decode(errors="replace") != mine:
+            raise ContractError(f"rank {other} has WORLD_SIZE={value.decode(errors='replace')[:20]}"
+                                f" but rank {rank} has WORLD_SIZE={mine}: start every process of "
+                                "a job with the same WORLD_SIZE")
 
 
 def _towards(role: Role, timeout_s: float, patient: bool):

@@ -21,6 +21,9 @@ variables give:
   any other launcher rank 0 hosts that store itself on ``MASTER_PORT`` (every address of its
   host), and the other ranks wait for it to answer (``contract.join_store``), up to the program's
   ``--timeout``;
+* every rank posts its ``WORLD_SIZE`` in the store and reads every other rank's before the
+  process group forms (``contract.join_store``): ranks that disagree end at once in one line
+  naming the rank and both values, instead of waiting for a world that never forms;
 * ``DMLC_NODE_HOST`` is this host's name (``socket.gethostname()``), which reports use to name the
   process; ``DMLC_JOB_CLUSTER`` is ``torchrun``, or ``env`` under another launcher.
 
@@ -58,6 +61,9 @@ def torch_role(environ: Mapping[str, str], num_servers: int, node_host: str) -> 
     ``num_servers`` of the ranks serving; ContractError (one line) for a bad combination."""
     rank, world_size = _number(environ, "RANK"), _number(environ, "WORLD_SIZE")
     port = _number(environ, "MASTER_PORT")
+    if not 0 < port < 65536:
+        raise ContractError(f"MASTER_PORT={port} is not a TCP port (1..65535; set by torchrun "
+                            "or the launcher that started this process)")
     local_rank = _number(environ, "LOCAL_RANK", 0)
     local_world_size = _number(environ, "LOCAL_WORLD_SIZE", max(local_rank + 1, 1))
     if not rank < world_size:

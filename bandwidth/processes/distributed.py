@@ -17,6 +17,7 @@ from __future__ import annotations
 import socket
 import statistics
 import time
+from dataclasses import asdict
 from datetime import timedelta
 
 import torch
@@ -31,7 +32,7 @@ from bandwidth.measurement.tasks import measure_task, reference_summary
 from bandwidth.plan import optimizers
 from bandwidth.plan.layout import DTYPE_BYTES, TORCH_DTYPES
 from bandwidth.plan.plan import Plan, make_plan
-from bandwidth.processes.group import DistGroup
+from bandwidth.processes.group import DistGroup, all_gather_json
 from bandwidth.processes.spawn import run_ranks
 from bandwidth.results.result import Result, WorkerTraffic
 from bandwidth.stores.dist import Cluster, messages, post_messages, ps_layout
@@ -94,8 +95,7 @@ def _parameter_server(plan: Plan, role: Role, on_report) -> Result | None:
     dist.init_process_group("gloo", store=join_store(role, c.timeout_s), rank=role.rank,
                             world_size=role.world_size, timeout=timeout)
     try:
-        hosts: list = [None] * role.world_size       # ranks: the workers, then the servers
-        dist.all_gather_object(hosts, role.node_host)
+        hosts = all_gather_json(role.node_host, role.world_size)   # the workers, then servers
         workers = dist.new_group(list(range(role.job.num_workers)))
         # One group per direction, so that pushes and pulls share no Gloo pair (see Cluster).
         everyone = list(range(role.world_size))
@@ -185,8 +185,7 @@ def _dist_nccl(plan: Plan, role: Role, on_report) -> Result | None:
                             rank=role.task_id, world_size=role.job.num_workers,
                             timeout=timedelta(seconds=c.timeout_s))
     try:
-        hosts: list = [None] * role.job.num_workers
-        dist.all_gather_object(hosts, role.node_host)
+        hosts = all_gather_json(role.node_host, role.job.num_workers)
         plan = _own_share(plan, role)
         c = plan.config
         per_worker = plan.devices.n
@@ -269,9 +268,9 @@ def _own_share(plan: Plan, role: Role) -> Plan:
 
 
     ids = plan.devices.ids if plan.devices.is_cuda else ()
-    mine = (role.node_host, machine_id(), gpu_uuids(ids))
-    everyone: list = [None] * role.job.num_workers
-    dist.all_gather_object(everyone, mine)
+    mine = (role.node_host, machine_id(), list(gpu_uuids(ids)))
+    everyone = [(str(host), str(machine), tuple(map(str, uuids))) for host, machine, uuids
+                in all_gather_json(mine, role.job.num_workers)]
     if not ids:
         return plan                              # CPU devices: replicas in host memory
     share = gpu_shares(everyone)[role.task_id]
@@ -298,7 +297,10 @@ def _result(plan: Plan, measured: dict, group, replicas: int,
         own = statistics.median(s.own_seconds for s in samples)
         mine = WorkerTraffic(group.rank, own, busbw_gbps(plan.nbytes, own, summary.bus_factor),
                              traffic, tuple(measured.get("server_nbytes", ())))
-        workers = group.gather(mine)
+        workers = [WorkerTraffic(int(w["worker"]), float(w["seconds_median"]),
+                                 float(w["busbw_median"]), float(w["network_nbytes"]),
+                                 tuple(int(n) for n in w["server_nbytes"]))
+                   for w in group.gather(asdict(mine))]
         notes.append(f"network, per worker and step: {traffic / 1e6:.2f} MB "
                      f"{' and '.join(plan.store_cls.traffic_words)} (S = "
                      f"{plan.nbytes / 1e6:.2f} MB): {plan.store_cls.traffic_rule(local, replicas)}")
