@@ -81,3 +81,31 @@ def test_torchrun_reports_the_tools_line_as_the_cause():
     assert f"traceback : {line}" in done.stderr, done.stderr[-3000:]
     assert "To enable traceback" not in done.stderr
     assert "Exception ignored" not in done.stderr and "Stopped" not in done.stderr
+
+
+# ----- the open-file limit (launch.py) -----
+
+def _launch_with_limit(soft: int, hard: int, n: int) -> subprocess.CompletedProcess:
+    import resource
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+    return subprocess.run([sys.executable, str(ROOT / "launch.py"), "-n", str(n), "-s", "0",
+                           "true"], cwd=ROOT, env=_env(), capture_output=True, text=True,
+                          timeout=100, preexec_fn=limit)
+
+
+@pytest.mark.timeout(120)
+def test_too_low_an_open_file_limit_is_refused_before_anything_starts():
+    done = _launch_with_limit(100, 100, 60)
+    assert done.returncode == 2, done.stderr[-2000:]
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("launch.py: error: -n 60 -s 0: 60 processes need about 304 open files")
+    assert "limit (RLIMIT_NOFILE) is 100" in line and "ulimit -n 304" in line
+
+
+@pytest.mark.timeout(120)
+def test_the_soft_open_file_limit_is_raised_up_to_the_hard_one():
+    done = _launch_with_limit(100, 4096, 60)
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -1,6 +1,6 @@
 """``run(config, environ)``: one launch from a LaunchConfig, without the command line.
 
-Steps: check the launcher's programs; find the hosts (``-H``, a Slurm allocation, or this
+Steps: check the launcher's programs and the open-file limit (``fdlimit``); find the hosts (``-H``, a Slurm allocation, or this
 one); host the rendezvous TCPStore (a taken ``--port`` fails
 here, before anything starts); place the processes; with ``--sync-dst-dir`` copy the working
 directory to every host (all hosts at once, each once); start and supervise the processes. Returns
@@ -16,6 +16,7 @@ from collections.abc import Mapping
 
 from bandwidth.launch.config import LaunchConfig
 from bandwidth.launch.contract import Job, job_store
+from bandwidth.launch.fdlimit import ensure_fd_limit
 from bandwidth.launch.hostfile import LOCALHOST
 from bandwidth.launch.launchers import LAUNCHERS, check_config, check_programs
 from bandwidth.launch.plan import make_plan
@@ -32,6 +33,7 @@ def run(config: LaunchConfig, environ: Mapping[str, str]) -> None:
     check_programs(launcher, sync=config.sync_dst_dir is not None)
     placed_count = config.num_workers + config.num_servers + \
         (1 if config.scheduler and launcher.place_scheduler else 0)
+    ensure_fd_limit(placed_count, f"-n {config.num_workers} -s {config.num_servers}")
     hosts = config.hosts or (launcher.allocation(environ, placed_count)
                              if launcher.allocation is not None else (LOCALHOST,))
     master_addr = config.master_addr or address_towards(hosts)
