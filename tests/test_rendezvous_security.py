@@ -116,17 +116,22 @@ JOIN_ONE = ("import os, sys, time\n"
             "time.sleep(45)\n")
 FORGE = ("from datetime import timedelta\n"
          "import torch.distributed as dist\n"
-         "s = dist.TCPStore('{addr}', {port}, is_master=False, timeout=timedelta(seconds=10))\n"
-         "s.add('launch/joined', 5)\n"
-         "s.set('launch/joined/1', 'forged')\n"
-         "print('forged')\n")
+         "try:\n"
+         "    s = dist.TCPStore('{addr}', {port}, is_master=False, timeout=timedelta(seconds=5))\n"
+         "    print('keys', s.list_keys())\n"
+         "    s.add('launch/joined', 5)\n"
+         "    s.set('launch/joined/1', 'forged')\n"
+         "    print('forged')\n"
+         "except Exception as err:\n"
+         "    print('refused', type(err).__name__)\n")
 
 
 def test_a_client_without_the_secret_cannot_forge_a_join(other_address, tmp_path):
     """The job listens on --master-addr (this host's veth address); a client in the namespace
-    reaches it but, not knowing the job's secret, cannot make the launcher believe rank 1
-    joined: the launcher still names rank 1 (on the old code the forged counter switched the
-    check off and the job passed)."""
+    reaches it but, not knowing the job's secret, is served nothing by the store's gate: it
+    cannot list the keys (where the secret used to show), nor forge a join; the launcher still
+    names rank 1 in one line at its --timeout (on older code the forged counter switched the
+    check off, or the forged join ran the job on until a 62 s store timeout)."""
     # --timeout 20: time for the forger to start (it imports torch) before the watch looks
     proc = _launch(tmp_path, "-n", "2", "-s", "0", "--timeout", "20", "--master-addr", HOST_ADDR,
                    sys.executable, "-c", JOIN_ONE)
@@ -139,7 +144,7 @@ def test_a_client_without_the_secret_cannot_forge_a_join(other_address, tmp_path
             proc.kill()
             proc.wait()
     err = (tmp_path / "err").read_text()
-    assert forged.stdout.strip() == "forged", forged.stderr[-2000:]
+    assert forged.stdout.strip().startswith("refused"), forged.stdout + forged.stderr[-2000:]
     assert code == 1, err[-2000:]
     assert "FAIL: rendezvous: rank 1 (worker 1@127.0.0.1) never joined" in err, err[-2000:]
 

@@ -148,7 +148,9 @@ def rank_task(spec: dict, rank: int, world_size: int, port: int, timeout_s: floa
     if device.type == "cuda":
         torch.cuda.set_device(device)
     timeout = timedelta(seconds=timeout_s)
-    store = job_store(dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timeout),
+    from bandwidth.launch.storegate import connect
+
+    store = job_store(connect("127.0.0.1", port, spec.get("secret", ""), timeout_s),
                       spec.get("secret", ""))
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo", store=store, rank=rank,
                             world_size=world_size, timeout=timeout,

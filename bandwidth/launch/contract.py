@@ -35,9 +35,9 @@ Variables (all launchers; values are decimal strings where numeric):
                        making rank 0 host one on ``MASTER_PORT`` (which is taken)
 ``BANDWIDTH_JOB_SECRET``  a random secret of this launch (128 bits, hex), sent through the
                        environment only (over ssh: on the ssh client's stdin; mpirun: ``-x``
-                       by name), never on a command line. ``join_store`` keeps every key of
-                       the job under it, so a client that does not know it can neither read
-                       the job's keys nor forge a join
+                       by name), never on a command line. The store's gate serves only
+                       clients that prove they know it (``bandwidth.launch.storegate``), and
+                       ``join_store`` keeps every key of the job under it
 
 Ranks that join with ``join_store`` register under ``<secret>/launch/joined/<rank>``; once any rank
 has registered, the launcher fails the job naming the ranks that have not within ``--timeout``.
@@ -110,6 +110,13 @@ class Job:
     @property
     def world_size(self) -> int:
         return self.num_workers + self.num_servers
+
+    @property
+    def gated(self) -> bool:
+        """The store is launch.py's, behind its gate (bandwidth.launch.storegate): clients must
+        prove they know the secret. torchrun's store and rank 0's have no gate (and the
+        "secret" is only a namespace there)."""
+        return bool(self.secret) and self.cluster not in ("torchrun", "env")
 
     @property
     def has_scheduler(self) -> bool:
@@ -266,8 +273,11 @@ def join_store(role: Role, timeout_s: float = 300.0):
         if hosting else None
     choice = _towards(role, timeout_s, patient=role.job.store_on_rank0 and not hosting)
     export_choice(choice, os.environ)
-    store = job_store(master or TCPStore(role.master_addr, role.master_port, is_master=False,
-                                         timeout=timedelta(seconds=timeout_s)), role.job.secret)
+    from bandwidth.launch.storegate import connect
+
+    client = master or connect(role.master_addr, role.master_port, role.job.secret, timeout_s,
+                               gated=role.job.gated)
+    store = job_store(client, role.job.secret)
     if role.rank is not None:
         store.set(f"{JOINED_KEY_PREFIX}{role.rank}", role.node_host)
         store.add(JOINED_COUNT_KEY, 1)

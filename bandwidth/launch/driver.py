@@ -38,21 +38,33 @@ def run(config: LaunchConfig, environ: Mapping[str, str]) -> None:
                              if launcher.allocation is not None else (LOCALHOST,))
     master_addr = config.master_addr or address_towards(hosts)
     # Lives as long as this call, on the address the job uses (see rendezvous.bind_address).
-    store = open_store(config.port, config.timeout_s, bind_address(hosts, config.master_addr))
-    ps_root_port = free_port() if config.scheduler else store.port
-    job = Job(config.num_workers, config.num_servers, master_addr, store.port, ps_root_port,
-              launcher.name, secrets.token_hex(16))
+    # Behind a gate that serves only clients proving they know the secret (launch.storegate).
+    secret = secrets.token_hex(16)
+    hosted = open_store(config.port, config.timeout_s, bind_address(hosts, config.master_addr),
+                        secret)
+    try:
+        _run(config, launcher, hosts, master_addr, hosted, secret, environ)
+    finally:
+        hosted.close()
+
+
+def _run(config: LaunchConfig, launcher, hosts, master_addr: str, hosted, secret: str,
+         environ: Mapping[str, str]) -> None:
+    store = hosted.store
+    ps_root_port = free_port() if config.scheduler else hosted.port
+    job = Job(config.num_workers, config.num_servers, master_addr, hosted.port, ps_root_port,
+              launcher.name, secret)
     plan = make_plan(config, job, hosts, place_scheduler=launcher.place_scheduler,
                      environ=environ)
     log.info("%s launcher: %d workers, %d servers%s on %d hosts; rendezvous at %s:%d",
              launcher.name, job.num_workers, job.num_servers,
              " and a scheduler" if config.scheduler else "", len(set(plan.hosts)),
-             master_addr, store.port)
+             master_addr, hosted.port)
     if config.sync_dst_dir is not None:
         # No start timeout: copying takes as long as the tree is big; ssh's own
         # ConnectTimeout still bounds reaching each host.
         Supervisor(launcher.sync(plan), start_timeout_s=float("inf")).run()
     watch = JoinWatch(job_store(store, job.secret), [role.label for role, _ in plan.world],
-                      config.timeout_s, f"{master_addr}:{store.port}")
+                      config.timeout_s, f"{master_addr}:{hosted.port}")
     Supervisor(launcher.build(plan), start_timeout_s=launcher.start_timeout_s(config.timeout_s),
                check=watch).run()

@@ -6,6 +6,8 @@ kernel picks, so two launches never race for one), on the address the job uses (
 loopback when every process runs on this host, the ``--master-addr`` when one is given, and every
 address only for a job that spans hosts without one. It lives exactly as long as the launch.
 Programs reach it at ``MASTER_ADDR:MASTER_PORT`` and keep their keys under the job's secret;
+with a secret (always, from launch.py) the store itself listens on a private loopback port and
+``MASTER_PORT`` is a ``storegate.Gate`` that serves only clients proving they know the secret;
 see ``bandwidth.launch.contract`` and docs/launcher.md's security section.
 """
 
@@ -43,10 +45,27 @@ def bind_address(hosts: Sequence[Host], master_addr: str | None) -> str:
     return "127.0.0.1" if all(is_loopback(host.name) for host in hosts) else ""
 
 
-def open_store(port: int, timeout_s: float, address: str = "127.0.0.1"):
+class HostedStore:
+    """The job's store as its host holds it: ``store`` (a client of it, for the host's own
+    use), ``port`` (where the job reaches it: the gate's) and ``close()``."""
+
+    def __init__(self, store, port: int, gate=None):
+        self.store, self.port, self._gate = store, port, gate
+
+    def close(self) -> None:
+        if self._gate is not None:
+            self._gate.close()
+
+
+def open_store(port: int, timeout_s: float, address: str = "127.0.0.1",
+               secret: str = "") -> HostedStore:
     """Host the job's TCPStore on ``address``:``port`` (0: any free port; address "": every
-    address); ConfigError if it is taken or not this host's."""
+    address); ConfigError if it is taken or not this host's. With ``secret`` the store itself
+    listens on a private loopback port and ``address``:``port`` is a storegate.Gate that serves
+    only clients that prove they know the secret (``storegate.connect``)."""
     from torch.distributed import TCPStore
+
+    from bandwidth.launch.storegate import Gate
 
     try:
         family, _, _, _, where = socket.getaddrinfo(address or None, port, type=socket.SOCK_STREAM,
@@ -71,6 +90,10 @@ def open_store(port: int, timeout_s: float, address: str = "127.0.0.1"):
         raise ConfigError(f"--port {port}: cannot host the rendezvous: {err.strerror}") from None
     bound_port = listener.getsockname()[1]
     try:
+        if secret:             # the store on a private loopback port, the gate in front
+            store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                             timeout=timedelta(seconds=timeout_s), use_libuv=True)
+            return HostedStore(store, bound_port, Gate(listener, store.port, secret))
         store = TCPStore(address or "127.0.0.1", bound_port, is_master=True,
                          wait_for_workers=False, timeout=timedelta(seconds=timeout_s),
                          master_listen_fd=listener.fileno(), use_libuv=True)
@@ -78,7 +101,7 @@ def open_store(port: int, timeout_s: float, address: str = "127.0.0.1"):
         listener.close()
         raise ConfigError(f"--port {port}: cannot host the rendezvous: {err}") from None
     listener.detach()              # the store owns the listening socket now
-    return store
+    return HostedStore(store, bound_port)
 
 
 def free_port() -> int:

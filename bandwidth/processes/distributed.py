@@ -195,7 +195,8 @@ def _dist_nccl(plan: Plan, role: Role, on_report) -> Result | None:
         out = run_ranks({"config": c.to_dict(), "tasks": tasks,
                          "print_reports": on_report is not None,
                          "rendezvous": {"host": role.master_addr, "port": role.master_port,
-                                        "secret": role.job.secret, "prefix": DIST_NCCL_PREFIX,
+                                        "secret": role.job.secret, "gated": role.job.gated,
+                                        "prefix": DIST_NCCL_PREFIX,
                                         "first_rank": role.task_id * per_worker,
                                         "world_size": replicas}},
                         per_worker, c.timeout_s)

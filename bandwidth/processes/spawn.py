@@ -1,8 +1,9 @@
 """Start one worker process per rank on this host and supervise them.
 
-The parent hosts the rendezvous (a torch.distributed TCPStore listening on a free loopback port
-only, so there is no port race and no other machine can reach it; its keys live under a secret of
-the run that the ranks get with their payload on stdin), starts ``python -m
+The parent hosts the rendezvous (a torch.distributed TCPStore on a free loopback port, so there
+is no port race and no other machine can reach it, behind a ``launch.storegate.Gate`` that
+serves only clients proving they know a secret of the run, which the ranks get with their
+payload on stdin and which every key also lives under), starts ``python -m
 bandwidth.processes.worker``
 for every rank with an argument list, forwards their stderr, and on the first failure or when a
 rank stops answering stops them all and raises one WorkerError that names the rank, its exit
@@ -57,9 +58,10 @@ def run_ranks(payload: dict, world_size: int, timeout_s: float,
     ceiling's ``--timeout``, "seconds allowed to each child process")."""
     store = None
     if "rendezvous" not in payload:
-        # Loopback only, and a secret of this run (sent on stdin) that every key lives under.
-        store = open_store(0, timeout_s, "127.0.0.1")
+        # Loopback only, behind a gate that serves only clients proving they know a secret of
+        # this run (sent on stdin), which every key also lives under.
         payload = dict(payload, secret=secrets.token_hex(16))
+        store = open_store(0, timeout_s, "127.0.0.1", payload["secret"])
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
     text = json.dumps(payload) + "\n"
@@ -77,6 +79,8 @@ def run_ranks(payload: dict, world_size: int, timeout_s: float,
             rank.close_lifeline()
         for rank in ranks:
             rank.stop()
+        if store is not None:
+            store.close()
     del store
     return ranks[0].result()
 

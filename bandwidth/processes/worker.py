@@ -31,6 +31,7 @@ import torch.distributed as dist  # noqa: E402
 from bandwidth.config.options import Config  # noqa: E402
 from bandwidth.errors import BandwidthError  # noqa: E402
 from bandwidth.launch.contract import job_store  # noqa: E402
+from bandwidth.launch.storegate import connect  # noqa: E402
 from bandwidth.measurement.tasks import measure_task, reference_task  # noqa: E402
 from bandwidth.plan.plan import make_plan  # noqa: E402
 from bandwidth.processes.group import DistGroup  # noqa: E402
@@ -79,8 +80,9 @@ def execute(payload: dict, rank: int, world_size: int, port: int, timeout_s: flo
     # This host's ranks, or (dist_nccl under launch.py) a slice of a job-wide world.
     meet = payload.get("rendezvous") or {"host": "127.0.0.1", "port": port, "prefix": "",
                                          "first_rank": 0, "world_size": world_size}
-    store = job_store(dist.TCPStore(meet["host"], meet["port"], is_master=False, timeout=timeout),
-                      meet.get("secret") or payload.get("secret", ""))
+    secret = meet.get("secret") or payload.get("secret", "")
+    store = job_store(connect(meet["host"], meet["port"], secret, timeout_s,
+                              gated=meet.get("gated", True)), secret)
     if meet["prefix"]:
         store = dist.PrefixStore(meet["prefix"], store)
     first = meet["first_rank"]

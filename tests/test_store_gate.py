@@ -1,0 +1,104 @@
+"""The job's stores refuse strangers (bandwidth.launch.storegate), tested from a stranger's side
+with real sockets. The gate is hosted here, in the test process; each stranger is a process of
+its own that is no descendant of this one (started with ``setsid -f``, so it is re-parented away),
+as another user's program on this host would be."""
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bandwidth.launch.rendezvous import open_store
+from bandwidth.launch.storegate import HANDSHAKE_S, MAGIC, connect
+
+ROOT = Path(__file__).resolve().parent.parent
+SECRET = "0123456789abcdef" * 2
+pytestmark = [pytest.mark.timeout(120),
+              pytest.mark.skipif(shutil.which("setsid") is None, reason="needs setsid")]
+
+
+def _stranger(code: str, tmp_path: Path, timeout_s: float = 60) -> str:
+    """Run ``code`` as a process that is not below this one; its output."""
+    out = tmp_path / f"stranger-{time.monotonic_ns()}"
+    script = f"{code}\nimport pathlib\npathlib.Path({str(out)!r} + '.done').touch()\n"
+    with open(out, "w") as sink:
+        subprocess.run(["setsid", "-f", sys.executable, "-c", script], stdout=sink,
+                       stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                       check=True, timeout=30)
+    deadline = time.monotonic() + timeout_s
+    while not Path(f"{out}.done").exists():
+        assert time.monotonic() < deadline, out.read_text()[-2000:]
+        time.sleep(0.1)
+    return out.read_text()
+
+
+@pytest.fixture
+def hosted():
+    store = open_store(0, 30, "127.0.0.1", SECRET)
+    store.store.set("job/key", "private")
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+TORCH_CLIENT = ("from datetime import timedelta\n"
+                "import torch.distributed as dist\n"
+                "try:\n"
+                "    s = dist.TCPStore('127.0.0.1', {port}, is_master=False,\n"
+                "                      timeout=timedelta(seconds=3))\n"
+                "except Exception as err:\n"
+                "    print('refused', type(err).__name__)\n"
+                "else:\n"
+                "    for op in (s.list_keys, lambda: s.get('job/key'), lambda: s.set('x', '1'),\n"
+                "               lambda: s.delete_key('job/key')):\n"
+                "        try:\n"
+                "            print('served', op())\n"
+                "        except Exception as err:\n"
+                "            print('refused', type(err).__name__)\n")
+
+
+def test_a_stranger_cannot_list_read_write_or_delete_keys(hosted, tmp_path):
+    seen = _stranger(TORCH_CLIENT.format(port=hosted.port), tmp_path)
+    assert "served" not in seen and "refused" in seen, seen
+    assert hosted.store.list_keys() == ["job/key"]
+    assert hosted.store.get("job/key") == b"private"
+
+
+WRONG_ANSWER = ("import socket\n"
+                "s = socket.create_connection(('127.0.0.1', {port}), timeout=10)\n"
+                "s.sendall({magic!r})\n"
+                "challenge = s.recv(16)\n"
+                "s.sendall(b'\\0' * 32)\n"
+                "s.sendall(bytes([1]) + b'\\0' * 64)   # whatever a request would be\n"
+                "print('answer', s.recv(100))\n")
+
+
+def test_a_wrong_answer_to_the_challenge_is_closed_before_any_request(hosted, tmp_path):
+    seen = _stranger(WRONG_ANSWER.format(port=hosted.port, magic=MAGIC), tmp_path)
+    assert seen.strip() == "answer b''", seen
+    assert hosted.store.list_keys() == ["job/key"]
+
+
+def test_the_secret_is_what_opens_the_gate(hosted, tmp_path):
+    """The control: a stranger process that knows the secret is served."""
+    code = ("from bandwidth.launch.storegate import connect\n"
+            f"s = connect('127.0.0.1', {hosted.port}, {SECRET!r}, 10)\n"
+            "print('got', s.get('job/key'))\n")
+    assert _stranger(code, tmp_path).strip() == "got b'private'"
+
+
+def test_a_silent_stranger_stalls_nobody(hosted):
+    silent = socket.create_connection(("127.0.0.1", hosted.port))
+    try:
+        client = connect("127.0.0.1", hosted.port, SECRET, 10)
+        assert client.get("job/key") == b"private"
+        silent.settimeout(HANDSHAKE_S + 10)
+        assert silent.recv(10) == b""            # closed by the gate after its deadline
+    finally:
+        silent.close()
