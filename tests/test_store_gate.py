@@ -18,11 +18,11 @@ from bandwidth.launch.storegate import HANDSHAKE_S, MAGIC, connect
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = "0123456789abcdef" * 2
-pytestmark = [pytest.mark.timeout(120),
+pytestmark = [pytest.mark.timeout(240),
               pytest.mark.skipif(shutil.which("setsid") is None, reason="needs setsid")]
 
 
-def _stranger(code: str, tmp_path: Path, timeout_s: float = 60) -> str:
+def _stranger(code: str, tmp_path: Path, timeout_s: float = 150) -> str:
     """Run ``code`` as a process that is not below this one; its output."""
     out = tmp_path / f"stranger-{time.monotonic_ns()}"
     script = f"{code}\nimport pathlib\npathlib.Path({str(out)!r} + '.done').touch()\n"
