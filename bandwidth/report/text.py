@@ -51,6 +51,9 @@ def preamble(plan: Plan, environment: dict, sweep: int = 1) -> list[str]:
     shape = ",".join(map(str, c.image_shape))
     return lines + [
         f"# kvstore {c.kv_store} on {plan.devices.describe()}: {plan.store_cls.summary}",
+        *([f"# schedule {c.schedule}: {plan.schedule.summary}"
+           + (f" ({c.bucket_mb:g} MiB, the first {c.first_bucket_mb:g} MiB)"
+              if c.schedule == "ddp" else "")] if plan.schedule is not None else []),
         f"# network {plan.network_label} (image shape {shape}, {c.num_classes} classes), "
         f"{c.dtype}, optimizer {c.optimizer}, {c.num_batches} iterations after {c.warmup} "
         "warm-up",
