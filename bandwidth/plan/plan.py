@@ -150,8 +150,11 @@ def check_memory(*plans: Plan) -> None:
 
 def _replica_bytes(plan: Plan) -> int:
     """One replica's buffers: gradients, outputs and what the mode adds per device."""
-    return 2 * plan.nbytes + plan.store_cls.extra_bytes_per_device(
-        plan.nbytes, plan.devices.n, plan.config.optimizer != "none")
+    optimizer = plan.config.optimizer != "none"
+    extra = 0 if plan.schedule is None else plan.schedule.extra_bytes_per_device(
+        plan.nbytes, plan.devices.n, optimizer)
+    return 2 * plan.nbytes + extra + plan.store_cls.extra_bytes_per_device(
+        plan.nbytes, plan.devices.n, optimizer)
 
 
 def _sets(plan: Plan) -> int:
