@@ -29,3 +29,10 @@ def test_one_gpu_device_bound():
     assert one_gpu_device_bound_gbps(4, 2800.0) == pytest.approx(200.0)
     assert one_gpu_device_bound_gbps(8, 4200.0) == pytest.approx(150.0)
     assert one_gpu_device_bound_gbps(1, 2800.0) == 0.0
+
+
+def test_fsdp_factor_is_two_all_gathers_and_a_reduce_scatter():
+    from bandwidth.formulas import fsdp_factor
+    assert fsdp_factor(1) == 0.0
+    assert fsdp_factor(2) == 1.5 and fsdp_factor(4) == 2.25
+    assert fsdp_factor(8) == 1.5 * allreduce_factor(8)
