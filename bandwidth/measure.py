@@ -151,7 +151,7 @@ def execute(job: Job, role=None) -> int:
     if job.dry_run:
         for plan in plans:
             print(size_line(plan.shapes, plan.config.dtype))
-            print("\n".join(array_table(plan)))
+            print("\n".join(array_table(plan) + compute_lines(plan)))
         return 0
     widest = max(plans, key=lambda p: p.devices.n)
     environment = describe_environment(widest.devices)

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 import networks
 from bandwidth.backends.registry import store_class
+from bandwidth.compute.layers import ComputePlan, compute_plan
+from bandwidth.compute.runner import work_bytes
 from bandwidth.config.options import Config
 from bandwidth.errors import ConfigError, OutOfMemoryError, UnsupportedError
 from bandwidth.hardware.devices import DeviceSet, free_bytes, resolve
@@ -30,6 +33,11 @@ class Plan:
     shapes: list[tuple[str, tuple[int, ...]]]
     devices: DeviceSet
     store_cls: type[KVStore]
+
+    @cached_property
+    def compute(self) -> ComputePlan | None:
+        """What each layer of a step computes (--compute; None: the exchange alone)."""
+        return compute_plan(self.config, self.shapes)
 
     @property
     def numel(self) -> int:
@@ -79,7 +87,12 @@ def make_plan(config: Config, with_devices: bool = True) -> Plan:
     reason = store_cls.unavailable(devices, config.dtype)
     if reason:
         raise UnsupportedError(f"--kv-store {config.kv_store} cannot run here: {reason}")
-    return Plan(config, shapes, devices, store_cls)
+    plan = Plan(config, shapes, devices, store_cls)
+    if config.compute != "none" and config.graph_steps not in (None, 1):
+        raise ConfigError("--graph-steps N queues N exchanges per iteration; a step with "
+                          "--compute has one exchange: leave --graph-steps out")
+    plan.compute                       # a compute file that does not match fails here
+    return plan
 
 
 def check_memory(*plans: Plan) -> None:
@@ -116,7 +129,17 @@ def check_memory(*plans: Plan) -> None:
 def _replica_bytes(plan: Plan) -> int:
     """One replica's buffers: gradients, outputs and what the mode adds per device."""
     return 2 * plan.nbytes + plan.store_cls.extra_bytes_per_device(
-        plan.nbytes, plan.devices.n, plan.config.optimizer != "none")
+        plan.nbytes, plan.devices.n, plan.config.optimizer != "none") + compute_bytes(plan)
+
+
+def compute_bytes(plan: Plan) -> int:
+    """One replica's compute (--compute): the activations a step keeps and the runner's work
+    buffers (bandwidth.compute.runner)."""
+    if plan.compute is None:
+        return 0
+    dtype_bytes = DTYPE_BYTES[plan.config.dtype]
+    return (plan.compute.activation_nbytes(dtype_bytes)
+            + work_bytes(plan.devices.kind, dtype_bytes))
 
 
 def _sets(plan: Plan) -> int:
