@@ -43,6 +43,8 @@ from bandwidth.errors import BandwidthError, ConfigError  # noqa: E402
 from bandwidth.hardware.environment import describe as describe_environment  # noqa: E402
 from bandwidth.measurement.fresh import fresh_pass  # noqa: E402
 from bandwidth.measurement.protocol import Summary  # noqa: E402
+from bandwidth.compute.layers import describe as describe_compute  # noqa: E402
+from bandwidth.plan.layout import DTYPE_BYTES  # noqa: E402
 from bandwidth.plan.plan import Plan, make_plan, size_line  # noqa: E402
 from bandwidth.report import baseline  # noqa: E402
 from bandwidth.report import gatereport  # noqa: E402
@@ -151,7 +153,8 @@ def execute(job: Job, role=None) -> int:
     if job.dry_run:
         for plan in plans:
             print(size_line(plan.shapes, plan.config.dtype))
-            print("\n".join(array_table(plan) + compute_lines(plan)))
+            print("\n".join(array_table(plan) + describe_compute(
+                plan.compute, DTYPE_BYTES[plan.config.dtype])))
         return 0
     widest = max(plans, key=lambda p: p.devices.n)
     environment = describe_environment(widest.devices)
