@@ -1,0 +1,96 @@
+"""--compute: bad input refused in one line (exit 2) before anything is allocated, the dry run's
+FLOPs, and a real run on CPU devices whose step costs are consistent (no timing asserts)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+MEASURE = [sys.executable, str(ROOT / "bandwidth" / "measure.py")]
+MLP = ["--network", "mlp", "--image-shape", "1,28,28", "--num-classes", "10", "--cpus", "2",
+       "--kv-store", "local"]
+
+
+def run(args, tmp_path, timeout=60):
+    return subprocess.run(MEASURE + args, cwd=tmp_path, capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def layers_file(tmp_path, layers):
+    path = tmp_path / "times.json"
+    path.write_text(json.dumps({"layers": layers}))
+    return str(path)
+
+
+GOOD = [{"name": n, "forward_ms": 1, "backward_ms": 2} for n in ("fc1", "fc2", "fc3")]
+
+
+@pytest.mark.parametrize("extra,words", [
+    (["--compute", "fast"], "unknown --compute"),
+    (["--compute", "flops", "--batch-size", "0"], "--batch-size"),
+    (["--compute-ms", "nan,3"], "--compute-ms"),
+    (["--compute-ms", "-1,3"], "--compute-ms"),
+    (["--compute-ms", "3"], "--compute-ms"),
+    (["--compute", "flops", "--compute-ms", "1,2"], "give one of"),
+    (["--compute", "flops", "--network", "googlenet"], "no per-layer geometry"),
+    (["--compute", "flops", "--batch-size", "1000000", "--network", "vgg"], "needs"),
+    (["--compute-file", "missing.json"], "cannot read"),
+])
+def test_bad_input_one_line_exit_2(tmp_path, extra, words):
+    args = MLP + extra
+    if "--network" in extra:        # the later --network wins; the image must suit it
+        args += ["--image-shape", "3,224,224"]
+    done = run(args, tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and words in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("layers,words", [
+    (GOOD[:2], "1 of the network's layers missing (fc3)"),
+    (GOOD + [{"name": "fc9", "forward_ms": 1, "backward_ms": 1}], "1 not in mlp (fc9)"),
+    ([dict(GOOD[0], forward_ms=-1)] + GOOD[1:], "no negative or NaN"),
+    ([dict(GOOD[0], backward_ms=float("nan"))] + GOOD[1:], "no negative or NaN"),
+    (GOOD + GOOD[:1], "listed twice"),
+])
+def test_compute_file_must_match_the_network(tmp_path, layers, words):
+    path = tmp_path / "times.json"
+    path.write_text(json.dumps({"layers": layers}))      # Python writes NaN; it is refused
+    done = run(MLP + ["--compute-file", str(path), "--dry-run"], tmp_path)
+    assert done.returncode == 2 and words in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_dry_run_prints_flops_beside_the_bytes(tmp_path):
+    done = run(MLP + ["--compute", "flops", "--batch-size", "4", "--dry-run"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    # fc1: 2 x 4 x 784 x 128 + 4 x 128 = 803,328 FLOPs forward
+    assert "fc1" in done.stdout and "0.001" in done.stdout
+    assert "compute per step and device at batch 4" in done.stdout
+    good = layers_file(tmp_path, GOOD)
+    done = run(MLP + ["--compute-file", good, "--dry-run"], tmp_path)
+    assert done.returncode == 0 and "3.000 + 6.000 ms asked" in done.stdout, done.stdout
+
+
+def test_a_step_with_compute_on_cpu_devices(tmp_path):
+    out = tmp_path / "r.json"
+    done = run(MLP + ["--compute", "flops", "--batch-size", "256", "--num-batches", "2",
+                      "--no-reference", "--json", str(out)], tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "performance ratio" in done.stdout and "compute rate" in done.stdout
+    costs = json.loads(out.read_text())["results"][0]["step_costs"]
+    assert costs["batch_size"] == 256 and costs["devices"] == 2
+    assert 0 < costs["performance_ratio"] <= 1 and 0 <= costs["overlap"] <= 1
+    assert costs["exposed_s"] == pytest.approx(max(0.0, costs["step_s"] - costs["compute_s"]))
+    # 2 replicas x (forward + backward FLOPs of mlp at batch 256), each a whole number of rows
+    assert costs["step_flops"] > 0 and costs["large_matmul_rate_flops"] > 0
+    lanes = {(e["device"], e["lane"]) for e in costs["timeline"]}
+    assert lanes == {("cpu:0", "compute"), ("cpu:1", "compute"), ("cpu:0", "exchange"),
+                     ("cpu:1", "exchange")}
+    computes = [e for e in costs["timeline"] if e["device"] == "cpu:0" and e["lane"] == "compute"]
+    assert [e["label"] for e in computes] == ["fwd fc1", "fwd fc2", "fwd fc3", "bwd fc3",
+                                              "bwd fc2", "bwd fc1"]
+    assert all(e["end_s"] >= e["start_s"] >= 0 for e in costs["timeline"])
