@@ -1,0 +1,8 @@
+"""The schedule stage, between the plan and the stores: in which parts and in which order a
+training step exchanges the arrays (``--schedule``). ``base`` is the interface (units, parts,
+events), one module per schedule (``flat``, ``backward``, ``ddp``, ``fsdp``), one table of them
+(``registry``), and ``runner``, which executes a schedule's events on one store per part.
+
+May import: the vocabulary (errors, formulas), plan.layout, the stores (their classes and
+registry). Never config, the run, the measurement or the report.
+"""
