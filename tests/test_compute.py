@@ -91,6 +91,11 @@ def test_a_step_with_compute_on_cpu_devices(tmp_path):
     assert lanes == {("cpu:0", "compute"), ("cpu:1", "compute"), ("cpu:0", "exchange"),
                      ("cpu:1", "exchange")}
     computes = [e for e in costs["timeline"] if e["device"] == "cpu:0" and e["lane"] == "compute"]
-    assert [e["label"] for e in computes] == ["fwd fc1", "fwd fc2", "fwd fc3", "bwd fc3",
-                                              "bwd fc2", "bwd fc1"]
+    # the flat schedule's step: backward last layer first, the exchange, then the forward
+    assert [e["label"] for e in computes] == ["bwd fc3", "bwd fc2", "bwd fc1", "fwd fc1",
+                                              "fwd fc2", "fwd fc3"]
+    exchange = [e for e in costs["timeline"] if e["device"] == "cpu:0" and e["lane"] == "exchange"]
+    assert [e["label"] for e in exchange] == ["reduce all arrays"]
+    assert computes[2]["end_s"] <= exchange[0]["start_s"] <= exchange[0]["end_s"] \
+        <= computes[3]["start_s"]
     assert all(e["end_s"] >= e["start_s"] >= 0 for e in costs["timeline"])

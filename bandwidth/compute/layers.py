@@ -154,3 +154,39 @@ def describe(plan: ComputePlan | None, dtype_bytes: int) -> list[str]:
     if plan.note:
         lines.append(f"# note: {plan.note}")
     return lines
+
+
+@dataclass(frozen=True)
+class UnitWork:
+    """What one unit of a schedule (a layer, or a block of layers) computes in a step."""
+
+    name: str
+    forward_flops: int
+    backward_flops: int
+    forward_ms: float = 0.0
+    backward_ms: float = 0.0
+
+
+def unit_work(plan: ComputePlan, units: list[tuple[str, tuple[int, ...]]],
+              shapes) -> list[UnitWork]:
+    """Each unit's work: ``units`` are (name, keys) of a schedule, in forward order; a layer's
+    work goes to the unit that holds its first array (a schedule's units are layers or blocks of
+    consecutive layers, so every layer lies in one unit)."""
+    unit_of = {}
+    for index, (_, keys) in enumerate(units):
+        for key in keys:
+            unit_of[shapes[key][0]] = index
+    totals = [[0, 0, 0.0, 0.0] for _ in units]
+    for layer in plan.layers:
+        total = totals[unit_of[layer.arrays[0]]]
+        total[0] += layer.forward_flops
+        total[1] += layer.backward_flops
+        total[2] += layer.forward_ms or 0.0
+        total[3] += layer.backward_ms or 0.0
+    return [UnitWork(name, *total) for (name, _), total in zip(units, totals)]
+
+
+def layer_units(plan: ComputePlan) -> list[UnitWork]:
+    """Each layer as its own unit (the compute alone, and schedules of one unit per layer)."""
+    return [UnitWork(layer.name, layer.forward_flops, layer.backward_flops,
+                     layer.forward_ms or 0.0, layer.backward_ms or 0.0) for layer in plan.layers]

@@ -22,7 +22,7 @@ import time
 
 import torch
 
-from bandwidth.compute.layers import ComputePlan
+from bandwidth.compute.layers import ComputePlan, UnitWork, layer_units
 
 TILE = {"cuda": 1024, "cpu": 512}
 MAX_ROWS = {"cuda": 16384, "cpu": 4096}
@@ -37,8 +37,13 @@ def work_bytes(device_type: str, dtype_bytes: int) -> int:
 
 
 class Runner:
-    def __init__(self, plan: ComputePlan, device: torch.device, dtype: str):
+    """``units``: the step's units in forward order (default: each layer of ``plan``); a
+    schedule's FORWARD/BACKWARD slot of unit i runs ``layer(i, ...)``."""
+
+    def __init__(self, plan: ComputePlan, device: torch.device, dtype: str,
+                 units: list[UnitWork] | None = None):
         self.plan, self.device = plan, device
+        self.units = units if units is not None else layer_units(plan)
         self.kind = device.type
         self.tile, self.max_rows = TILE[self.kind], MAX_ROWS[self.kind]
         torch_dtype = TORCH_DTYPES[dtype]
@@ -51,9 +56,9 @@ class Runner:
         self.activations = torch.empty(
             max(1, plan.activation_nbytes(1)), dtype=torch_dtype, device=device)
         self.rate_flops = None       # FLOP/s of this runner's products (calibrate)
-        self.forward_work = [layer.forward_flops for layer in plan.layers]
-        self.backward_work = [layer.backward_flops for layer in plan.layers]
-        self.marks: list[tuple[str, object, object]] = []   # (label, start, end) of each layer
+        self.forward_work = [unit.forward_flops for unit in self.units]
+        self.backward_work = [unit.backward_flops for unit in self.units]
+        self.marks: list[tuple[str, object, object, str]] = []   # (label, start, end, lane)
 
     # -- the work ---------------------------------------------------------------------------
 
@@ -64,28 +69,30 @@ class Runner:
             torch.mm(self.a[:take], self.b, out=self.out[:take])
             rows -= take
 
-    def _mark(self):
+    def mark(self):
         if self.kind == "cuda":
             event = torch.cuda.Event(enable_timing=True)
             event.record()
             return event
         return time.perf_counter()
 
-    def layer(self, index: int, backward: bool, label: str | None = None) -> None:
-        """One layer's forward (or backward) work, marked for the timeline."""
+    def layer(self, index: int, backward: bool, trace: bool = False) -> None:
+        """One unit's forward (or backward) work; ``trace``: marked for the timeline."""
         work = self.backward_work if backward else self.forward_work
-        start = self._mark()
+        if not trace:
+            self._flops(work[index])
+            return
+        start = self.mark()
         self._flops(work[index])
-        end = self._mark()
-        name = label or f"{'bwd' if backward else 'fwd'} {self.plan.layers[index].name}"
-        self.marks.append((name, start, end))
+        name = f"{'bwd' if backward else 'fwd'} {self.units[index].name}"
+        self.marks.append((name, start, self.mark(), "compute"))
 
     def forward(self) -> None:
-        for index in range(len(self.plan.layers)):
+        for index in range(len(self.units)):
             self.layer(index, backward=False)
 
     def backward(self) -> None:
-        for index in reversed(range(len(self.plan.layers))):
+        for index in reversed(range(len(self.units))):
             self.layer(index, backward=True)
 
     def step(self) -> None:
@@ -98,14 +105,14 @@ class Runner:
 
     # -- what it reached ---------------------------------------------------------------------
 
-    def marked_seconds(self, origin) -> list[tuple[str, float, float]]:
-        """The marks since ``clear_marks`` as (label, start, end) seconds after ``origin`` (a
-        mark of ``_mark``); synchronise first."""
+    def marked_seconds(self, origin) -> list[tuple[str, float, float, str]]:
+        """The marks since ``clear_marks`` as (label, start, end, lane), seconds after
+        ``origin`` (a ``mark``); synchronise first."""
         def since(mark) -> float:
             if self.kind == "cuda":
                 return origin.elapsed_time(mark) / 1e3
             return mark - origin
-        return [(label, since(start), since(end)) for label, start, end in self.marks]
+        return [(label, since(start), since(end), lane) for label, start, end, lane in self.marks]
 
     def clear_marks(self) -> None:
         self.marks = []
@@ -124,10 +131,10 @@ class Runner:
             times.append(time.perf_counter() - start)
         self.rate_flops = flops / statistics.median(times)
         if self.plan.timed:
-            self.forward_work = [round((layer.forward_ms or 0) / 1e3 * self.rate_flops)
-                                 for layer in self.plan.layers]
-            self.backward_work = [round((layer.backward_ms or 0) / 1e3 * self.rate_flops)
-                                  for layer in self.plan.layers]
+            self.forward_work = [round(unit.forward_ms / 1e3 * self.rate_flops)
+                                 for unit in self.units]
+            self.backward_work = [round(unit.backward_ms / 1e3 * self.rate_flops)
+                                  for unit in self.units]
         return self.rate_flops
 
     @property

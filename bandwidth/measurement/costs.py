@@ -4,32 +4,41 @@ compute alone (an infinitely fast network) and the step with both, each through 
 untimed traced step for the timeline. Every replica of this process computes on its own device
 (bandwidth.compute.runner); CPU devices of one process take turns on its threads.
 
-The step here is the flat schedule's: every layer's forward, every layer's backward, then the
-exchange of all the arrays (nothing overlaps). A schedule stage that orders the exchange of
-parts of the arrays between the layers' compute replaces ``StepWithCompute.step``.
+The step runs the schedule's events (bandwidth.schedules): its compute slots through
+``compute.slots.Slots`` and its exchanges through the session. Under ``flat`` that is every
+unit's backward (last first), the exchange of all the arrays, then every unit's forward: nothing
+overlaps.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict
 
+from bandwidth.compute.layers import unit_work
 from bandwidth.compute.runner import Runner, large_matmul_rate
+from bandwidth.compute.slots import Slots
 from bandwidth.measurement import protocol
+from bandwidth.plan.layout import DTYPE_BYTES
 from bandwidth.plan.plan import Plan
+from bandwidth.schedules.base import BACKWARD, FORWARD, Event, Schedule
+from bandwidth.schedules.flat import Flat
 
 
 class ComputeAlone:
-    """The step's compute on every replica of this process, no exchange."""
+    """The step's compute on every replica of this process, no exchange: every unit's backward,
+    last first, then every unit's forward (the compute slots of a step, in a schedule's order)."""
 
-    def __init__(self, session, runners: list[Runner]):
+    def __init__(self, session, runners: list[Runner], slots: Slots, events: list[Event]):
         self.session, self.runners, self.group = session, runners, session.group
+        self.slots = slots
+        self.events = [e for e in events if e.kind in (FORWARD, BACKWARD)]
 
     def prepare(self) -> None:
         pass
 
     def step(self) -> None:
-        for runner in self.runners:
-            runner.step()
+        for event in self.events:
+            self.slots(event)
 
     def synchronize(self) -> None:
         for runner in self.runners:
@@ -40,14 +49,17 @@ class ComputeAlone:
 
 
 class StepWithCompute(ComputeAlone):
-    """A training step: the compute, then the session's exchange (checked as always)."""
+    """A training step: the schedule's events, compute slots and exchanges (checked as always)."""
+
+    def __init__(self, session, runners: list[Runner], slots: Slots, events: list[Event]):
+        super().__init__(session, runners, slots, events)
+        self.events = events
 
     def prepare(self) -> None:
         self.session.prepare()
 
     def step(self) -> None:
-        super().step()
-        self.session.step()
+        self.slots.run(self.events, self.session.step)
 
     def synchronize(self) -> None:
         super().synchronize()
@@ -57,26 +69,36 @@ class StepWithCompute(ComputeAlone):
         return self.session.error()
 
 
+def schedule_of(plan: Plan) -> Schedule:
+    """The step's schedule: ``flat`` (every layer's compute, then the exchange of all arrays)."""
+    return Flat(plan.shapes, DTYPE_BYTES[plan.config.dtype])
+
+
 def measure_costs(plan: Plan, session, kick) -> dict:
     """Compute alone, the step, the rates and one step's timeline, as a plain dict. ``kick``
     wraps a session so that the watchdog sees each iteration (tasks.Kicking)."""
     c = plan.config
-    runners = [Runner(plan.compute, r.device, c.dtype) for r in session.replicas]
+    schedule = schedule_of(plan)
+    units = unit_work(plan.compute, [(u.name, u.keys) for u in schedule.units], plan.shapes)
+    runners = [Runner(plan.compute, r.device, c.dtype, units) for r in session.replicas]
+    slots = Slots(runners, [part.label for part in schedule.parts])
+    events = schedule.events()
     try:
         rates = [runner.calibrate() for runner in runners]
         large = large_matmul_rate(runners[0].device, c.dtype)
-        alone, _ = protocol.measure(kick(ComputeAlone(session, runners)), iterations=c.num_batches,
-                                    warmup=c.warmup, disp_batches=c.num_batches, check=False,
+        alone, _ = protocol.measure(kick(ComputeAlone(session, runners, slots, events)),
+                                    iterations=c.num_batches, warmup=c.warmup,
+                                    disp_batches=c.num_batches, check=False,
                                     nbytes=plan.nbytes, bus_factor=0.0)
-        step, _ = protocol.measure(kick(StepWithCompute(session, runners)),
+        step, _ = protocol.measure(kick(StepWithCompute(session, runners, slots, events)),
                                    iterations=c.num_batches, warmup=c.warmup,
                                    disp_batches=c.num_batches, check=c.test_results,
                                    nbytes=plan.nbytes, bus_factor=0.0)
-        timeline = trace(session, runners)
+        timeline = trace(StepWithCompute(session, runners, slots, events), session)
         alone_own = sorted(s.own_seconds for s in alone)[len(alone) // 2]
         return {"compute_samples": [asdict(s) for s in alone],
                 "step_samples": [asdict(s) for s in step],
-                "timeline": timeline,
+                "timeline": timeline, "schedule": schedule.name,
                 "step_flops": sum(runner.step_flops for runner in runners),
                 "compute_rate_flops": sum(r.step_flops for r in runners) / alone_own,
                 "calibrated_rate_flops": min(rates),
@@ -87,32 +109,25 @@ def measure_costs(plan: Plan, session, kick) -> dict:
             runner.close()
 
 
-def trace(session, runners: list[Runner]) -> list[dict]:
-    """One untimed step with every layer's compute and the exchange marked: [{device, lane,
-    label, start_s, end_s}], seconds from the step's start on this process's clock (a GPU's
-    events are on its own stream's clock, from a mark at the same start)."""
-    session.prepare()
-    session.synchronize()
-    for runner in runners:
+def trace(step: StepWithCompute, session) -> list[dict]:
+    """One untimed step with every unit's compute and every exchange marked: [{device, lane,
+    label, start_s, end_s}], seconds from the step's start on each device's clock (a GPU's
+    events on its stream, CPU devices' perf_counter)."""
+    step.prepare()
+    step.synchronize()
+    for runner in step.runners:
         runner.clear_marks()
-    origins = [runner._mark() for runner in runners]
-    for runner in runners:
-        runner.step()
-    exchange_marks = [runner._mark() for runner in runners]
-    session.step()
-    ends = [runner._mark() for runner in runners]
-    for runner in runners:
-        runner.synchronize()
-    session.synchronize()
+    origins = [runner.mark() for runner in step.runners]
+    step.slots.tracing = True
+    try:
+        step.step()
+    finally:
+        step.slots.tracing = False
+    step.synchronize()
     events = []
-    for index, (runner, origin) in enumerate(zip(runners, origins)):
-        device = f"{runner.device.type}:{session.replicas[index].rank}"
-        for label, start, end in runner.marked_seconds(origin):
-            events.append({"device": device, "lane": "compute", "label": label,
-                           "start_s": start, "end_s": end})
-        runner.marks = [("exchange", exchange_marks[index], ends[index])]
-        for label, start, end in runner.marked_seconds(origin):
-            events.append({"device": device, "lane": "exchange", "label": "all arrays",
-                           "start_s": start, "end_s": end})
+    for replica, runner, origin in zip(session.replicas, step.runners, origins):
+        device = f"{runner.device.type}:{replica.rank}"
+        events += [{"device": device, "lane": lane, "label": label, "start_s": start,
+                    "end_s": end} for label, start, end, lane in runner.marked_seconds(origin)]
         runner.clear_marks()
     return events
