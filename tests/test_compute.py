@@ -99,3 +99,22 @@ def test_a_step_with_compute_on_cpu_devices(tmp_path):
     assert computes[2]["end_s"] <= exchange[0]["start_s"] <= exchange[0]["end_s"] \
         <= computes[3]["start_s"]
     assert all(e["end_s"] >= e["start_s"] >= 0 for e in costs["timeline"])
+
+
+@pytest.mark.timeout(200)
+def test_dist_sync_servers_serve_the_steps_with_compute(tmp_path):
+    """A parameter server serves exactly the exchanges a worker takes: the exchange alone's, the
+    steps with compute and the traced one; every step's result is still exact."""
+    out = tmp_path / "r.json"
+    argv = [sys.executable, str(ROOT / "launch.py"), "-n", "2", "-s", "1", "--timeout", "60",
+            sys.executable, "bandwidth/measure.py", "--kv-store", "dist_sync", "--cpus", "1",
+            "--network", "lenet", "--image-shape", "1,28,28", "--num-classes", "10",
+            "--num-batches", "2", "--compute-ms", "2,4", "--no-reference", "--json", str(out)]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=180,
+                          stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(out.read_text())["results"][0]
+    assert result["summary"]["error_max"] == 0.0
+    costs = result["step_costs"]
+    assert costs["devices"] == 2 and 0 < costs["performance_ratio"] <= 1
+    assert {e["lane"] for e in costs["timeline"]} == {"compute", "exchange"}

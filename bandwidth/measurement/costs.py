@@ -1,7 +1,7 @@
 """What a step costs (``--compute``), measured in the same run as the exchange alone: the step's
-compute alone (an infinitely fast network) and the step with both, each through the one protocol
-(``protocol.measure``: warm-up discarded, device-synchronised, the slowest rank's time), then one
-untimed traced step for the timeline. Every replica of this process computes on its own device
+compute alone (an infinitely fast network) and the step with both, through the one protocol
+(warm-up discarded, device-synchronised, the slowest rank's time), their iterations interleaved
+(``protocol.measure_interleaved``), then one untimed traced step for the timeline. Every replica of this process computes on its own device
 (bandwidth.compute.runner); CPU devices of one process take turns on its threads.
 
 The step runs the schedule's events (bandwidth.schedules): its compute slots through
@@ -69,6 +69,15 @@ class StepWithCompute(ComputeAlone):
         return self.session.error()
 
 
+def exchange_steps(plan: Plan) -> int:
+    """Exchanges a worker's measurement takes (a parameter server serves this many): the
+    exchange alone's warm-up and iterations, and with --compute as many steps with compute and
+    the traced one."""
+    c = plan.config
+    alone = c.warmup + c.num_batches
+    return alone if plan.compute is None else 2 * alone + 1
+
+
 def schedule_of(plan: Plan) -> Schedule:
     """The step's schedule: ``flat`` (every layer's compute, then the exchange of all arrays)."""
     return Flat(plan.shapes, DTYPE_BYTES[plan.config.dtype])
@@ -86,14 +95,13 @@ def measure_costs(plan: Plan, session, kick) -> dict:
     try:
         rates = [runner.calibrate() for runner in runners]
         large = large_matmul_rate(runners[0].device, c.dtype)
-        alone, _ = protocol.measure(kick(ComputeAlone(session, runners, slots, events)),
-                                    iterations=c.num_batches, warmup=c.warmup,
-                                    disp_batches=c.num_batches, check=False,
-                                    nbytes=plan.nbytes, bus_factor=0.0)
-        step, _ = protocol.measure(kick(StepWithCompute(session, runners, slots, events)),
-                                   iterations=c.num_batches, warmup=c.warmup,
-                                   disp_batches=c.num_batches, check=c.test_results,
-                                   nbytes=plan.nbytes, bus_factor=0.0)
+        # Interleaved, iteration by iteration, the first rotating: load from other processes
+        # falls on both alike (protocol.measure_interleaved).
+        (alone, _), (step, _) = protocol.measure_interleaved(
+            [kick(ComputeAlone(session, runners, slots, events)),
+             kick(StepWithCompute(session, runners, slots, events))],
+            iterations=c.num_batches, warmup=c.warmup, disp_batches=c.num_batches,
+            check=c.test_results, nbytes=plan.nbytes, bus_factors=[0.0, 0.0])
         timeline = trace(StepWithCompute(session, runners, slots, events), session)
         alone_own = sorted(s.own_seconds for s in alone)[len(alone) // 2]
         return {"compute_samples": [asdict(s) for s in alone],

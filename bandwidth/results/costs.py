@@ -77,3 +77,11 @@ class StepCosts:
 
     def to_dict(self) -> dict:
         return dict(asdict(self), rate_pct=self.rate_pct)
+
+
+def step_costs(measured: dict, exchange_s: float, batch_size: int,
+               devices: int) -> StepCosts | None:
+    """The StepCosts of a measure_task dict (None: measured without --compute)."""
+    if measured.get("costs") is None:
+        return None
+    return StepCosts.of(measured["costs"], exchange_s, batch_size, devices)
