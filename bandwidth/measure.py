@@ -401,6 +401,8 @@ def check_busy(devices, force: bool, gating: bool) -> list[str]:
 def print_tables(job: Job, rows) -> None:
     if job.is_sweep:
         print("\n".join(table.sweep_table(rows)))
+        if any(row.step_s is not None for row in rows):
+            print("\n".join([""] + table.step_table(rows)))
     if len({row.backend for row in rows}) > 1:
         print("\n".join([""] + table.backend_table(rows)))
     if job.baseline_row:
@@ -490,9 +492,10 @@ def outputs(job: Job, doc: dict, rows) -> None:
         table.write_csv(rows, job.csv_path)
         print(f"# wrote {job.csv_path}")
     if job.plot_path:
-        from bandwidth.report import plot
+        from bandwidth.report import plot, timeline
 
-        kind = plot.plot_rows(rows, job.plot_path)
+        kind = (timeline.plot_timeline(doc, job.plot_path) if timeline.wanted(doc)
+                else plot.plot_rows(rows, job.plot_path))
         print(f"# wrote {job.plot_path} ({kind})")
 
 

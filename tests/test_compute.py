@@ -118,3 +118,33 @@ def test_dist_sync_servers_serve_the_steps_with_compute(tmp_path):
     costs = result["step_costs"]
     assert costs["devices"] == 2 and 0 < costs["performance_ratio"] <= 1
     assert {e["lane"] for e in costs["timeline"]} == {"compute", "exchange"}
+
+
+def _costs(step_s, timeline=()):
+    return {"batch_size": 32, "compute_s": 0.03, "exchange_s": 0.02, "step_s": step_s,
+            "exposed_s": step_s - 0.03, "overlap": 0.5, "samples_per_s": 32 / step_s,
+            "performance_ratio": 0.03 / step_s, "timeline": list(timeline)}
+
+
+def test_the_step_table_marks_the_fastest_of_a_sweep():
+    from bandwidth.report.table import step_table
+    from bandwidth.results.document import rows_from_document
+    from resultdocs import make_result
+    results = [dict(make_result(), step_costs=_costs(s)) for s in (0.05, 0.04, 0.045)]
+    rows = rows_from_document({"results": results}, "t")
+    lines = step_table(rows)
+    marked = [line for line in lines if "<- fastest" in line]
+    assert len(marked) == 1 and marked[0].split()[0] == "2"
+    assert rows[1].performance_ratio == pytest.approx(0.75)
+
+
+def test_the_timeline_plot(tmp_path):
+    from bandwidth.report.timeline import plot_timeline, wanted
+    from resultdocs import make_result
+    events = [{"device": d, "lane": lane, "label": "x", "start_s": a, "end_s": b}
+              for d in ("cpu:0", "cpu:1") for lane, a, b in
+              (("compute", 0.0, 0.01), ("exchange", 0.01, 0.02), ("compute", 0.02, 0.03))]
+    doc = {"results": [dict(make_result(), step_costs=_costs(0.04, events))]}
+    assert wanted(doc) and not wanted({"results": doc["results"] * 2})
+    path = tmp_path / "t.png"
+    assert plot_timeline(doc, path) == "timeline" and path.stat().st_size > 1000

@@ -30,6 +30,7 @@ class StepCosts:
     calibrated_rate_flops: float
     step_flops: int
     device_type: str
+    schedule: str = "flat"
     timeline: list = field(default_factory=list)
 
     @property
@@ -58,6 +59,7 @@ class StepCosts:
                    large_matmul_rate_flops=measured["large_matmul_rate_flops"],
                    calibrated_rate_flops=measured["calibrated_rate_flops"],
                    step_flops=measured["step_flops"], device_type=measured["device_type"],
+                   schedule=measured.get("schedule", "flat"),
                    timeline=measured["timeline"])
 
     def lines(self) -> list[str]:
