@@ -14,6 +14,12 @@ def allreduce_factor(n: int) -> float:
     return 2.0 * (n - 1) / n if n > 0 else 0.0
 
 
+def fsdp_factor(n: int) -> float:
+    """Bus factor of one FSDP step over n ranks: two all-gathers and one reduce-scatter of the
+    parameters, each moving (n-1)/n of the data into (or out of) every rank: 3(n-1)/n."""
+    return 3.0 * (n - 1) / n if n > 0 else 0.0
+
+
 def busbw_gbps(nbytes: float, seconds: float, factor: float) -> float:
     """Bus bandwidth = algbw x factor; for an all-reduce this is MXNet's 'GB/sec per gpu'."""
     return algbw_gbps(nbytes, seconds) * factor

@@ -82,7 +82,7 @@ def run_together(plans: list[Plan], bounds: BoundCache | None = None) -> list[Re
                 [Kicking(session, dog) for session, _ in opened], iterations=c.num_batches,
                 warmup=c.warmup, disp_batches=c.disp_batches, check=c.test_results,
                 nbytes=first.nbytes,
-                bus_factors=[p.store_cls.bus_factor(p.devices.n) for p in plans])
+                bus_factors=[p.bus_factor(p.devices.n) for p in plans])
         launches = [getattr(session, "launch", None) for session, _ in opened]
         steps = [getattr(session, "graph_steps", 1) for session, _ in opened]
     reference = reference_summary(first, flat_reference(first), first.devices.n)
@@ -123,7 +123,7 @@ def finished(plan: Plan, measured: dict, reference: Summary | None,
              found: Bound | None) -> Result:
     """The Result of ``measured`` (a measure_session dict), judged against ``found``."""
     samples = [Sample(**s) for s in measured["samples"]]
-    summary = Summary.of(samples, plan.nbytes, plan.store_cls.bus_factor(plan.devices.n))
+    summary = Summary.of(samples, plan.nbytes, plan.bus_factor(plan.devices.n))
     ceiling = None if found is None else judged(found, found.figure(summary),
                                                 on_cpu=not plan.devices.is_cuda)
     return Result(plan=plan, environment=describe_environment(plan.devices), samples=samples,

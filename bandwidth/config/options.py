@@ -52,6 +52,9 @@ class Config:
     launch: str | None = None              # "auto" | "graph" | "eager"; None: auto on CUDA, eager on CPU
     owners: str = "balanced"               # device mode's key placement: "balanced" | "greedy"
     graph_steps: int | None = None         # graph replays per timed iteration (None: auto)
+    schedule: str = "flat"                 # bandwidth.schedules: flat | backward | ddp | fsdp
+    bucket_mb: float = 25.0                # ddp: bucket cap, MiB (DDP's bucket_cap_mb)
+    first_bucket_mb: float = 1.0           # ddp: the first bucket's cap, MiB
     # The compute a step overlaps with (bandwidth.config.compute_flags, bandwidth.compute):
     compute: str = "none"                  # "none" | "flops" | "ms" | "file"
     batch_size: int = 32                   # samples per device and step
@@ -279,6 +282,21 @@ def build_parser() -> argparse.ArgumentParser:
                          "(default): enough for an iteration of about 4 ms, at most 64 replays, "
                          "the sets within 40 %% of the free GPU memory; N: exactly N (1 to "
                          f"{MAX_GRAPH_STEPS})")
+    ex.add_argument("--schedule", default="flat",
+                    help="in which parts and order a training step exchanges the arrays, a comma "
+                         "list (a sweep) of: flat (every array at once, nothing else running; "
+                         "default), backward (MXNet's: one exchange per layer, last layer first, "
+                         "each as soon as it is ready; every mode), ddp (PyTorch DDP's buckets in "
+                         "reverse parameter order; nccl, dist_nccl), fsdp (FSDP/ZeRO-3 per block: "
+                         "all-gather before forward and backward, reduce-scatter after; nccl, "
+                         "dist_nccl). A sweep of several modes skips the pairs a schedule cannot "
+                         "run")
+    ex.add_argument("--bucket-mb", default=None,
+                    help="ddp: bucket cap in MiB as DDP's bucket_cap_mb, a comma list sweeps "
+                         "(default: 25, the first bucket 1 MiB as DDP does)")
+    ex.add_argument("--first-bucket-mb", default=None,
+                    help="ddp: the first bucket's cap in MiB (default 1, DDP's default; torch "
+                         "2.13's DDP with an explicit bucket_cap_mb uses that cap instead)")
     ex.add_argument("--owners", default="balanced",
                     help="device mode's key placement: 'balanced' (keys larger than 1,000,000 "
                          "elements are split so that every GPU owns the same bytes; default) or "
@@ -542,6 +560,7 @@ def job_from_args(args: argparse.Namespace) -> Job:
     from bandwidth.plan.layout import DTYPE_BYTES
     from bandwidth.report.baseline import (parse_min_gbps, parse_min_percent, parse_repeat,
                                            parse_tolerance)
+    from bandwidth.config.schedules import schedule_pairs, schedule_sweep
     from bandwidth.stores.registry import canonical_name
 
     _check_scalars(args)
@@ -581,8 +600,9 @@ def job_from_args(args: argparse.Namespace) -> Job:
                   **compute_fields(args))
     # The backend varies fastest, so that the rows of a comparison sit side by side.
     configs = tuple(Config(network=network, kv_store=mode, gpus=gpus, cpus=cpus, backend=backend,
+                           schedule=schedule, bucket_mb=bucket_mb, first_bucket_mb=first,
                            **common)
-                    for mode in modes
+                    for mode, (schedule, bucket_mb, first) in schedule_pairs(modes, schedule_sweep(args))
                     for network in _networks(args, DTYPE_BYTES[args.dtype])
                     for gpus, cpus in _device_sets(args)
                     for backend in backends)

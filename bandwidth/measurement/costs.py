@@ -4,10 +4,11 @@ compute alone (an infinitely fast network) and the step with both, through the o
 (``protocol.measure_interleaved``), then one untimed traced step for the timeline. Every replica of this process computes on its own device
 (bandwidth.compute.runner); CPU devices of one process take turns on its threads.
 
-The step runs the schedule's events (bandwidth.schedules): its compute slots through
-``compute.slots.Slots`` and its exchanges through the session. Under ``flat`` that is every
-unit's backward (last first), the exchange of all the arrays, then every unit's forward: nothing
-overlaps.
+The step runs the schedule's events (bandwidth.schedules): the schedule's runner
+(``schedules.runner.ScheduledStore``, the session's store) calls ``compute.slots.Slots`` for each
+compute slot and around every event; under ``flat``, whose step is the mode's one operation, the
+Slots run flat's events themselves: every unit's backward (last first), the exchange of all the
+arrays, then every unit's forward (nothing overlaps).
 """
 
 from __future__ import annotations
@@ -59,7 +60,15 @@ class StepWithCompute(ComputeAlone):
         self.session.prepare()
 
     def step(self) -> None:
-        self.slots.run(self.events, self.session.step)
+        store = self.session.store
+        if getattr(store, "events", None) is None:       # flat: the mode's one operation
+            self.slots.run(self.events, self.session.step)
+            return
+        store.compute, store.on_event = self.slots, self.slots.on_event
+        try:                                             # the schedule's runner runs the events
+            self.session.step()
+        finally:
+            store.compute = store.on_event = None
 
     def synchronize(self) -> None:
         super().synchronize()
@@ -79,8 +88,9 @@ def exchange_steps(plan: Plan) -> int:
 
 
 def schedule_of(plan: Plan) -> Schedule:
-    """The step's schedule: ``flat`` (every layer's compute, then the exchange of all arrays)."""
-    return Flat(plan.shapes, DTYPE_BYTES[plan.config.dtype])
+    """The step's schedule (--schedule); ``flat``'s events where the plan has none (every unit's
+    backward, the mode's one exchange of all the arrays, every unit's forward)."""
+    return plan.schedule or Flat(plan.shapes, DTYPE_BYTES[plan.config.dtype])
 
 
 def measure_costs(plan: Plan, session, kick) -> dict:

@@ -44,6 +44,7 @@ from bandwidth.hardware.devices import DeviceSet
 from bandwidth.plan import optimizers
 from bandwidth.plan.data import Reference, fill_gradient
 from bandwidth.plan.layout import DTYPE_BYTES, TORCH_DTYPES, Replica
+from bandwidth.schedules.runner import ScheduledStore, scheduled_layout
 from bandwidth.stores.registry import KVSTORES
 
 log = logging.getLogger(__name__)
@@ -57,20 +58,27 @@ class Session:
                  dtype: str, optimizer: str, seed: int, chunk_mb: float | None,
                  cpu_threads: int | None = None, check: bool = True, cluster=None,
                  first_replica: int = 0, replicas: int | None = None, launch: str = "eager",
-                 owners: str = "balanced", graph_steps: int | None = 1):
+                 owners: str = "balanced", graph_steps: int | None = 1, schedule=None,
+                 compute=None, on_event=None):
         """``first_replica`` and ``replicas``: this process's devices are replicas
         first_replica + index of ``replicas`` in the whole job (default: the devices here).
         ``launch``: "graph" or "eager" (see ``launch_of``); ``owners``: the placement rule of
         modes that take one (``KVStore.takes_owners``); ``graph_steps``: replays per timed
-        iteration with the graph (module docstring; None: auto)."""
+        iteration with the graph (module docstring; None: auto). ``schedule``: a
+        bandwidth.schedules Schedule other than flat (None: the mode's one flat step), run by
+        ``runner.ScheduledStore`` with ``compute`` and ``on_event`` (see there), eagerly."""
         store_cls = KVSTORES[kv_store]
+        self.store_cls = store_cls
         self.threads_before = torch.get_num_threads()      # restored at close on CPU devices
         self.devices = devices
         self.n = replicas or devices.n
         self.seed = seed
         self.group = group
         rule = {"owners": owners} if store_cls.takes_owners else {}
-        self.layout = store_cls.make_layout(shapes, devices.n, cluster, **rule)
+        if schedule is None:
+            self.layout = store_cls.make_layout(shapes, devices.n, cluster, **rule)
+        else:
+            self.layout, spans = scheduled_layout(schedule, store_cls, devices.n, cluster, **rule)
         self.optimizer = optimizers.make(optimizer)
         numel = self.layout.numel
         chunk_elements = (None if chunk_mb is None        # None: each mode's own default
@@ -87,6 +95,10 @@ class Session:
                 fill_gradient(grads, rank=first_replica + index, seed=seed)
                 outputs = torch.zeros_like(grads)
                 replicas_of_set.append(Replica(first_replica + index, device, grads, outputs))
+            if schedule is not None:
+                return replicas_of_set, ScheduledStore(
+                    schedule, store_cls, spans, replicas_of_set, self.optimizer, group,
+                    chunk_elements, cpu_threads, compute=compute, on_event=on_event, **extra)
             return replicas_of_set, store_cls(replicas_of_set, self.layout, self.optimizer, group,
                                               chunk_elements, cpu_threads, **extra)
 
@@ -112,7 +124,8 @@ class Session:
         if not devices.is_cuda:
             self._set_cpu_threads(cpu_threads)
             self.cpu_threads_used = torch.get_num_threads()
-        self.launch = launch_of(store_cls, devices, launch, optimizer)
+        self.launch = "eager" if schedule is not None else launch_of(store_cls, devices, launch,
+                                                                      optimizer)
         self.graph, self.graph_failure, self.launch_trial = None, None, None
         auto = self.launch == "auto"
         if auto:
@@ -225,7 +238,7 @@ class Session:
             torch.set_num_threads(cpu_threads)
             self.threads_note = f"CPU threads: {cpu_threads} (--cpu-threads)"
             return
-        store_cls = type(self.store)
+        store_cls = self.store_cls
         if len(self.replicas) < 2 or store_cls.distributed or store_cls.process_per_device:
             return
 
@@ -259,6 +272,9 @@ class Session:
             torch.cuda.synchronize(device)
 
     def error(self) -> float:
+        settle = getattr(self.store, "settle", None)
+        if settle is not None:              # fsdp: the reduced shards gathered, untimed
+            settle()
         wrong = 0.0
         total = 0.0
         sets = [self.replicas] + [replicas for replicas, _, _ in self.more_sets]

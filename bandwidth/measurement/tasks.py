@@ -45,7 +45,8 @@ def open_session(plan: Plan, indices: list[int], group, *, cluster=None, first_r
                       optimizer=c.optimizer, seed=c.seed, chunk_mb=c.chunk_mb,
                       cpu_threads=c.cpu_threads, check=c.test_results, cluster=cluster,
                       first_replica=first_replica, replicas=replicas, launch=plan.launch,
-                      owners=c.owners, graph_steps=1 if plan.compute else c.graph_steps)
+                      owners=c.owners, graph_steps=1 if plan.compute else c.graph_steps,
+                      schedule=plan.schedule)
     notes = session.store.notes() + [n for n in (session.graph_failure, session.launch_trial,
                                                  session.graph_note, session.threads_note) if n]
     return session, notes
@@ -61,7 +62,7 @@ def measure_session(plan: Plan, session, on_report: Callable[[Report], None] | N
         samples, reports = protocol.measure(
             Kicking(session, dog), iterations=c.num_batches, warmup=c.warmup,
             disp_batches=c.disp_batches, check=c.test_results, nbytes=plan.nbytes,
-            on_report=on_report, bus_factor=plan.store_cls.bus_factor(
+            on_report=on_report, bus_factor=plan.bus_factor(
                 plan.store_cls.counted_devices(plan.devices.n, replicas or plan.devices.n)))
     return {"samples": [asdict(s) for s in samples], "reports": [asdict(r) for r in reports],
             "notes": notes, "server_nbytes": list(server_nbytes or [])}

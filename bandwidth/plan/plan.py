@@ -16,6 +16,8 @@ from bandwidth.errors import ConfigError, OutOfMemoryError, UnsupportedError
 from bandwidth.hardware.devices import DeviceSet, free_bytes, resolve
 from bandwidth.measurement.session import launch_of
 from bandwidth.plan.layout import DTYPE_BYTES
+from bandwidth.schedules.base import Schedule
+from bandwidth.schedules.registry import SCHEDULES
 from bandwidth.stores.registry import KVStore
 
 # Scratch for the chunked data generation and error check (int64 and float64 temporaries).
@@ -59,8 +61,28 @@ class Plan:
 
     @property
     def launch(self) -> str:
-        """How the mode's steps are issued here: "graph" or "eager" (session.launch_of)."""
+        """How the mode's steps are issued here: "graph" or "eager" (session.launch_of); a
+        schedule other than flat issues its steps eagerly."""
+        if self.schedule is not None:
+            return "eager"
         return launch_of(self.store_cls, self.devices, self.config.launch, self.config.optimizer)
+
+    def bus_factor(self, n: int) -> float:
+        """The bus factor of this run's step over ``n`` counted devices: the mode's, or the
+        schedule's where it moves other bytes (fsdp)."""
+        if self.schedule is None:
+            return self.store_cls.bus_factor(n)
+        return self.schedule.bus_factor(self.store_cls, n)
+
+    @cached_property
+    def schedule(self) -> Schedule | None:
+        """The schedule's parts and events (bandwidth.schedules); None for flat, whose step is
+        the mode's own single operation, run as it always was."""
+        c = self.config
+        if c.schedule == "flat":
+            return None
+        return SCHEDULES[c.schedule](self.shapes, DTYPE_BYTES[c.dtype], bucket_mb=c.bucket_mb,
+                                     first_bucket_mb=c.first_bucket_mb)
 
 
 def make_plan(config: Config, with_devices: bool = True) -> Plan:
@@ -84,6 +106,18 @@ def make_plan(config: Config, with_devices: bool = True) -> Plan:
     if config.launch in ("graph", "auto") and not devices.is_cuda:
         raise UnsupportedError(f"--launch {config.launch} needs GPUs (CUDA graphs); CPU devices "
                                "run eager")
+    schedule_cls = SCHEDULES.get(config.schedule)
+    if schedule_cls is None:
+        raise ConfigError(f"unknown --schedule {config.schedule!r}; valid: {', '.join(SCHEDULES)}")
+    reason = schedule_cls.unavailable(config.kv_store)
+    if reason:
+        raise UnsupportedError(reason)
+    if config.schedule != "flat" and config.backend != "toolkit":
+        raise UnsupportedError(f"--schedule {config.schedule} runs on the toolkit's modes only, not "
+                               f"--backend {config.backend} (MXNet's kvstore pushes as it pleases)")
+    if config.schedule != "flat" and config.launch == "graph":
+        raise UnsupportedError(f"--schedule {config.schedule} issues its steps eagerly; --launch "
+                               "graph is the flat schedule's")
     reason = store_cls.unavailable(devices, config.dtype)
     if reason:
         raise UnsupportedError(f"--kv-store {config.kv_store} cannot run here: {reason}")

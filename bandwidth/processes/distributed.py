@@ -37,6 +37,7 @@ from bandwidth.processes.spawn import run_ranks
 from bandwidth.results.costs import step_costs
 from bandwidth.results.result import Result, WorkerTraffic
 from bandwidth.stores.dist import Cluster, messages, post_messages, ps_layout
+from bandwidth.schedules.runner import exchange_order
 from bandwidth.stores.psserver import serve
 
 DIST_NCCL_PREFIX = "bandwidth/dist_nccl/"
@@ -108,7 +109,8 @@ def _parameter_server(plan: Plan, role: Role, on_report) -> Result | None:
         if role.name == SERVER:
             serve(plan.shapes, cluster, role.task_id, devices=1, by_owner=False,
                   sync=plan.store_cls.sync, optimizer=optimizers.make(c.optimizer),
-                  dtype=c.dtype, iterations=exchange_steps(plan))
+                  dtype=c.dtype, iterations=exchange_steps(plan),
+                  parts=_server_parts(plan))
             result = None
         else:
             group = DistGroup(torch.device("cpu"), group=workers)
@@ -125,6 +127,15 @@ def _parameter_server(plan: Plan, role: Role, on_report) -> Result | None:
         return result
     finally:
         dist.destroy_process_group()
+
+
+def _server_parts(plan: Plan) -> list | None:
+    """A schedule's parts as the servers serve them: each part's arrays, in the order the
+    workers push them (None: flat, every array in one part)."""
+    if plan.schedule is None:
+        return None
+    return [plan.schedule.part_shapes(plan.schedule.parts[i])
+            for i in exchange_order(plan.schedule)]
 
 
 def _raw_bound(plan: Plan, summary: Summary, raw_seconds: float) -> Bound:
@@ -291,7 +302,7 @@ def _result(plan: Plan, measured: dict, group, replicas: int,
     samples = [Sample(**s) for s in measured["samples"]]
     local = plan.devices.n
     counted = plan.store_cls.counted_devices(local, replicas)
-    summary = Summary.of(samples, plan.nbytes, plan.store_cls.bus_factor(counted))
+    summary = Summary.of(samples, plan.nbytes, plan.bus_factor(counted))
     ref = reference_summary(plan, reference, counted)
     notes = list(measured["notes"])
     workers = []

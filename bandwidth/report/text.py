@@ -183,6 +183,10 @@ def result_json(result: Result) -> dict:
         "devices": plan.devices.labels(),
         "launch": result.launch or plan.launch,
         "graph_steps": result.graph_steps,
+        # A schedule other than flat: its parts (ddp: the buckets) in the order a step exchanges
+        # them, each with its arrays and bytes.
+        **({"schedule": {"name": plan.config.schedule, "parts": plan.schedule.describe()}}
+           if plan.schedule is not None else {}),
         **({"cpu_threads": result.cpu_threads} if result.cpu_threads is not None else {}),
         # Every iteration's figure, kept for the statistical gate (bandwidth.report.stats).
         "iterations": [dict(asdict(s), busbw_gbps=busbw_gbps(result.summary.nbytes, s.seconds,

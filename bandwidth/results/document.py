@@ -14,6 +14,9 @@ Document, schema version 1::
         "kv_store": {"name", "bound", "notes"}, "devices": ["cuda:0", ...],
         "launch": "graph" | "eager",  # how the steps were issued (measure.py --launch)
         "graph_steps": 1,             # graph: replays per timed iteration (--graph-steps)
+        "schedule": {"name": "ddp", "parts": [{"index", "label", "nbytes", "arrays"}]},
+                                      # only for a schedule other than flat (--schedule): its
+                                      # parts in exchange order (ddp: its buckets)
         "cpu_threads": 2,             # CPU devices: the torch threads of the steps (else absent)
         "iterations": [{"iteration", "seconds", "error", "own_seconds",
                         "host_seconds"}],          # host_seconds: time to issue the step
@@ -68,6 +71,7 @@ class Row:
     ceiling_of: str = "busbw"   # the figure the ceiling bounds: "busbw", or "algbw" (one GPU)
     samples: tuple[float, ...] = ()     # every measured iteration's GB/s per GPU (busbw), in order
     cpu_threads: int | None = None      # CPU devices: the torch threads the steps ran with
+    schedule: str = "flat"      # --schedule, with ddp's caps: "backward", "ddp 25/1MiB"
     # --compute: what a step cost (results.costs.StepCosts; None without compute)
     batch_size: int | None = None
     compute_s: float | None = None
@@ -80,14 +84,18 @@ class Row:
 
     @property
     def key(self) -> tuple:
-        """What identifies 'the same measurement' across runs."""
-        return (self.kv_store, self.network, self.devices, self.dtype, self.optimizer,
-                self.backend)
+        """What identifies 'the same measurement' across runs (a flat row keeps the key it had
+        before schedules existed)."""
+        key = (self.kv_store, self.network, self.devices, self.dtype, self.optimizer,
+               self.backend)
+        return key if self.schedule == "flat" else key[:-1] + (self.schedule, self.backend)
 
     @property
     def mode(self) -> str:
-        """The mode as tables and plots name it: ``device``, or ``mxnet device`` for MXNet's."""
-        return self.kv_store if self.backend == "toolkit" else f"{self.backend} {self.kv_store}"
+        """The mode as tables and plots name it: ``device``, or ``mxnet device`` for MXNet's,
+        with its schedule unless flat (``nccl ddp 25/1MiB``)."""
+        mode = self.kv_store if self.backend == "toolkit" else f"{self.backend} {self.kv_store}"
+        return mode if self.schedule == "flat" else f"{mode} {self.schedule}"
 
     @property
     def label(self) -> str:
@@ -126,6 +134,14 @@ def iteration_gbps(result: dict) -> tuple[float, ...]:
     return tuple(out)
 
 
+def schedule_label(config: dict) -> str:
+    """``flat``, ``backward``, ``fsdp``, or ``ddp 25/1MiB`` (bucket cap / first bucket's)."""
+    name = config.get("schedule", "flat")          # documents before --schedule: flat
+    if name != "ddp":
+        return name
+    return f"ddp {config.get('bucket_mb', 25.0):g}/{config.get('first_bucket_mb', 1.0):g}MiB"
+
+
 def rows_from_document(doc: dict, source: str) -> list[Row]:
     rows = []
     for result in doc.get("results", []):
@@ -142,7 +158,7 @@ def rows_from_document(doc: dict, source: str) -> list[Row]:
             backend=config.get("backend", "toolkit"),       # documents before --backend: toolkit
             ceiling_note=ceiling.get("not_a_bound") if ceiling else None,
             ceiling_of=(ceiling.get("of") or "busbw") if ceiling else "busbw",
-            samples=iteration_gbps(result),
+            samples=iteration_gbps(result), schedule=schedule_label(config),
             cpu_threads=result.get("cpu_threads") if isinstance(result.get("cpu_threads"), int)
             and not isinstance(result.get("cpu_threads"), bool) else None,
             **step_cost_fields(result.get("step_costs"))))

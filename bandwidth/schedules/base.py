@@ -167,6 +167,10 @@ class Schedule:
     def events(self) -> list[Event]:
         raise NotImplementedError
 
+    def bus_factor(self, store_cls, n: int) -> float:
+        """Bytes each device moves per byte of the arrays in a step (default: the mode's)."""
+        return store_cls.bus_factor(n)
+
     def unit_of_key(self) -> list[int]:
         owner = [0] * len(self.shapes)
         for unit in self.units:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 
+from bandwidth.formulas import fsdp_factor
 from bandwidth.schedules.base import (
     ALL_GATHER, BACKWARD, EXCHANGE, FORWARD, REDUCE_SCATTER, WAIT, Event, Schedule, Unit,
     layer_name)
@@ -50,6 +51,9 @@ class Fsdp(Schedule):
             else:
                 units.append(Unit(len(units), name, (key,)))
         return units
+
+    def bus_factor(self, store_cls, n: int) -> float:
+        return fsdp_factor(n)
 
     def events(self) -> list[Event]:
         last = len(self.units) - 1

@@ -135,6 +135,15 @@ class KVStore:
     def step(self) -> None:
         raise NotImplementedError
 
+    def start(self) -> None:
+        """Begin a step without waiting for it where the mode can (a collective with
+        ``async_op``, messages in flight), so that a schedule (bandwidth.schedules) has several
+        parts' exchanges in flight at once; ``finish`` completes it. Default: the whole step now."""
+        self.step()
+
+    def finish(self) -> None:
+        """Complete what ``start`` began: afterwards the outputs hold the step's result."""
+
     def capture(self):
         """One step recorded as a ``torch.cuda.CUDAGraph`` (GPUs only, ``graph_capable`` modes):
         the session replays it in place of ``step``. Called once, untimed, before the first step;

@@ -119,15 +119,17 @@ def messages(server_ranges, element_size: int) -> list[tuple[int, int, int]]:
 
 
 def post_messages(cluster: Cluster, plan: list[tuple[int, int, int]], push: torch.Tensor,
-                  pull: torch.Tensor) -> list:
+                  pull: torch.Tensor, tag_base: int = 0) -> list:
     """A worker's side of one exchange: for every message of ``plan`` (``messages``), the receive
     of its answer into ``pull`` and then its push from ``push``, posted in order. Each pull goes
     out just before its push because Gloo sends a message only once its receive is posted, so a
     server's answer leaves at once (on the netlab at 2.5 Gbit/s, 2 x 2, resnet-50: 71 % of link
     with every send posted first, 81-85 % with the receives first), and the first pushes leave
-    before the later pulls are posted. Returns the works, in the order posted."""
+    before the later pulls are posted. ``tag_base``: the first message's tag (a schedule's
+    later parts continue the numbering, bandwidth.schedules.runner). Returns the works, in the
+    order posted."""
     works = []
-    for tag, (server, s, e) in enumerate(plan):
+    for tag, (server, s, e) in enumerate(plan, start=tag_base):
         works.append(dist.irecv(pull[s:e], src=cluster.server_rank(server), tag=tag,
                                 group=cluster.pull_group))
         works.append(dist.isend(push[s:e], dst=cluster.server_rank(server), tag=tag,
@@ -220,10 +222,22 @@ class ParameterServerStore(KVStore):
                 f"{'sync' if self.sync else 'async'} servers, local reduce on the "
                 f"{'GPUs' if self.on_gpus else 'CPU'}"]
 
+    # The first message's tag: 0, or where the earlier parts of a schedule left off.
+    tag_base = 0
+
     def step(self):
+        self.start()
+        self.finish()
+
+    def start(self):
         self._reduce_local()
-        for work in post_messages(self.cluster, self.messages, self.push_buf, self.pull_buf):
+        self._works = post_messages(self.cluster, self.messages, self.push_buf, self.pull_buf,
+                                    self.tag_base)
+
+    def finish(self):
+        for work in self._works:
             work.wait()
+        self._works = []
         self._broadcast_local()
 
     def _reduce_local(self):

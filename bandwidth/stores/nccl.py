@@ -73,6 +73,15 @@ class NcclStore(KVStore):
         if self.optimizer is not None:
             self.optimizer.apply(self.replica.outputs, self.bucket)
 
+    def start(self):
+        self._work = dist.all_reduce(self.bucket, async_op=True)
+
+    def finish(self):
+        self._work.wait()
+        self._work = None
+        if self.optimizer is not None:
+            self.optimizer.apply(self.replica.outputs, self.bucket)
+
     def capture(self):
         device = self.replica.device
         # Warm-up outside the graph: the communicator and its kernels exist before capture. The

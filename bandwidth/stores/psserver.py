@@ -25,17 +25,16 @@ SERVER_THREADS = 1
 
 
 def serve(shapes, cluster, server: int, *, devices: int, by_owner: bool, sync: bool,
-          optimizer, dtype: str, iterations: int) -> None:
-    """Serve ``iterations`` steps of every worker, then return."""
+          optimizer, dtype: str, iterations: int, parts=None) -> None:
+    """Serve ``iterations`` steps of every worker, then return. ``parts``: the arrays of each
+    part of a schedule (bandwidth.schedules), in the order the workers push them (default: all
+    arrays in one part)."""
     # One summation thread: a server's adds are a small part of its time next to the transfers,
     # and several servers and workers share the host's cores, where a parallel region waits for
     # all of its threads to be scheduled (a several-ms stall per add on a busy host).
     torch.set_num_threads(SERVER_THREADS)
-    _, ranges = ps_layout(shapes, cluster.num_servers, devices, by_owner=by_owner)
-    base = ranges[server][0]
-    mine = [(tag, s - base, e - base) for tag, (owner, s, e)
-            in enumerate(messages(ranges, DTYPE_BYTES[dtype])) if owner == server]
-    size = ranges[server][1] - base
+    mine, size = server_messages(parts or [shapes], cluster.num_servers, server, devices,
+                                 by_owner, DTYPE_BYTES[dtype])
     store = torch.zeros(size, dtype=TORCH_DTYPES[dtype])
     inbox = [torch.empty(size, dtype=store.dtype) for _ in range(cluster.num_workers)]
     groups = (cluster.push_group, cluster.pull_group)
@@ -43,6 +42,24 @@ def serve(shapes, cluster, server: int, *, devices: int, by_owner: bool, sync: b
         _serve_sync(store, inbox, mine, optimizer, iterations, groups)
     else:
         _serve_async(store, inbox, mine, optimizer, iterations, groups)
+
+
+def server_messages(parts, num_servers: int, server: int, devices: int, by_owner: bool,
+                    element_size: int) -> tuple[list[tuple[int, int, int]], int]:
+    """(tag, start, stop) of every message ``server`` receives per step, within its own buffer
+    (its share of each part, one after another), and that buffer's size. Each part is laid out
+    and cut into messages as a whole push is (``ps_layout``, ``messages``); the tags number the
+    messages of every part in turn, as the workers post them (dist.post_messages' ``tag_base``)."""
+    mine, size, tag_base = [], 0, 0
+    for shapes in parts:
+        _, ranges = ps_layout(shapes, num_servers, devices, by_owner=by_owner)
+        plan = messages(ranges, element_size)
+        base = ranges[server][0]
+        mine += [(tag_base + tag, size + s - base, size + e - base)
+                 for tag, (owner, s, e) in enumerate(plan) if owner == server]
+        size += ranges[server][1] - base
+        tag_base += len(plan)
+    return mine, size
 
 
 def _serve_sync(store, inbox, mine, optimizer, iterations: int, groups) -> None:

@@ -1,0 +1,130 @@
+"""The step runner: a schedule's events executed on one store per part.
+
+``ScheduledStore`` looks like a kvstore mode to the session (``prepare``, ``step``, ``notes``,
+``reset_weights``, ``close``) and is built from one: each part of the schedule
+(bandwidth.schedules.base) gets an instance of the mode's class over the part's run of the flat
+buffers (views: the replicas' gradients and outputs of those arrays, laid out by the mode's own
+``make_layout`` for the part's arrays), so the mode keeps its single operation, now over a part.
+``fsdp``'s parts are ``sharded.ShardedPart`` instead (all-gather and reduce-scatter). A step runs
+the events in order: EXCHANGE starts the part's operation (``KVStore.start``), WAIT completes it
+(``KVStore.finish``), FORWARD and BACKWARD call the compute stage's function if there is one.
+Steps are issued eagerly (no CUDA graph).
+"""
+
+from __future__ import annotations
+
+from bandwidth.plan.layout import Layout, Replica
+from bandwidth.schedules.base import ALL_GATHER, EXCHANGE, REDUCE, WAIT, Schedule
+from bandwidth.schedules.sharded import ShardedPart
+
+
+def scheduled_layout(schedule: Schedule, store_cls, n: int, cluster=None, **rule):
+    """The flat buffers of a scheduled run: each part's arrays laid out by the mode for that part
+    alone, the parts one after another in key order. Returns (layout, [(start, stop, part's
+    layout)] per part)."""
+    pieces, spans, cursor = [], [], 0
+    for part in schedule.parts:
+        sub = store_cls.make_layout(schedule.part_shapes(part), n, cluster, **rule)
+        spans.append((cursor, cursor + sub.numel, sub))
+        pieces += [(part.keys[0] + seg.key, seg.start, seg.length) for seg in sub.segments]
+        cursor += sub.numel
+    return Layout.from_pieces(schedule.shapes, pieces), spans
+
+
+def exchange_order(schedule: Schedule) -> list[int]:
+    """The parts in the order a step first exchanges them (the servers serve them so)."""
+    return list(dict.fromkeys(e.part for e in schedule.events() if e.kind == EXCHANGE))
+
+
+class ScheduledStore:
+    def __init__(self, schedule: Schedule, store_cls, spans, replicas: list[Replica], optimizer,
+                 group, chunk_elements, cpu_threads=None, compute=None, on_event=None, **extra):
+        """``compute(event)``: runs a FORWARD or BACKWARD slot (None: empty slots);
+        ``on_event(event, "start" | "end")``: called around every event (a timeline)."""
+        self.schedule, self.store_cls = schedule, store_cls
+        self.events = schedule.events()
+        self.compute, self.on_event = compute, on_event
+        self.replicas = replicas
+        sharded = any(e.op == ALL_GATHER for e in self.events)
+        self.stores = []
+        for start, stop, sub in spans:
+            views = [Replica(r.rank, r.device, r.grads[start:stop], r.outputs[start:stop])
+                     for r in replicas]
+            if sharded:
+                self.stores.append(ShardedPart(views, optimizer))
+            else:
+                self.stores.append(store_cls(views, sub, optimizer, group, chunk_elements,
+                                             cpu_threads, **extra))
+        tag_base = 0                 # parameter servers: message tags numbered part after part
+        for index in exchange_order(schedule):
+            store = self.stores[index]
+            if hasattr(store, "messages"):
+                store.tag_base = tag_base
+                tag_base += len(store.messages)
+
+    def notes(self) -> list[str]:
+        parts = self.schedule.parts
+        sizes = sorted(p.nbytes for p in parts)
+        lines = [f"schedule {self.schedule.name}: {len(parts)} part(s) over "
+                 f"{len(self.schedule.units)} unit(s), {sizes[0] / 1e6:.3g}-{sizes[-1] / 1e6:.3g} "
+                 "MB each, eager steps (no CUDA graph)"]
+        if not isinstance(self.stores[0], ShardedPart):
+            lines += self.stores[-1].notes()
+        return lines
+
+    def server_nbytes(self) -> list[int]:
+        totals: list[int] = []
+        for store in self.stores:
+            for server, nbytes in enumerate(getattr(store, "server_nbytes", list)()):
+                totals += [0] * (server + 1 - len(totals))
+                totals[server] += nbytes
+        return totals
+
+    def prepare(self) -> None:
+        for store in self.stores:
+            store.prepare()
+
+    def step(self) -> None:
+        for event in self.events:
+            if self.on_event is not None:
+                self.on_event(event, "start")
+            if event.kind == EXCHANGE:
+                self._start(event)
+            elif event.kind == WAIT:
+                self._finish(event)
+            elif self.compute is not None:
+                self.compute(event)
+            if self.on_event is not None:
+                self.on_event(event, "end")
+
+    def _start(self, event) -> None:
+        store = self.stores[event.part]
+        if event.op == REDUCE:
+            store.start()
+        else:
+            store.start(event.op)
+
+    def _finish(self, event) -> None:
+        store = self.stores[event.part]
+        if event.op == REDUCE:
+            store.finish()
+        else:
+            store.finish(event.op)
+
+    def settle(self) -> None:
+        """Untimed, before the error check (``fsdp``: gather the reduced shards)."""
+        for store in self.stores:
+            if isinstance(store, ShardedPart):
+                store.settle()
+
+    def reset_weights(self) -> None:
+        for store in self.stores:
+            store.reset_weights()
+
+    def capture(self):
+        raise RuntimeError("a scheduled step is issued eagerly (no CUDA graph)")
+
+    def close(self) -> None:
+        for store in self.stores:
+            store.close()
+        self.stores.clear()

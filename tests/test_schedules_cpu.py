@@ -1,0 +1,168 @@
+"""The schedule stage on CPU devices: every schedule's parts and events, exact results of every
+schedule under every mode that runs it and every dtype, faults caught, and bad input refused."""
+
+import math
+import queue
+import socket
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+import networks
+from bandwidth.hardware.devices import DeviceSet
+from bandwidth.measurement import protocol
+from bandwidth.measurement.session import Session
+from bandwidth.plan.data import expected_sum
+from bandwidth.processes.group import LocalGroup
+from bandwidth.schedules.base import (
+    ALL_GATHER, BACKWARD, EXCHANGE, FORWARD, REDUCE_SCATTER, WAIT, check_events, layer_name,
+    layers)
+from bandwidth.schedules.ddp import MIB, ddp_buckets
+from bandwidth.schedules.fsdp import block_name
+from bandwidth.schedules.registry import SCHEDULES
+from schedule_ranks import run_cases
+
+SHAPES = [("fc1_weight", (64, 100)), ("fc1_bias", (64,)), ("fc2_weight", (300, 64)),
+          ("fc2_bias", (300,)), ("h.0.attn_weight", (33, 3)), ("h.0.mlp_weight", (7, 3)),
+          ("h.1.mlp_weight", (5, 5))]
+NUMEL = sum(math.prod(s) for _, s in SHAPES)
+DTYPES = [("float32", 0.0), ("float16", 2e-3), ("bfloat16", 2e-2)]
+# ddp caps small enough that these arrays make several buckets: 25.6 kB, 76.8 kB, ...
+DDP = {"bucket_mb": 30_000 / MIB, "first_bucket_mb": 1_000 / MIB}
+
+
+def schedule(name, dtype="float32", shapes=SHAPES):
+    return SCHEDULES[name](shapes, torch.tensor([], dtype=getattr(torch, dtype)).element_size(),
+                           **(DDP if name == "ddp" else {}))
+
+
+def test_layers_and_blocks_group_consecutive_arrays():
+    assert [layer_name(n) for n in ("fc1_weight", "h.0.attn.c_attn.weight", "wte")] == \
+        ["fc1", "h.0.attn.c_attn", "wte"]
+    assert [u.keys for u in layers(SHAPES)] == [(0, 1), (2, 3), (4,), (5,), (6,)]
+    assert [block_name(n) for n in ("h.0.ln_1.weight", "stage1_unit2_conv1_weight",
+                                    "model.layers.3.mlp.up_proj.weight", "fc1_weight")] == \
+        ["h.0", "stage1_unit2", "model.layers.3", "fc1"]
+    assert [u.keys for u in schedule("fsdp").units] == [(0, 1), (2, 3), (4, 5), (6,)]
+
+
+def test_ddp_buckets_close_at_their_cap_and_never_split_an_array():
+    assert ddp_buckets([10, 10, 10, 10, 10], bucket_bytes=25, first_bucket_bytes=5) == \
+        [[0], [1, 2, 3], [4]]
+    assert ddp_buckets([30, 1, 1], bucket_bytes=25, first_bucket_bytes=25) == [[0], [1, 2]]
+    parts = schedule("ddp").parts          # in key order; bucket 0 holds the last arrays
+    assert [p.label for p in parts] == [f"bucket {b}" for b in range(len(parts) - 1, -1, -1)]
+    assert sorted(k for p in parts for k in p.keys) == list(range(len(SHAPES)))
+
+
+@pytest.mark.parametrize("name", list(SCHEDULES))
+@pytest.mark.parametrize("network", ["mlp", "resnet", "gpt2", "inception-v3"])
+def test_every_schedule_has_well_formed_events(name, network):
+    image = (3, 299, 299) if network == "inception-v3" else (3, 224, 224)
+    shapes = networks.get_shapes(network, image_shape=image)
+    s = schedule(name, shapes=shapes)
+    events = s.events()
+    check_events(events, len(s.units), len(s.parts))
+    assert sum(p.nbytes for p in s.parts) == networks.num_elements(shapes) * 4
+    # Parts cover the arrays once, each a run of consecutive keys.
+    keys = [k for p in s.parts for k in p.keys]
+    assert keys == list(range(len(shapes)))
+    backward = [e.unit for e in events if e.kind == BACKWARD]
+    assert backward == sorted(backward, reverse=True)             # last layer first
+    forward = [e.unit for e in events if e.kind == FORWARD]
+    assert forward == sorted(forward)
+    if name == "backward":   # each layer's exchange starts right after its backward slot
+        for i, e in enumerate(events):
+            if e.kind == BACKWARD:
+                assert events[i + 1] == type(e)(EXCHANGE, part=e.unit)
+    if name == "fsdp":       # two all-gathers and one reduce-scatter per unit
+        ops = [(e.part, e.op) for e in events if e.kind == EXCHANGE]
+        assert all(ops.count((u, ALL_GATHER)) == 2 and ops.count((u, REDUCE_SCATTER)) == 1
+                   for u in range(len(s.units)))
+
+
+def scheduled_session(kv, n, name, dtype="float32", optimizer="none"):
+    return Session(kv, SHAPES, DeviceSet("cpu", tuple(range(n))), list(range(n)), LocalGroup(),
+                   dtype=dtype, optimizer=optimizer, seed=3, chunk_mb=0.01,
+                   schedule=schedule(name, dtype))
+
+
+def errors(s, iterations=3):
+    samples, _ = protocol.measure(s, iterations=iterations, warmup=1, disp_batches=1, check=True,
+                                  nbytes=NUMEL * 4, bus_factor=1.0)
+    return [x.error for x in samples]
+
+
+@pytest.mark.parametrize("kv", ["local", "device"])
+@pytest.mark.parametrize("dtype, bound", DTYPES)
+@pytest.mark.parametrize("optimizer", ["none", "sgd"])
+def test_backward_is_exact_in_the_single_process_modes(kv, dtype, bound, optimizer):
+    s = scheduled_session(kv, 3, "backward", dtype, optimizer)
+    bound = max(bound, 1e-6) if optimizer == "sgd" else bound      # sgd: rounding of lr x sum
+    errs = errors(s)
+    assert all(0 <= e <= bound for e in errs), errs
+    if dtype == "float32" and optimizer == "none":
+        ref = expected_sum(0, NUMEL, 3, 3, "cpu").to(torch.float32)
+        assert all(torch.equal(r.outputs, ref) for r in s.replicas)
+    s.close()
+
+
+def test_a_part_never_exchanged_is_caught():
+    s = scheduled_session("device", 2, "backward")
+    s.store.events = [e for e in s.store.events if e.part != 1]     # fc2's exchange dropped
+    for r in s.replicas:
+        r.outputs.zero_()             # what the untimed thread trial's steps left there
+    assert min(errors(s, iterations=2)) > 0.01
+
+
+def test_a_part_exchanged_twice_with_sgd_is_caught():
+    s = scheduled_session("local", 2, "backward", optimizer="sgd")
+    twice = []
+    for e in s.store.events:
+        twice.append(e)
+        if e.kind == WAIT and e.part == 0:
+            twice += [type(e)(EXCHANGE, part=0), type(e)(WAIT, part=0)]
+    s.store.events = twice
+    assert min(errors(s, iterations=2)) > 0.01
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.timeout(240)
+def test_every_schedule_is_exact_under_nccl_in_every_dtype():
+    """One pair of Gloo processes runs backward, ddp and fsdp x 3 dtypes (and sgd)."""
+    cases = [(schedule(name, dtype), dtype, "none") for name in ("backward", "ddp", "fsdp")
+             for dtype, _ in DTYPES]
+    cases += [(schedule(name), "float32", "sgd") for name in ("ddp", "fsdp")]
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=run_cases, args=(r, 2, port, SHAPES, cases, results))
+             for r in range(2)]
+    for p in procs:
+        p.start()
+    got = {}
+    try:
+        for _ in cases:
+            case, errs, exact = results.get(timeout=200)
+            got[case] = (errs, exact)
+    except queue.Empty:
+        pass
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+    assert len(got) == len(cases), got
+    bounds = dict(DTYPES)
+    for (name, dtype, optimizer), (errs, exact) in got.items():
+        bound = bounds[dtype] if optimizer == "none" else 1e-6
+        assert all(0 <= e <= bound for e in errs), (name, dtype, optimizer, errs)
+        if exact is not None:
+            assert exact, (name, dtype)
+
