@@ -1,14 +1,15 @@
-"""The compute of a step, done on one device: ``Runner(plan, device, dtype)``.
+"""The compute of a step, done on one device: ``Runner(plan, device, dtype, units)``.
 
-Each layer's FLOPs run as matrix multiplications in the run's dtype on the layer's device, in layer
-order (forward: first to last; backward: last to first): a layer of F FLOPs is ``m`` rows of a
-``[m, T] @ [T, T]`` product (2 m T^2 = F, ``m`` rounded to a whole row, at most ``MAX_ROWS`` rows
-per product), with ``T`` = ``TILE`` (1024 on a GPU, where a product of that width runs near the
-dense rate; 512 on CPU devices). Milliseconds (``--compute-ms``, ``--compute-file``) become FLOPs
-at the rate this device reached in ``calibrate``, so that the same contention with the exchange
-(the SMs and memory a product takes) lasts the time asked. On a GPU the work is issued on the
-current stream and CUDA events mark each layer's start and end (the timeline); on CPU devices it
-runs on the process's torch threads, timed by ``perf_counter``.
+Each unit's FLOPs run as matrix multiplications in the run's dtype on the unit's device, in the
+schedule's order: a unit of F FLOPs is ``m`` rows of a ``[m, T] @ [T, T]`` product (2 m T^2 = F,
+``m`` rounded to a whole row, at most ``MAX_ROWS`` rows per product), with ``T`` = ``TILE`` =
+1024 (on a GPU a product of that width runs near the dense rate; on CPU devices 512-wide ones
+fell further below a large product's rate than 1024-wide ones). Milliseconds (``--compute-ms``,
+``--compute-file``) become FLOPs at the rate this device reached in ``calibrate``, so that the
+same contention with the exchange (the SMs and memory a product takes) lasts the time asked. On a
+GPU the work is issued on the current stream and, while tracing, CUDA events mark each unit's
+start and end (the timeline); on CPU devices it runs on the process's torch threads, marked by
+``perf_counter``.
 
 The activations a step keeps for its backward pass (``ComputePlan.activation_nbytes``) are
 allocated with the runner, so that a batch that would not fit in training is refused or fails
@@ -24,8 +25,8 @@ import torch
 
 from bandwidth.compute.layers import ComputePlan, UnitWork, layer_units
 
-TILE = {"cuda": 1024, "cpu": 512}
-MAX_ROWS = {"cuda": 16384, "cpu": 4096}
+TILE = {"cuda": 1024, "cpu": 1024}
+MAX_ROWS = {"cuda": 16384, "cpu": 2048}
 LARGE = {"cuda": 8192, "cpu": 2048}      # the "large matmul" whose rate the products are judged by
 TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
