@@ -14,7 +14,7 @@ MLP = ["--network", "mlp", "--image-shape", "1,28,28", "--num-classes", "10", "-
        "--kv-store", "local"]
 
 
-def run(args, tmp_path, timeout=60):
+def run(args, tmp_path, timeout=180):
     return subprocess.run(MEASURE + args, cwd=tmp_path, capture_output=True, text=True,
                           timeout=timeout, stdin=subprocess.DEVNULL)
 
@@ -78,7 +78,7 @@ def test_dry_run_prints_flops_beside_the_bytes(tmp_path):
 def test_a_step_with_compute_on_cpu_devices(tmp_path):
     out = tmp_path / "r.json"
     done = run(MLP + ["--compute", "flops", "--batch-size", "256", "--num-batches", "2",
-                      "--no-reference", "--json", str(out)], tmp_path, timeout=120)
+                      "--no-reference", "--json", str(out)], tmp_path, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "performance ratio" in done.stdout and "compute rate" in done.stdout
     costs = json.loads(out.read_text())["results"][0]["step_costs"]

@@ -150,14 +150,24 @@ def check_memory(*plans: Plan) -> None:
             if need > have:
                 raise OutOfMemoryError(
                     f"{first.network_label} in {c.dtype} needs {need / 1e9:.2f} GB on {label} but "
-                    f"only {have / 1e9:.2f} GB is free; use a smaller network or dtype")
+                    f"only {have / 1e9:.2f} GB is free; use a smaller network or dtype"
+                    + _batch_hint(first))
         return
     need = sum(host_bytes(plan) for plan in plans)
     if need > free[0]:
         raise OutOfMemoryError(
             f"{first.network_label} in {c.dtype} on {n} CPU devices needs {need / 1e9:.2f} GB "
             f"of host memory but only {free[0] / 1e9:.2f} GB is available; use fewer --cpus "
-            "or a smaller network")
+            "or a smaller network" + _batch_hint(first))
+
+
+def _batch_hint(plan: Plan) -> str:
+    """With --compute, what the batch's activations take of a replica's need."""
+    if plan.compute is None:
+        return ""
+    activations = plan.compute.activation_nbytes(DTYPE_BYTES[plan.config.dtype])
+    return (f", or a smaller --batch-size (the activations of batch {plan.config.batch_size} "
+            f"take {activations / 1e9:.2f} GB per replica)")
 
 
 def _replica_bytes(plan: Plan) -> int:
