@@ -88,13 +88,14 @@ def test_a_step_with_compute_on_cpu_devices(tmp_path):
     # 2 replicas x (forward + backward FLOPs of mlp at batch 256), each a whole number of rows
     assert costs["step_flops"] > 0 and costs["large_matmul_rate_flops"] > 0
     lanes = {(e["device"], e["lane"]) for e in costs["timeline"]}
-    assert lanes == {("cpu:0", "compute"), ("cpu:1", "compute"), ("cpu:0", "exchange"),
-                     ("cpu:1", "exchange")}
-    computes = [e for e in costs["timeline"] if e["device"] == "cpu:0" and e["lane"] == "compute"]
+    cpu0, cpu1 = "replica 0 (cpu)", "replica 1 (cpu)"
+    assert lanes == {(cpu0, "compute"), (cpu1, "compute"), (cpu0, "exchange"),
+                     (cpu1, "exchange")}
+    computes = [e for e in costs["timeline"] if e["device"] == cpu0 and e["lane"] == "compute"]
     # the flat schedule's step: backward last layer first, the exchange, then the forward
     assert [e["label"] for e in computes] == ["bwd fc3", "bwd fc2", "bwd fc1", "fwd fc1",
                                               "fwd fc2", "fwd fc3"]
-    exchange = [e for e in costs["timeline"] if e["device"] == "cpu:0" and e["lane"] == "exchange"]
+    exchange = [e for e in costs["timeline"] if e["device"] == cpu0 and e["lane"] == "exchange"]
     assert [e["label"] for e in exchange] == ["reduce all arrays"]
     assert computes[2]["end_s"] <= exchange[0]["start_s"] <= exchange[0]["end_s"] \
         <= computes[3]["start_s"]
@@ -148,3 +149,27 @@ def test_the_timeline_plot(tmp_path):
     assert wanted(doc) and not wanted({"results": doc["results"] * 2})
     path = tmp_path / "t.png"
     assert plot_timeline(doc, path) == "timeline" and path.stat().st_size > 1000
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(300)
+def test_compute_flops_on_one_gpu(tmp_path):
+    """Two replicas on GPU 0, resnet-50's FLOPs at batch 8 in bfloat16 under the backward
+    schedule: exact exchange, the step's figures and the products' rate against a large
+    matmul's (printed; the 70 % target is gpu_all.sh's, not asserted here)."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    out = tmp_path / "r.json"
+    done = run(["--kv-store", "device", "--gpus", "0,0", "--network", "resnet", "--num-layers",
+                "50", "--compute", "flops", "--batch-size", "8", "--dtype", "bfloat16",
+                "--schedule", "backward", "--num-batches", "3", "--no-reference", "--json",
+                str(out)], tmp_path, timeout=280)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(out.read_text())["results"][0]
+    costs = result["step_costs"]
+    assert result["summary"]["error_max"] <= 0.01
+    assert costs["device_type"] == "cuda" and costs["large_matmul_rate_flops"] > 1e12
+    assert {e["device"] for e in costs["timeline"]} == {"replica 0 (cuda:0)",
+                                                        "replica 1 (cuda:0)"}
+    assert "compute rate" in done.stdout

@@ -72,8 +72,10 @@ class Runner:
 
     def mark(self):
         if self.kind == "cuda":
+            # On this device's current stream (the one its products run on), whichever device
+            # is current: replicas of one process sit on several GPUs.
             event = torch.cuda.Event(enable_timing=True)
-            event.record()
+            event.record(torch.cuda.current_stream(self.device))
             return event
         return time.perf_counter()
 

@@ -144,7 +144,7 @@ def trace(step: StepWithCompute, session) -> list[dict]:
     step.synchronize()
     events = []
     for replica, runner, origin in zip(session.replicas, step.runners, origins):
-        device = f"{runner.device.type}:{replica.rank}"
+        device = f"replica {replica.rank} ({runner.device})"      # GPUs may hold several
         events += [{"device": device, "lane": lane, "label": label, "start_s": start,
                     "end_s": end} for label, start, end, lane in runner.marked_seconds(origin)]
         runner.clear_marks()
