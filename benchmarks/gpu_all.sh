@@ -72,4 +72,15 @@ log="$OUT/gpu.log"
       python3 bandwidth/measure.py --kv-store device --gpus 0,0 --launch "$launch" "${R200[@]}"
     done
   fi
+  if part extra; then
+    echo "== schedules (issue 26): backward on device --gpus 0,0 and on local, against flat eager"
+    python3 bandwidth/measure.py --kv-store device --gpus 0,0 --launch eager --schedule flat,backward \
+      "${R200[@]}"
+    python3 bandwidth/measure.py --kv-store local --gpus 0 --launch eager --schedule flat,backward \
+      "${R200[@]}"
+    if [ "$GPUS" -ge 2 ]; then
+      python3 bandwidth/measure.py --kv-store nccl --launch eager --schedule flat,backward,ddp,fsdp \
+        --bucket-mb 1,25,100 "${R200[@]}"
+    fi
+  fi
 } 2>&1 | tee "$log"

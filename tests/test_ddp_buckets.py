@@ -2,8 +2,8 @@
 network at caps of 1, 25 and 100 MiB and at DDP's default.
 
 One pair of Gloo processes (CPU devices) runs real DDP, with a backward that produces the
-gradients last layer first (tests/ddp_ranks.py), for every network whose parameters fit this
-host's memory several times over (``REAL_DDP_BYTES``), at the three explicit caps; its rebuilt
+gradients last layer first (bandwidth/schedules/realddp.py), for every network whose parameters
+fit this host's memory several times over (``REAL_DDP_BYTES``), at the three explicit caps; its rebuilt
 buckets (sizes from ``_get_ddp_logging_data()``, and the members, in order) must equal the
 schedule's for the same dtype (float16: half the memory and CPU time of float32; the rule counts
 bytes, so float32's plans are those of float16 at twice the caps, and the reducer test below
@@ -25,7 +25,7 @@ import torch.multiprocessing as mp
 
 import networks
 from bandwidth.schedules.ddp import MIB, Ddp
-from ddp_ranks import run_pair
+from bandwidth.schedules.realddp import run_pair
 
 REAL_DDP_BYTES = 300 * 10**6       # float16 parameters: vgg-16 (277 MB) is the largest CNN
 CAPS = (1, 25, 100)

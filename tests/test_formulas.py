@@ -48,3 +48,10 @@ def test_step_costs():
     assert overlap(0.0299, 0.03, 0.02) == 1.0 and performance_ratio(0.0299, 0.03) == 1.0
     # a step longer than compute + exchange hides nothing (overlap floors at 0)
     assert overlap(0.06, 0.03, 0.02) == 0.0
+
+
+def test_fsdp_factor_is_two_all_gathers_and_a_reduce_scatter():
+    from bandwidth.formulas import fsdp_factor
+    assert fsdp_factor(1) == 0.0
+    assert fsdp_factor(2) == 1.5 and fsdp_factor(4) == 2.25
+    assert fsdp_factor(8) == 1.5 * allreduce_factor(8)

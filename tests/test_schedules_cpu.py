@@ -166,3 +166,55 @@ def test_every_schedule_is_exact_under_nccl_in_every_dtype():
         if exact is not None:
             assert exact, (name, dtype)
 
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--schedule", "ddp", "--kv-store", "local"], "--schedule ddp runs under --kv-store nccl"),
+    (["--schedule", "fsdp", "--kv-store", "device"], "--schedule fsdp runs under --kv-store nccl"),
+    (["--schedule", "ddp", "--kv-store", "nccl", "--bucket-mb", "0"], "positive number of MiB"),
+    (["--schedule", "ddp", "--kv-store", "nccl", "--bucket-mb", "nan"], "got nan"),
+    (["--schedule", "ddp", "--kv-store", "nccl", "--bucket-mb", "-1"], "got -1"),
+    (["--schedule", "ddp", "--kv-store", "nccl", "--bucket-mb", "25,x"], "numbers of MiB"),
+    (["--schedule", "ddp", "--kv-store", "nccl", "--first-bucket-mb", "inf"], "got inf"),
+    (["--schedule", "backward", "--bucket-mb", "25"], "add --schedule ddp"),
+    (["--schedule", "zigzag"], "valid: flat, backward, ddp, fsdp"),
+])
+def test_bad_schedule_input_is_one_error(argv, words):
+    from bandwidth.config.options import build_parser, job_from_args
+    from bandwidth.errors import ConfigError
+    with pytest.raises(ConfigError, match=None) as raised:
+        job_from_args(build_parser().parse_args(["--cpus", "2"] + argv))
+    assert words in str(raised.value)
+
+
+def test_a_sweep_of_modes_and_schedules_keeps_the_pairs_that_run():
+    from bandwidth.config.options import build_parser, job_from_args
+    job = job_from_args(build_parser().parse_args(
+        ["--cpus", "2", "--kv-store", "local,nccl", "--schedule", "flat,ddp",
+         "--bucket-mb", "1,25"]))
+    assert [(c.kv_store, c.schedule, c.bucket_mb) for c in job.configs] == [
+        ("local", "flat", 25.0), ("nccl", "flat", 25.0), ("nccl", "ddp", 1.0),
+        ("nccl", "ddp", 25.0)]
+
+
+def test_the_command_line_refuses_a_mode_the_schedule_cannot_run(cli):
+    proc = cli("--kv-store", "local", "--cpus", "2", "--network", "mlp", "--schedule", "ddp")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "Traceback" not in proc.stderr
+
+
+@pytest.mark.timeout(200)
+def test_the_document_lists_ddps_buckets(cli, tmp_path):
+    out = tmp_path / "r.json"
+    proc = cli("--kv-store", "nccl", "--cpus", "2", "--network", "lenet", "--image-shape",
+               "1,28,28", "--num-classes", "10", "--schedule", "ddp", "--bucket-mb", "0.1",
+               "--num-batches", "2", "--no-reference", "--json", str(out), timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = __import__("json").loads(out.read_text())["results"][0]
+    parts = result["schedule"]["parts"]
+    shapes = networks.get_shapes("lenet", image_shape=(1, 28, 28), num_classes=10)
+    expected = SCHEDULES["ddp"](shapes, 4, bucket_mb=0.1).parts[::-1]
+    assert [p["nbytes"] for p in parts] == [p.nbytes for p in expected] and len(parts) > 1
+    assert [p["arrays"] for p in parts] == [[shapes[k][0] for k in p.keys] for p in expected]
+    assert result["summary"]["error_max"] == 0.0
+    assert "nccl ddp 0.1/1MiB" in proc.stdout or "schedule ddp" in proc.stdout

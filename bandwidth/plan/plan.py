@@ -172,8 +172,11 @@ def _batch_hint(plan: Plan) -> str:
 
 def _replica_bytes(plan: Plan) -> int:
     """One replica's buffers: gradients, outputs and what the mode adds per device."""
-    return 2 * plan.nbytes + plan.store_cls.extra_bytes_per_device(
-        plan.nbytes, plan.devices.n, plan.config.optimizer != "none") + compute_bytes(plan)
+    optimizer = plan.config.optimizer != "none"
+    extra = 0 if plan.schedule is None else plan.schedule.extra_bytes_per_device(
+        plan.nbytes, plan.devices.n, optimizer)
+    return 2 * plan.nbytes + extra + plan.store_cls.extra_bytes_per_device(
+        plan.nbytes, plan.devices.n, optimizer) + compute_bytes(plan)
 
 
 def compute_bytes(plan: Plan) -> int:

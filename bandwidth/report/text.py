@@ -51,6 +51,9 @@ def preamble(plan: Plan, environment: dict, sweep: int = 1) -> list[str]:
     shape = ",".join(map(str, c.image_shape))
     return lines + [
         f"# kvstore {c.kv_store} on {plan.devices.describe()}: {plan.store_cls.summary}",
+        *([f"# schedule {c.schedule}: {plan.schedule.summary}"
+           + (f" ({c.bucket_mb:g} MiB, the first {c.first_bucket_mb:g} MiB)"
+              if c.schedule == "ddp" else "")] if plan.schedule is not None else []),
         f"# network {plan.network_label} (image shape {shape}, {c.num_classes} classes), "
         f"{c.dtype}, optimizer {c.optimizer}, {c.num_batches} iterations after {c.warmup} "
         "warm-up",
@@ -77,6 +80,21 @@ def array_table(plan: Plan) -> list[str]:
             nbytes *= d
         lines.append(f"{key:>5}  {name:<{width}}  {str(tuple(shape)):<24} {nbytes:>14,}")
     lines.append(f"total: {plan.nbytes:,} bytes in {plan.config.dtype}")
+    return lines + schedule_table(plan)
+
+
+def schedule_table(plan: Plan) -> list[str]:
+    """A schedule other than flat: its parts (ddp: buckets) in the order a step exchanges them,
+    with their first and last keys and bytes."""
+    if plan.schedule is None:
+        return []
+    parts = plan.schedule.describe()
+    lines = [f"schedule {plan.config.schedule}: {len(parts)} parts in exchange order",
+             f"{'part':>5}  {'label':<28} {'keys':>11} {'arrays':>7} {'bytes':>14}"]
+    for part in parts:
+        keys = plan.schedule.parts[part["index"]].keys
+        lines.append(f"{part['index']:>5}  {part['label'][:28]:<28} {keys[0]:>5}-{keys[-1]:<5} "
+                     f"{len(keys):>7} {part['nbytes']:>14,}")
     return lines
 
 

@@ -167,6 +167,10 @@ class Schedule:
     def events(self) -> list[Event]:
         raise NotImplementedError
 
+    def extra_bytes_per_device(self, nbytes: int, n: int, optimizer: bool) -> int:
+        """Device memory the schedule's stores need beyond the mode's own (default: none)."""
+        return 0
+
     def bus_factor(self, store_cls, n: int) -> float:
         """Bytes each device moves per byte of the arrays in a step (default: the mode's)."""
         return store_cls.bus_factor(n)

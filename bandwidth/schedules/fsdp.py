@@ -52,6 +52,11 @@ class Fsdp(Schedule):
                 units.append(Unit(len(units), name, (key,)))
         return units
 
+    def extra_bytes_per_device(self, nbytes: int, n: int, optimizer: bool) -> int:
+        # The reduced shard (and the weights' shard), and at worst a padded copy of every part's
+        # gradients and parameters (sharded.ShardedPart: parts that n does not divide).
+        return (2 if optimizer else 1) * -(-nbytes // max(n, 1)) + 2 * nbytes
+
     def bus_factor(self, store_cls, n: int) -> float:
         return fsdp_factor(n)
 

@@ -1,6 +1,8 @@
-"""Real ``torch.nn.parallel.DistributedDataParallel`` on CPU devices, for tests/test_ddp_buckets.py:
-a module whose parameters have a network's shapes and whose backward produces their gradients
-last parameter first, and the buckets DDP rebuilt after its first iteration."""
+"""Real ``torch.nn.parallel.DistributedDataParallel`` over a network's parameter shapes, the
+reference the ``ddp`` schedule is held to (tests/test_ddp_buckets.py compares the buckets,
+benchmarks/ddp_vs_real.py the all-reduce time): a module whose parameters have the network's
+shapes and whose backward produces their gradients last parameter first, and the buckets DDP
+rebuilt after its first iteration. Not used by a measurement."""
 
 import os
 
@@ -25,7 +27,7 @@ class ShapesModule(nn.Module):
         return x
 
 
-def _no_all_reduce(state, bucket):
+def no_all_reduce(state, bucket):
     """A comm hook that leaves each bucket as it is: the bucket plan is DDP's own either way,
     and the test needs no data moved."""
     future = torch.futures.Future()
@@ -41,7 +43,7 @@ def rebuilt_buckets(shapes, bucket_cap_mb, dtype=torch.float16) -> tuple[list[in
     model = ShapesModule(shapes, dtype)
     ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb,
                                               init_sync=False, gradient_as_bucket_view=True)
-    ddp.register_comm_hook(None, _no_all_reduce)
+    ddp.register_comm_hook(None, no_all_reduce)
     for _ in range(3):                  # DDP rebuilds its buckets at the second forward and logs
         # them at the third
         ddp(torch.zeros(1)).sum().backward()
