@@ -45,6 +45,11 @@ log="$OUT/gpu.log"
       python3 bandwidth/measure.py --kv-store device --gpus 0,0 --network resnet --num-layers 50 \
         --compute flops --batch-size 32 --dtype "$dtype" --num-batches 10 --no-reference
     done
+    echo "== overlap on one GPU: backward, compute alone >= 2 x the exchange alone (issue 26)"
+    for mode in device local; do
+      python3 bandwidth/measure.py --kv-store "$mode" --gpus 0,0 --schedule backward "${R200[@]}" \
+        --compute-ms 10,20 --no-reference --json "$OUT/overlap_$mode.json"
+    done
     python3 -m pytest -q -p no:cacheprovider tests/test_compute.py
   fi
   if ! part extra; then
