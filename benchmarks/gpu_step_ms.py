@@ -8,8 +8,8 @@ Each network is built from its own definition here (networks/: every conv's shap
 padding as MXNet's symbol has it, through ``costs.layer_costs``' geometry) as a chain of torch
 ops: each conv layer is ``torch.nn.functional.conv2d`` at stride 1 with 'same' padding on an
 input of its output's height x width and its real channels (so its FLOPs are the network's), then
-a ReLU (no BatchNorm); the classifier a ``linear``. Forward runs them in order; backward is autograd's over the same graph (input and
-weight gradients). Timed with CUDA events after warm-up, median of ``--repeats``; cuDNN's
+a ReLU (no BatchNorm); the classifier a ``linear``. Forward runs them in order; backward is
+autograd's over the same graph (input and weight gradients). Timed with CUDA events after warm-up, median of ``--repeats``; cuDNN's
 autotuner (benchmark mode) on, as training scripts set it. The branches of an Inception block are
 run one after the other (as a framework's single stream does). Needs CUDA; the lab's CPUs are far
 slower than a GPU, which is why network_impact.py takes these figures as milliseconds.
@@ -109,8 +109,8 @@ def main(argv=None) -> int:
         return 2
     rows = [measure(torch, label, int(b), args.dtype, args.repeats)
             for label in labels for b in args.batch_sizes.split(",")]
-    print(f"{'network':<14} {'batch':>5} {'fwd ms':>8} {'bwd ms':>8}  --compute-ms  ({rows[0]['gpu']},"
-          f" {args.dtype})")
+    print(f"{'network':<14} {'batch':>5} {'fwd ms':>8} {'bwd ms':>8}  --compute-ms  "
+          f"({rows[0]['gpu']}, {args.dtype})")
     for r in rows:
         print(f"{r['network']:<14} {r['batch_size']:>5} {r['forward_ms']:>8.2f} "
               f"{r['backward_ms']:>8.2f}  {r['forward_ms']:.2f},{r['backward_ms']:.2f}")

@@ -261,7 +261,8 @@ def main() -> int:
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     computing = args.compute != "none"
-    rates = (args.rates or (COMPUTE_RATES if computing else "1gbit,2.5gbit,5gbit,10gbit")).split(",")
+    rates = (args.rates or (COMPUTE_RATES if computing else "1gbit,2.5gbit,5gbit,10gbit")
+             ).split(",")
     networks = args.networks.split(",")
     modes = (args.modes or (COMPUTE_MODES if computing else "dist_sync,dist_async,dist_nccl")
              ).split(",") + (["dist_sync 2cpu", "mxnet dist_sync"] if args.mxnet else [])

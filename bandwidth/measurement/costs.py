@@ -1,8 +1,9 @@
 """What a step costs (``--compute``), measured in the same run as the exchange alone: the step's
 compute alone (an infinitely fast network) and the step with both, through the one protocol
 (warm-up discarded, device-synchronised, the slowest rank's time), their iterations interleaved
-(``protocol.measure_interleaved``), then one untimed traced step for the timeline. Every replica of this process computes on its own device
-(bandwidth.compute.runner); CPU devices of one process take turns on its threads.
+(``protocol.measure_interleaved``), then one untimed traced step for the timeline. Every replica
+of this process computes on its own device (bandwidth.compute.runner); CPU devices of one process
+take turns on its threads.
 
 The step runs the schedule's events (bandwidth.schedules): the schedule's runner
 (``schedules.runner.ScheduledStore``, the session's store) calls ``compute.slots.Slots`` for each
