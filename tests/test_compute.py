@@ -131,11 +131,17 @@ def test_the_step_table_marks_the_fastest_of_a_sweep():
     from bandwidth.report.table import step_table
     from bandwidth.results.document import rows_from_document
     from resultdocs import make_result
-    results = [dict(make_result(), step_costs=_costs(s)) for s in (0.05, 0.04, 0.045)]
+    results = []
+    for cap, step_s in ((1, 0.05), (25, 0.04), (100, 0.045)):
+        result = dict(make_result(), step_costs=_costs(step_s))
+        result["config"] = dict(result["config"], schedule="ddp", bucket_mb=cap)
+        results.append(result)
+    results.append(dict(make_result(kv_store="nccl"), step_costs=_costs(0.03)))   # alone
     rows = rows_from_document({"results": results}, "t")
+    assert rows[1].schedule == "ddp 25/1MiB" and rows[1].key != rows[0].key
     lines = step_table(rows)
     marked = [line for line in lines if "<- fastest" in line]
-    assert len(marked) == 1 and marked[0].split()[0] == "2"
+    assert len(marked) == 1 and marked[0].split()[:3] == ["2", "ddp", "25/1MiB"]
     assert rows[1].performance_ratio == pytest.approx(0.75)
 
 

@@ -139,27 +139,33 @@ def sweep_table(rows: list[Row], title: str | None = None) -> list[str]:
 
 
 def step_table(rows: list[Row]) -> list[str]:
-    """What a step cost (--compute), per row; among rows of the same measurement but for a
-    swept option (--bucket-mb), the fastest step is marked."""
+    """What a step cost (--compute), per row; among rows of the same measurement but for ddp's
+    bucket caps (a --bucket-mb sweep), the fastest step is marked."""
+    def group(r: Row) -> tuple:          # the measurement but for ddp's bucket caps
+        return (r.kv_store, r.network, r.devices, r.dtype, r.optimizer, r.backend,
+                r.schedule.split()[0])
+
     fastest = {}
     for i, r in enumerate(rows):
-        if r.step_s is not None and (r.key not in fastest or r.step_s < rows[fastest[r.key]].step_s):
-            fastest[r.key] = i
-    counts = {key: sum(1 for r in rows if r.key == key and r.step_s is not None) for key in fastest}
-    headers = ["row", "batch", "compute ms", "exchange ms", "step ms", "exposed ms", "overlap",
+        if r.step_s is not None and (group(r) not in fastest
+                                     or r.step_s < rows[fastest[group(r)]].step_s):
+            fastest[group(r)] = i
+    counts = {key: sum(1 for r in rows if group(r) == key and r.step_s is not None)
+              for key in fastest}
+    headers = ["row", "schedule", "batch", "compute ms", "exchange ms", "step ms", "exposed ms", "overlap",
                "samples/s", "perf. ratio", ""]
     cells = []
     for i, r in enumerate(rows):
         if r.step_s is None:
             continue
-        mark = "<- fastest" if counts[r.key] > 1 and fastest[r.key] == i else ""
-        cells.append([str(i + 1), str(r.batch_size), f"{1e3 * r.compute_s:.3f}",
+        mark = "<- fastest" if counts[group(r)] > 1 and fastest[group(r)] == i else ""
+        cells.append([str(i + 1), r.schedule, str(r.batch_size), f"{1e3 * r.compute_s:.3f}",
                       f"{1e3 * r.exchange_s:.3f}", f"{1e3 * r.step_s:.3f}",
                       f"{1e3 * r.exposed_s:.3f}", f"{100 * r.overlap:.1f} %",
                       f"{r.samples_per_s:.1f}", f"{r.performance_ratio:.3f}", mark])
     lines = ["# what a step costs (--compute): medians; exposed = step - compute alone, overlap = "
              "1 - exposed / exchange alone, performance ratio = compute alone / step"]
-    return lines + render(headers, cells, set(range(9)))
+    return lines + render(headers, cells, {0} | set(range(2, 10)))
 
 
 def ceiling_lines(rows: list[Row]) -> list[str]:
