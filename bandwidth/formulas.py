@@ -40,3 +40,44 @@ def one_gpu_device_bound_gbps(n: int, memory_gbps: float) -> float:
     if n < 2:
         return 0.0
     return 2.0 * memory_gbps / (7.0 * n)
+
+
+# What a training step costs (--compute; docs/formulas.md, "What the network costs a step").
+# Every time is a median over the run's iterations, measured in the same run: ``compute_s`` the
+# step's compute alone (an infinitely fast network), ``exchange_s`` the exchange alone (no
+# compute), ``step_s`` the step with both.
+
+def exposed_s(step_s: float, compute_s: float) -> float:
+    """Exposed communication: the time the network adds to a step, step - compute alone (0 at
+    the least; a step a little faster than compute alone is timing noise, not a gain)."""
+    return max(0.0, step_s - compute_s)
+
+
+def overlap(step_s: float, compute_s: float, exchange_s: float) -> float:
+    """The share of the exchange that compute hides: 1 - exposed / exchange alone, in [0, 1]
+    (1: the exchange costs nothing; 0: none of it overlaps)."""
+    if exchange_s <= 0:
+        return 1.0
+    return min(1.0, max(0.0, 1.0 - exposed_s(step_s, compute_s) / exchange_s))
+
+
+def compute_slowdown(compute_in_step_s: float, compute_s: float) -> float:
+    """How much slower compute runs inside the step than alone (1: no slower): they compete for
+    the device's memory bandwidth and cores."""
+    return compute_in_step_s / compute_s if compute_s > 0 else 1.0
+
+
+def samples_per_s(batch_size: int, devices: int, step_s: float) -> float:
+    """Training throughput: every device's batch once per step."""
+    return batch_size * devices / step_s if step_s > 0 else 0.0
+
+
+def performance_ratio(step_s: float, compute_s: float) -> float:
+    """The seeds' performance ratio: compute alone / step = samples/s against a network that costs
+    nothing (1: the network costs nothing; 0.05: the step is 20 x slower than its compute)."""
+    return min(1.0, compute_s / step_s) if step_s > 0 else 0.0
+
+
+def serial_step_s(compute_s: float, exchange_s: float) -> float:
+    """The step with no overlap at all (the flat schedule: compute, then the exchange)."""
+    return compute_s + exchange_s

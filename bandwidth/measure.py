@@ -48,6 +48,8 @@ from bandwidth.errors import BandwidthError, ConfigError  # noqa: E402
 from bandwidth.hardware.environment import describe as describe_environment  # noqa: E402
 from bandwidth.measurement.fresh import fresh_pass  # noqa: E402
 from bandwidth.measurement.protocol import Summary  # noqa: E402
+from bandwidth.compute.layers import describe as describe_compute  # noqa: E402
+from bandwidth.plan.layout import DTYPE_BYTES  # noqa: E402
 from bandwidth.plan.plan import Plan, make_plan, size_line  # noqa: E402
 from bandwidth.report import baseline  # noqa: E402
 from bandwidth.report import gatereport  # noqa: E402
@@ -153,7 +155,8 @@ def execute(job: Job, role=None) -> int:
     if job.dry_run:
         for plan in plans:
             print(size_line(plan.shapes, plan.config.dtype))
-            print("\n".join(array_table(plan)))
+            print("\n".join(array_table(plan) + describe_compute(
+                plan.compute, DTYPE_BYTES[plan.config.dtype])))
         return 0
     widest = max(plans, key=lambda p: p.devices.n)
     environment = describe_environment(widest.devices)
@@ -400,6 +403,8 @@ def check_busy(devices, force: bool, gating: bool) -> list[str]:
 def print_tables(job: Job, rows) -> None:
     if job.is_sweep:
         print("\n".join(table.sweep_table(rows)))
+        if any(row.step_s is not None for row in rows):
+            print("\n".join([""] + table.step_table(rows)))
     if len({row.backend for row in rows}) > 1:
         print("\n".join([""] + table.backend_table(rows)))
     if job.baseline_row:
@@ -489,9 +494,10 @@ def outputs(job: Job, doc: dict, rows) -> None:
         table.write_csv(rows, job.csv_path)
         print(f"# wrote {job.csv_path}")
     if job.plot_path:
-        from bandwidth.report import plot
+        from bandwidth.report import plot, timeline
 
-        kind = plot.plot_rows(rows, job.plot_path)
+        kind = (timeline.plot_timeline(doc, job.plot_path) if timeline.wanted(doc)
+                else plot.plot_rows(rows, job.plot_path))
         print(f"# wrote {job.plot_path} ({kind})")
 
 

@@ -20,6 +20,7 @@ from bandwidth.measurement.tasks import Kicking, reference_summary
 from bandwidth.plan.plan import Plan, check_memory, make_plan
 from bandwidth.processes.lifeline import Watchdog
 from bandwidth.processes.spawn import run_ranks
+from bandwidth.results.costs import step_costs
 from bandwidth.results.result import Result
 
 
@@ -129,4 +130,6 @@ def finished(plan: Plan, measured: dict, reference: Summary | None,
                   reports=[Report(**r) for r in measured["reports"]], summary=summary,
                   reference=reference, ceiling=ceiling, notes=measured["notes"],
                   launch=measured.get("launch"), cpu_threads=measured.get("cpu_threads"),
-                  graph_steps=measured.get("graph_steps") or 1)
+                  graph_steps=measured.get("graph_steps") or 1,
+                  costs=step_costs(measured, summary.seconds_median, plan.config.batch_size,
+                                   plan.devices.n))

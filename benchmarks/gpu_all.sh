@@ -37,6 +37,21 @@ log="$OUT/gpu.log"
     python3 benchmarks/gpu_bench.py --rounds 5 --peers /tmp/peers --json "$OUT/gpu_bench.json" \
       --log-tools "$OUT/tools.log" ${BENCH_ARGS:-}
   fi
+  if part bench; then
+    echo "== benchmarks/gpu_step_ms.py (forward/backward ms for network_impact.py --compute-ms)"
+    python3 benchmarks/gpu_step_ms.py --dtype float32 --json "$OUT/gpu_step_ms.json"
+    echo "== --compute flops on one GPU: the products' rate against a large matmul's (target 70 %)"
+    for dtype in float32 bfloat16; do
+      python3 bandwidth/measure.py --kv-store device --gpus 0,0 --network resnet --num-layers 50 \
+        --compute flops --batch-size 32 --dtype "$dtype" --num-batches 10 --no-reference
+    done
+    echo "== overlap on one GPU: backward, compute alone >= 2 x the exchange alone (issue 26)"
+    for mode in device local; do
+      python3 bandwidth/measure.py --kv-store "$mode" --gpus 0,0 --schedule backward "${R200[@]}" \
+        --compute-ms 10,20 --no-reference --json "$OUT/overlap_$mode.json"
+    done
+    python3 -m pytest -q -p no:cacheprovider tests/test_compute.py
+  fi
   if ! part extra; then
     :
   elif [ "$GPUS" -ge 2 ]; then

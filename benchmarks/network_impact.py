@@ -19,6 +19,18 @@ It prints, per mode, the median step time and ``% of link`` (the full-duplex bou
 ``bandwidth.ceiling.linkbound`` over the measured step) of every cell, and the seeds' table: the
 performance ratio of every rate against the fastest one, per network (1 = the link does not
 matter). With ``--mxnet``, the toolkit's dist_sync time over MXNet's per cell.
+
+With ``--compute``, every cell is a training step (``measure.py --compute``): ``dist_sync`` under
+the ``backward`` schedule (2 workers x 2 servers) and ``dist_nccl`` under ``ddp`` (4 workers),
+per network, batch size (``--batch-size 16,32``) and rate, and the table is the seeds'
+"Performance Ratio" row: compute alone / step, both measured in the cell's own run (1: the
+network costs nothing). ``--compute ms --step-ms step_ms.json`` takes each network's and batch's
+forward and backward milliseconds from ``benchmarks/gpu_step_ms.py``'s JSON (a real GPU's step,
+since the lab's CPUs compute far slower than a GPU); ``--compute flops`` runs the FLOPs on the
+lab's CPUs instead::
+
+    flock /tmp/heavy.lock python3 benchmarks/network_impact.py --compute ms \
+        --step-ms step_ms.json --batch-size 16,32 --plot ratio.png --json ratio.json
 """
 
 from __future__ import annotations
@@ -47,12 +59,36 @@ MODES = {   # name: (launch flags, measure flags, interpreter: None = this one)
     "dist_sync 2cpu": (["-n", "2", "-s", "2"], ["--kv-store", "dist_sync", "--cpus", "2"]),
     "mxnet dist_sync": (["-n", "2", "-s", "2", "--scheduler"],
                         ["--backend", "mxnet", "--kv-store", "dist_sync", "--cpus", "2"]),
+    # --compute: the documents' two setups, each in its training schedule
+    "dist_sync backward": (["-n", "2", "-s", "2"], ["--kv-store", "dist_sync", "--cpus", "1",
+                                                     "--schedule", "backward"]),
+    "dist_nccl ddp": (["-n", "4", "-s", "0"], ["--kv-store", "dist_nccl", "--cpus", "1",
+                                               "--schedule", "ddp"]),
 }
+COMPUTE_MODES = "dist_sync backward,dist_nccl ddp"
+COMPUTE_RATES = "500mbit,1gbit,2.5gbit,5gbit,10gbit"
+
+
+def compute_flags(compute: str, network: str, batch: int, step_ms: dict) -> list[str]:
+    """measure.py's compute flags of a cell (none without --compute)."""
+    if compute == "none":
+        return []
+    if compute == "flops":
+        return ["--compute", "flops", "--batch-size", str(batch)]
+    forward, backward = step_ms[(network, batch)]
+    return ["--compute-ms", f"{forward:.3f},{backward:.3f}", "--batch-size", str(batch)]
+
+
+def load_step_ms(path: str) -> dict:
+    """gpu_step_ms.py's JSON: {(network, batch): (forward ms, backward ms)}."""
+    return {(r["network"], int(r["batch_size"])): (r["forward_ms"], r["backward_ms"])
+            for r in json.loads(Path(path).read_text())}
 
 
 def run_cell(lab, mode: str, network: str, rate_bits: int, batches: int,
-             mxnet_python: str | None) -> dict:
+             mxnet_python: str | None, extra: list[str] = ()) -> dict:
     launch_flags, measure_flags = MODES[mode]
+    measure_flags = measure_flags + list(extra)
     python = mxnet_python if mode.startswith("mxnet") else "python3"
     name, _, layers = network.rpartition("-")
     net_flags = (["--network", name, "--num-layers", layers] if layers.isdigit()
@@ -83,8 +119,10 @@ def run_cell(lab, mode: str, network: str, rate_bits: int, batches: int,
         shares = (result.get("workers") or [{}])[0].get("server_nbytes") or shares_of(result)
         traffic = ps_host_bytes(hosts[:2], hosts[2:], shares)
     bound = link_bound(traffic, rate_bits, seconds)
+    costs = result.get("step_costs") or {}
     return {"seconds": seconds, "nbytes": nbytes, "bound_s": bound.seconds, "pct": bound.pct,
-            "error": None}
+            "error": None, **{k: costs[k] for k in ("compute_s", "step_s", "exposed_s", "overlap",
+                                                     "performance_ratio") if k in costs}}
 
 
 def shares_of(result: dict) -> list[float]:
@@ -137,6 +175,47 @@ def tables(cells: dict, rates: list[str], networks: list[str], modes: list[str])
     return lines
 
 
+def ratio_tables(cells: dict, rates: list[str], rows: list[str], modes: list[str]) -> list[str]:
+    """The seeds' "Performance Ratio" rows: compute alone / step per cell (--compute), with
+    the step and compute alone in ms beside it."""
+    lines = []
+    for mode in modes:
+        lines += ["", f"## {mode}: Performance Ratio (compute alone / step; 1: the network "
+                  "costs nothing)", "| network, batch | " + " | ".join(rates) + " |",
+                  "|---|" + "---|" * len(rates)]
+        for row in rows:
+            cell_text = []
+            for rate in rates:
+                c = cells[(mode, row, rate)]
+                cell_text.append(f"FAIL ({c['error']})" if c["error"] else
+                                 f"{c['performance_ratio']:.2f} ({1e3 * c['step_s']:.0f} / "
+                                 f"{1e3 * c['compute_s']:.0f} ms)")
+            lines.append(f"| {row} | " + " | ".join(cell_text) + " |")
+    return lines
+
+
+def ratio_plot(cells: dict, rates: list[str], rows: list[str], modes: list[str], path: str):
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7, 4))
+    ax = fig.add_subplot()
+    x = [parse_rate(r) / 1e9 for r in rates]
+    for mode in modes:
+        for row in rows:
+            y = [cells[(mode, row, r)].get("performance_ratio") for r in rates]
+            ax.plot(x, [v if v is not None else float("nan") for v in y], marker="o",
+                    label=f"{mode}, {row}")
+    ax.set_xscale("log")
+    ax.set_xticks(x, [f"{v:g}" for v in x])
+    ax.set_xlabel("link rate, Gbit/s each way (tc tbf, netlab)")
+    ax.set_ylabel("performance ratio (compute alone / step)")
+    ax.set_ylim(0, 1.05)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def plot(cells: dict, rates: list[str], networks: list[str], modes: list[str], path: str):
     from matplotlib.figure import Figure
 
@@ -161,9 +240,18 @@ def plot(cells: dict, rates: list[str], networks: list[str], modes: list[str], p
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rates", default="1gbit,2.5gbit,5gbit,10gbit")
+    parser.add_argument("--rates", default=None,
+                        help=f"default 1gbit,2.5gbit,5gbit,10gbit ({COMPUTE_RATES} with --compute)")
     parser.add_argument("--networks", default="resnet-50,inception-v3")
-    parser.add_argument("--modes", default="dist_sync,dist_async,dist_nccl")
+    parser.add_argument("--modes", default=None,
+                        help=f"default dist_sync,dist_async,dist_nccl ({COMPUTE_MODES} with "
+                             "--compute)")
+    parser.add_argument("--compute", default="none", choices=("none", "flops", "ms"),
+                        help="cells are training steps: 'ms' with --step-ms (a GPU's step), "
+                             "'flops' on the lab's CPUs")
+    parser.add_argument("--batch-size", default="16,32", help="with --compute: batch sizes")
+    parser.add_argument("--step-ms", default=None, metavar="FILE.json",
+                        help="--compute ms: benchmarks/gpu_step_ms.py's JSON")
     parser.add_argument("--mxnet", default=None, metavar="PYTHON",
                         help="also MXNet's ps-lite dist_sync, under this interpreter")
     parser.add_argument("--num-batches", type=int, default=5)
@@ -172,32 +260,52 @@ def main() -> int:
     parser.add_argument("--plot", default=None)
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
-    rates = args.rates.split(",")
+    computing = args.compute != "none"
+    rates = (args.rates or (COMPUTE_RATES if computing else "1gbit,2.5gbit,5gbit,10gbit")
+             ).split(",")
     networks = args.networks.split(",")
-    modes = args.modes.split(",") + (["dist_sync 2cpu", "mxnet dist_sync"] if args.mxnet else [])
+    modes = (args.modes or (COMPUTE_MODES if computing else "dist_sync,dist_async,dist_nccl")
+             ).split(",") + (["dist_sync 2cpu", "mxnet dist_sync"] if args.mxnet else [])
+    batches = [int(b) for b in args.batch_size.split(",")] if computing else [0]
+    if args.compute == "ms" and not args.step_ms:
+        parser.error("--compute ms needs --step-ms FILE.json (benchmarks/gpu_step_ms.py --json)")
+    step_ms = load_step_ms(args.step_ms) if args.compute == "ms" else {}
+    missing = [f"{n} batch {b}" for n in networks for b in batches
+               if args.compute == "ms" and (n, b) not in step_ms]
+    if missing:
+        parser.error(f"--step-ms {args.step_ms} has no figure for {', '.join(missing)}")
+    rows = [f"{n}, batch {b}" if computing else n for n in networks for b in batches]
     labmod.remove(args.name)
     lab = up(args.name, 4, rates[0], subnet=args.subnet)
     cells = {}
     try:
         for rate in rates:
             lab = labmod.reshape(lab, parse_rate(rate))
-            for network in networks:
+            for network, batch, row in zip([n for n in networks for _ in batches],
+                                           batches * len(networks), rows):
                 for mode in modes:
                     cell = run_cell(lab, mode, network, parse_rate(rate), args.num_batches,
-                                    args.mxnet)
-                    cells[(mode, network, rate)] = cell
-                    print(f"# {rate:>8} {network:<14} {mode:<16} " + (
+                                    args.mxnet, compute_flags(args.compute, network, batch,
+                                                              step_ms))
+                    cells[(mode, row, rate)] = cell
+                    print(f"# {rate:>8} {row:<24} {mode:<18} " + (
                         f"FAIL {cell['error']}" if cell["error"] else
-                        f"{cell['seconds']:.3f} s, {cell['pct']:.1f} % of link"), flush=True)
+                        f"{cell['seconds']:.3f} s, {cell['pct']:.1f} % of link" + (
+                            f", ratio {cell['performance_ratio']:.3f}" if computing else "")),
+                        flush=True)
     finally:
         labmod.remove(args.name)
-    print("\n".join(tables(cells, rates, networks, modes)))
+    print("\n".join(ratio_tables(cells, rates, rows, modes) if computing
+                    else tables(cells, rates, networks, modes)))
     if args.plot:
-        plot(cells, rates, networks, modes, args.plot)
+        (ratio_plot if computing else plot)(cells, rates, rows, modes, args.plot)
         print(f"# wrote {args.plot}")
     if args.json:
         Path(args.json).write_text(json.dumps(
-            {"rates": rates, "networks": networks, "modes": modes,
+            {"rates": rates, "networks": networks, "modes": modes, "compute": args.compute,
+             "batch_sizes": batches if computing else [], "step_ms": [
+                 {"network": n, "batch_size": b, "forward_ms": f, "backward_ms": w}
+                 for (n, b), (f, w) in step_ms.items()],
              "cells": [{"mode": m, "network": n, "rate": r, **c}
                        for (m, n, r), c in cells.items()]}, indent=1))
         print(f"# wrote {args.json}")

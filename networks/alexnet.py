@@ -39,3 +39,15 @@ def shapes(image_shape: Shape, num_classes: int) -> Shapes:
                                     ("fc3", (4096, num_classes))):
         result += [(f"{name}_weight", (outputs, inputs)), (f"{name}_bias", (outputs,))]
     return result
+
+
+def conv_positions(image_shape: Shape) -> dict[str, int]:
+    """Output positions (height x width) of every conv weight, for networks.costs."""
+    _, height, width = image_shape
+    result = {}
+    for name, _, kernel, stride, pad, pooled in CONVS:
+        height, width = (window_out(s, kernel, stride, pad) for s in (height, width))
+        result[f"{name}_weight"] = height * width
+        if pooled:
+            height, width = (window_out(s, 3, 2) for s in (height, width))
+    return result

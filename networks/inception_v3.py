@@ -51,13 +51,16 @@ class _Net:
 
     def __init__(self) -> None:
         self.arrays: Shapes = []
+        self.positions: dict[str, int] = {}   # conv weight -> output height x width
 
     def conv(self, x: Act, name: str, filters: int, kernel: tuple[int, int] = (1, 1),
              stride: int = 1, pad: tuple[int, int] = (0, 0)) -> Act:
         channels, height, width = x
         self.arrays.append((f"{name}_conv2d_weight", (filters, channels, *kernel)))
-        return (filters, window_out(height, kernel[0], stride, pad[0]),
-                window_out(width, kernel[1], stride, pad[1]))
+        out = (filters, window_out(height, kernel[0], stride, pad[0]),
+               window_out(width, kernel[1], stride, pad[1]))
+        self.positions[f"{name}_conv2d_weight"] = out[1] * out[2]
+        return out
 
     def chain(self, x: Act, prefix: str, layers) -> Act:
         """Convs applied one after the other, named prefix_conv, prefix_conv_1, prefix_conv_2..."""
@@ -120,6 +123,17 @@ def block_e(net: _Net, x: Act, name, n1x1, d3_red, d3_a, d3_b, n3_red, n3, n3_a,
 
 
 def shapes(image_shape: Shape, num_classes: int) -> Shapes:
+    net, features = build(image_shape)
+    return net.arrays + [("fc1_weight", (num_classes, features)), ("fc1_bias", (num_classes,))]
+
+
+def conv_positions(image_shape: Shape) -> dict[str, int]:
+    """Output positions (height x width) of every conv weight, for networks.costs."""
+    return build(image_shape)[0].positions
+
+
+def build(image_shape: Shape) -> tuple[_Net, int]:
+    """The convolutional body: its arrays and geometry, and the classifier's input features."""
     net = _Net()
     x: Act = tuple(image_shape)
     x = net.conv(x, "conv", 32, (3, 3), 2)
@@ -136,5 +150,4 @@ def shapes(image_shape: Shape, num_classes: int) -> Shapes:
     for block in BLOCKS_E:
         x = block_e(net, x, *block)
     x = pool(x, 8)  # "global_pool": a fixed 8x8 window, stride 1, then Flatten
-    features = x[0] * x[1] * x[2]
-    return net.arrays + [("fc1_weight", (num_classes, features)), ("fc1_bias", (num_classes,))]
+    return net, x[0] * x[1] * x[2]

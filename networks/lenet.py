@@ -29,3 +29,14 @@ def shapes(image_shape: Shape, num_classes: int) -> Shapes:
         result += [(f"fullyconnected{index}_weight", (outputs, inputs)),
                    (f"fullyconnected{index}_bias", (outputs,))]
     return result
+
+
+def conv_positions(image_shape: Shape) -> dict[str, int]:
+    """Output positions (height x width) of both 5x5 convs, for networks.costs."""
+    _, height, width = image_shape
+    result = {}
+    for index in range(2):
+        height, width = window_out(height, 5), window_out(width, 5)
+        result[f"convolution{index}_weight"] = height * width
+        height, width = window_out(height, 2, 2), window_out(width, 2, 2)
+    return result

@@ -48,3 +48,14 @@ def shapes(image_shape: Shape, num_classes: int, alpha: float = 1.0) -> Shapes:
     flat = channels * pooled[0] * pooled[1]
     result += [("fc_weight", (num_classes, flat)), ("fc_bias", (num_classes,))]
     return result
+
+
+def conv_positions(image_shape: Shape, alpha: float = 1.0) -> dict[str, int]:
+    """Output positions of every conv weight; a pointwise conv keeps its depthwise conv's size."""
+    sizes = [window_out(s, 3, 2, 1) for s in image_shape[1:]]
+    result = {"conv_1_conv2d_weight": sizes[0] * sizes[1]}
+    for index, (stride, _) in enumerate(PAIRS, start=2):
+        sizes = [window_out(s, 3, stride, 1) for s in sizes]
+        result[f"conv_{index}_dw_conv2d_weight"] = result[f"conv_{index}_conv2d_weight"] = \
+            sizes[0] * sizes[1]
+    return result

@@ -8,6 +8,8 @@ global pool, so only the channel count of the image (not its size) changes a sha
 
 from __future__ import annotations
 
+from networks._geometry import window_out
+
 Shape = tuple[int, ...]
 Shapes = list[tuple[str, Shape]]
 
@@ -107,3 +109,41 @@ def residual_unit(name: str, in_channels: int, out_channels: int, bottleneck: bo
     if has_shortcut:
         arrays.append((f"{name}_sc_weight", (out_channels, in_channels, 1, 1)))
     return arrays
+
+
+def conv_positions(image_shape: Shape, num_layers: int = 152, small_below: int = 28) -> dict[str, int]:
+    """Output positions (height x width) of every conv weight, for the FLOPs of networks.costs.
+
+    MXNet's units put the stage's stride on the 3x3 conv (bottleneck: conv2; basic: conv1) and on
+    the shortcut; stages after the first stride 2. ``small_below``: the height up to which the
+    CIFAR-style table applies (resnet 28, resnext 32); the 3x3 stem without max pool is used up to
+    32 either way.
+    """
+    _, height, width = image_shape
+    if height <= small_below:
+        units, _, bottleneck = cifar_plan(num_layers) or ((), (), False)
+    else:
+        units, _, bottleneck = imagenet_plan(num_layers)
+    sizes = (height, width)
+    if height > 32:          # 7x7/2 stem, then a 3x3/2 max pool
+        sizes = tuple(window_out(window_out(s, 7, 2, 3), 3, 2, 1) for s in sizes)
+        stem = (window_out(height, 7, 2, 3), window_out(width, 7, 2, 3))
+    else:
+        stem = sizes
+    result = {"conv0_weight": stem[0] * stem[1]}
+    for stage, count in enumerate(units, start=1):
+        stride = 1 if stage == 1 else 2
+        for unit in range(1, count + 1):
+            name, first = f"stage{stage}_unit{unit}", unit == 1
+            before = sizes
+            if first:
+                sizes = tuple(window_out(s, 3, stride, 1) for s in sizes)
+            area, area_in = sizes[0] * sizes[1], before[0] * before[1]
+            if bottleneck:
+                result.update({f"{name}_conv1_weight": area_in, f"{name}_conv2_weight": area,
+                               f"{name}_conv3_weight": area})
+            else:
+                result.update({f"{name}_conv1_weight": area, f"{name}_conv2_weight": area})
+            if first:
+                result[f"{name}_sc_weight"] = area
+    return result

@@ -8,6 +8,7 @@ post-activation (conv then BatchNorm). All convs pass ``no_bias=True``; only ``f
 
 from __future__ import annotations
 
+from networks import resnet
 from networks.resnet import IMAGENET_UNITS, cifar_depths, cifar_plan, imagenet_plan
 
 Shape = tuple[int, ...]
@@ -68,3 +69,9 @@ def residual_unit(name: str, in_channels: int, out_channels: int, bottleneck: bo
     if has_shortcut:
         arrays.append((f"{name}_sc_weight", (out_channels, in_channels, 1, 1)))
     return arrays
+
+
+def conv_positions(image_shape: Shape, num_layers: int = 152) -> dict[str, int]:
+    """Output positions of every conv weight: resnet's geometry (the same strides, stem and pool),
+    with the CIFAR-style table up to height 32."""
+    return resnet.conv_positions(image_shape, num_layers, small_below=32)

@@ -173,3 +173,50 @@ def _builder(name: str) -> Callable[..., Shapes]:
 MODELS: dict[str, tuple[Callable[..., Shapes], str]] = {
     name: (_builder(name), config.summary) for name, config in CONFIGS.items()
 }
+
+
+DEFAULT_SEQ_LEN = 2048     # tokens per sample of the models without learned positions (Llama)
+
+
+def seq_len_of(name: str, image_shape: Shape, seq_len: int | None) -> int:
+    """Tokens per sample: ViT's patches + its class token (the image sets them); the language
+    models ``seq_len``, by default their learned positions (BERT 512, GPT-2 1024) or 2048."""
+    c = CONFIGS[name]
+    if c.family == "vit":
+        return (image_shape[1] // PATCH) * (image_shape[2] // PATCH) + 1
+    return seq_len or c.positions or DEFAULT_SEQ_LEN
+
+
+def token_uses(name: str, image_shape: Shape, seq_len: int | None
+               ) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
+    """What networks.costs needs of model ``name``, per sample: (positions, outputs, extra).
+
+    positions: how many tokens each array is applied to (0: a lookup table, no arithmetic; the
+    pooler and ViT's classifier read one token; a tied embedding is also the LM head, applied to
+    every token). outputs: output features of GPT-2's ``Conv1D`` weights, stored ``[in, out]``
+    (every other weight is ``[out, in]``). extra: the attention's score and context products,
+    2 x 2 x S x S x width multiply-adds per layer, put on the layer of its query projection.
+    """
+    c = CONFIGS[name]
+    tokens = seq_len_of(name, image_shape, seq_len)
+    arrays = _builder(name)(image_shape=image_shape, num_classes=1)
+    positions = {array: tokens for array, _ in arrays}
+    for array, _ in arrays:
+        if array.endswith(("embeddings.weight", "wte.weight", "wpe.weight", "cls_token",
+                           "position_embeddings", "embed_tokens.weight")):
+            positions[array] = 0
+        if array.startswith(("pooler.", "classifier.")):
+            positions[array] = 1
+    if c.family == "llama" and c.tied:
+        positions["model.embed_tokens.weight"] = tokens
+    if c.family == "vit":
+        positions["vit.embeddings.patch_embeddings.projection.weight"] = tokens - 1
+        positions["vit.embeddings.patch_embeddings.projection.bias"] = tokens - 1
+    outputs = {array: shape[1] for array, shape in arrays
+               if c.family == "gpt2" and len(shape) == 2 and array.startswith("h.")}
+    width = c.hidden
+    query = {"bert": "attention.self.query.weight", "gpt2": "attn.c_attn.weight",
+             "llama": "self_attn.q_proj.weight", "vit": "attention.attention.query.weight"}
+    extra = {array: 4 * tokens * tokens * width for array, _ in arrays
+             if array.endswith(query[c.family])}
+    return positions, outputs, extra

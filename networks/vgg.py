@@ -60,3 +60,14 @@ def shapes(image_shape: Shape, num_classes: int, num_layers: int = 16) -> Shapes
                                     ("fc8", (4096, num_classes))):
         result += [(f"{name}_weight", (outputs, inputs)), (f"{name}_bias", (outputs,))]
     return result
+
+
+def conv_positions(image_shape: Shape, num_layers: int = 16) -> dict[str, int]:
+    """Output positions of every conv weight (3x3, pad 1: a group's size until its pool)."""
+    height, width = image_shape[1:]
+    result = {}
+    for group, count in enumerate(CONVS_PER_GROUP[num_layers], start=1):
+        for index in range(1, count + 1):
+            result[f"conv{group}_{index}_weight"] = height * width
+        height, width = pooled_size(height), pooled_size(width)
+    return result

@@ -31,6 +31,25 @@ def test_one_gpu_device_bound():
     assert one_gpu_device_bound_gbps(1, 2800.0) == 0.0
 
 
+def test_step_costs():
+    from bandwidth.formulas import (compute_slowdown, exposed_s, overlap, performance_ratio,
+                                    samples_per_s, serial_step_s)
+    # compute 30 ms, exchange 20 ms alone, the step 35 ms: 5 ms exposed, 3/4 of it hidden.
+    assert exposed_s(0.035, 0.030) == pytest.approx(0.005)
+    assert overlap(0.035, 0.030, 0.020) == pytest.approx(0.75)
+    assert performance_ratio(0.035, 0.030) == pytest.approx(30 / 35)
+    assert samples_per_s(32, 4, 0.035) == pytest.approx(128 / 0.035)
+    assert compute_slowdown(0.033, 0.030) == pytest.approx(1.1)
+    # no overlap: the serial step exposes the whole exchange
+    assert overlap(serial_step_s(0.03, 0.02), 0.03, 0.02) == pytest.approx(0.0)
+    assert performance_ratio(serial_step_s(0.03, 0.02), 0.03) == pytest.approx(0.6)
+    # a step a hair faster than compute alone is noise: nothing exposed, all hidden, ratio 1
+    assert exposed_s(0.0299, 0.03) == 0.0
+    assert overlap(0.0299, 0.03, 0.02) == 1.0 and performance_ratio(0.0299, 0.03) == 1.0
+    # a step longer than compute + exchange hides nothing (overlap floors at 0)
+    assert overlap(0.06, 0.03, 0.02) == 0.0
+
+
 def test_fsdp_factor_is_two_all_gathers_and_a_reduce_scatter():
     from bandwidth.formulas import fsdp_factor
     assert fsdp_factor(1) == 0.0

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from bandwidth.ceiling.hostmatrix import HostMatrix, load_matrix
 from bandwidth.cliparse import OneLineParser
+from bandwidth.config.compute_flags import add_compute_flags, compute_fields
 from bandwidth.errors import ConfigError
 
 DTYPES = ("float32", "float16", "bfloat16")
@@ -54,6 +55,12 @@ class Config:
     schedule: str = "flat"                 # bandwidth.schedules: flat | backward | ddp | fsdp
     bucket_mb: float = 25.0                # ddp: bucket cap, MiB (DDP's bucket_cap_mb)
     first_bucket_mb: float = 1.0           # ddp: the first bucket's cap, MiB
+    # The compute a step overlaps with (bandwidth.config.compute_flags, bandwidth.compute):
+    compute: str = "none"                  # "none" | "flops" | "ms" | "file"
+    batch_size: int = 32                   # samples per device and step
+    seq_len: int | None = None             # tokens per sample (None: the model's)
+    compute_ms: tuple[float, float] | None = None          # the step's forward, backward ms
+    compute_layers_ms: tuple[tuple[str, float, float], ...] | None = None  # per layer
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -64,6 +71,9 @@ class Config:
         data["image_shape"] = tuple(data["image_shape"])
         if data.get("gpus") is not None:
             data["gpus"] = tuple(data["gpus"])
+        for key in ("compute_ms", "compute_layers_ms"):
+            if data.get(key) is not None:
+                data[key] = tuple(tuple(x) if isinstance(x, list) else x for x in data[key])
         return cls(**data)
 
 
@@ -338,6 +348,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="add a speed-up table over device counts (with --scaling)")
     out.add_argument("--dry-run", action="store_true",
                      help="print the arrays (name, shape, bytes) and exit without allocating")
+    add_compute_flags(parser)
     ci = parser.add_argument_group("regression checks")
     ci.add_argument("--save-baseline", default=None,
                     help="write the results with this machine's hardware fingerprint as a baseline")
@@ -588,7 +599,8 @@ def job_from_args(args: argparse.Namespace) -> Job:
                   optimizer=optimizer, dtype=args.dtype, reference=args.reference,
                   chunk_mb=args.chunk_mb, cpu_threads=args.cpu_threads, timeout_s=args.timeout,
                   seed=args.seed, gc_type=args.gc_type.lower(), launch=args.launch,
-                  owners=args.owners, graph_steps=parse_graph_steps(args.graph_steps))
+                  owners=args.owners, graph_steps=parse_graph_steps(args.graph_steps),
+                  **compute_fields(args))
     # The backend varies fastest, so that the rows of a comparison sit side by side.
     configs = tuple(Config(network=network, kv_store=mode, gpus=gpus, cpus=cpus, backend=backend,
                            schedule=schedule, bucket_mb=bucket_mb, first_bucket_mb=first,

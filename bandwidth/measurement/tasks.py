@@ -8,6 +8,7 @@ from dataclasses import asdict
 from typing import Callable
 
 from bandwidth.measurement import protocol
+from bandwidth.measurement.costs import measure_costs
 from bandwidth.measurement.protocol import Report, Sample, Summary
 from bandwidth.measurement.session import Session, launch_of
 from bandwidth.plan.plan import Plan
@@ -27,6 +28,10 @@ def measure_task(plan: Plan, indices: list[int], group,
         measured["launch"] = session.launch
         measured["graph_steps"] = session.graph_steps        # 1 unless replays are queued
         measured["cpu_threads"] = session.cpu_threads_used
+        if plan.compute is not None:
+            c = plan.config
+            with Watchdog(c.timeout_s, f"{c.kv_store} on {plan.network_label} with compute") as dog:
+                measured["costs"] = measure_costs(plan, session, lambda s: Kicking(s, dog))
         return measured
     finally:
         session.close()
@@ -40,7 +45,8 @@ def open_session(plan: Plan, indices: list[int], group, *, cluster=None, first_r
                       optimizer=c.optimizer, seed=c.seed, chunk_mb=c.chunk_mb,
                       cpu_threads=c.cpu_threads, check=c.test_results, cluster=cluster,
                       first_replica=first_replica, replicas=replicas, launch=plan.launch,
-                      owners=c.owners, graph_steps=c.graph_steps, schedule=plan.schedule)
+                      owners=c.owners, graph_steps=1 if plan.compute else c.graph_steps,
+                      schedule=plan.schedule)
     notes = session.store.notes() + [n for n in (session.graph_failure, session.launch_trial,
                                                  session.graph_note, session.threads_note) if n]
     return session, notes

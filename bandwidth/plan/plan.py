@@ -9,6 +9,8 @@ from functools import cached_property
 
 import networks
 from bandwidth.backends.registry import store_class
+from bandwidth.compute.layers import ComputePlan, compute_plan
+from bandwidth.compute.runner import work_bytes
 from bandwidth.config.options import Config
 from bandwidth.errors import ConfigError, OutOfMemoryError, UnsupportedError
 from bandwidth.hardware.devices import DeviceSet, free_bytes, resolve
@@ -33,6 +35,11 @@ class Plan:
     shapes: list[tuple[str, tuple[int, ...]]]
     devices: DeviceSet
     store_cls: type[KVStore]
+
+    @cached_property
+    def compute(self) -> ComputePlan | None:
+        """What each layer of a step computes (--compute; None: the exchange alone)."""
+        return compute_plan(self.config, self.shapes)
 
     @property
     def numel(self) -> int:
@@ -114,7 +121,12 @@ def make_plan(config: Config, with_devices: bool = True) -> Plan:
     reason = store_cls.unavailable(devices, config.dtype)
     if reason:
         raise UnsupportedError(f"--kv-store {config.kv_store} cannot run here: {reason}")
-    return Plan(config, shapes, devices, store_cls)
+    plan = Plan(config, shapes, devices, store_cls)
+    if config.compute != "none" and config.graph_steps not in (None, 1):
+        raise ConfigError("--graph-steps N queues N exchanges per iteration; a step with "
+                          "--compute has one exchange: leave --graph-steps out")
+    plan.compute                       # a compute file that does not match fails here
+    return plan
 
 
 def check_memory(*plans: Plan) -> None:
@@ -138,14 +150,24 @@ def check_memory(*plans: Plan) -> None:
             if need > have:
                 raise OutOfMemoryError(
                     f"{first.network_label} in {c.dtype} needs {need / 1e9:.2f} GB on {label} but "
-                    f"only {have / 1e9:.2f} GB is free; use a smaller network or dtype")
+                    f"only {have / 1e9:.2f} GB is free; use a smaller network or dtype"
+                    + _batch_hint(first))
         return
     need = sum(host_bytes(plan) for plan in plans)
     if need > free[0]:
         raise OutOfMemoryError(
             f"{first.network_label} in {c.dtype} on {n} CPU devices needs {need / 1e9:.2f} GB "
             f"of host memory but only {free[0] / 1e9:.2f} GB is available; use fewer --cpus "
-            "or a smaller network")
+            "or a smaller network" + _batch_hint(first))
+
+
+def _batch_hint(plan: Plan) -> str:
+    """With --compute, what the batch's activations take of a replica's need."""
+    if plan.compute is None:
+        return ""
+    activations = plan.compute.activation_nbytes(DTYPE_BYTES[plan.config.dtype])
+    return (f", or a smaller --batch-size (the activations of batch {plan.config.batch_size} "
+            f"take {activations / 1e9:.2f} GB per replica)")
 
 
 def _replica_bytes(plan: Plan) -> int:
@@ -154,7 +176,17 @@ def _replica_bytes(plan: Plan) -> int:
     extra = 0 if plan.schedule is None else plan.schedule.extra_bytes_per_device(
         plan.nbytes, plan.devices.n, optimizer)
     return 2 * plan.nbytes + extra + plan.store_cls.extra_bytes_per_device(
-        plan.nbytes, plan.devices.n, optimizer)
+        plan.nbytes, plan.devices.n, optimizer) + compute_bytes(plan)
+
+
+def compute_bytes(plan: Plan) -> int:
+    """One replica's compute (--compute): the activations a step keeps and the runner's work
+    buffers (bandwidth.compute.runner)."""
+    if plan.compute is None:
+        return 0
+    dtype_bytes = DTYPE_BYTES[plan.config.dtype]
+    return (plan.compute.activation_nbytes(dtype_bytes)
+            + work_bytes(plan.devices.kind, dtype_bytes))
 
 
 def _sets(plan: Plan) -> int:

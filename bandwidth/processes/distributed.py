@@ -27,6 +27,7 @@ from bandwidth.ceiling.bounds import Bound, bound, judged
 from bandwidth.errors import ConfigError, UnsupportedError
 from bandwidth.formulas import busbw_gbps
 from bandwidth.launch.contract import SERVER, WORKER, Role, join_store
+from bandwidth.measurement.costs import exchange_steps
 from bandwidth.measurement.protocol import Report, Sample, Summary
 from bandwidth.measurement.tasks import measure_task, reference_summary
 from bandwidth.plan import optimizers
@@ -34,6 +35,7 @@ from bandwidth.plan.layout import DTYPE_BYTES, TORCH_DTYPES
 from bandwidth.plan.plan import Plan, make_plan
 from bandwidth.processes.group import DistGroup, all_gather_json
 from bandwidth.processes.spawn import run_ranks
+from bandwidth.results.costs import step_costs
 from bandwidth.results.result import Result, WorkerTraffic
 from bandwidth.stores.dist import Cluster, messages, post_messages, ps_layout
 from bandwidth.schedules.runner import exchange_order
@@ -107,7 +109,7 @@ def _parameter_server(plan: Plan, role: Role, on_report) -> Result | None:
         if role.name == SERVER:
             serve(plan.shapes, cluster, role.task_id, devices=1, by_owner=False,
                   sync=plan.store_cls.sync, optimizer=optimizers.make(c.optimizer),
-                  dtype=c.dtype, iterations=c.warmup + c.num_batches,
+                  dtype=c.dtype, iterations=exchange_steps(plan),
                   parts=_server_parts(plan))
             result = None
         else:
@@ -321,4 +323,6 @@ def _result(plan: Plan, measured: dict, group, replicas: int,
                   reference=ref, ceiling=judged(bound(plan, ref), summary.busbw_median,
                                                 on_cpu=not plan.devices.is_cuda)
                   if plan.config.reference else None,
-                  notes=notes, workers=workers)
+                  notes=notes, workers=workers,
+                  costs=step_costs(measured, summary.seconds_median, plan.config.batch_size,
+                                   replicas))

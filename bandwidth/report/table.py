@@ -28,7 +28,9 @@ from bandwidth.results.document import Row
 
 CSV_COLUMNS = ("source", "kv_store", "network", "devices", "n", "dtype", "optimizer", "nbytes",
                "busbw_gbps", "busbw_min", "busbw_max", "algbw_gbps", "seconds", "error",
-               "ceiling_name", "ceiling_gbps", "pct_of_ceiling", "backend", "ceiling_note")
+               "ceiling_name", "ceiling_gbps", "pct_of_ceiling", "backend", "ceiling_note",
+               "batch_size", "compute_s", "exchange_s", "step_s", "exposed_s", "overlap",
+               "samples_per_s", "performance_ratio")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -134,6 +136,36 @@ def sweep_table(rows: list[Row], title: str | None = None) -> list[str]:
               "(min, max beside it); algbw = bytes / time")]
     lines += render(headers, cells, right)
     return lines + ceiling_lines(rows)
+
+
+def step_table(rows: list[Row]) -> list[str]:
+    """What a step cost (--compute), per row; among rows of the same measurement but for ddp's
+    bucket caps (a --bucket-mb sweep), the fastest step is marked."""
+    def group(r: Row) -> tuple:          # the measurement but for ddp's bucket caps
+        return (r.kv_store, r.network, r.devices, r.dtype, r.optimizer, r.backend,
+                r.schedule.split()[0])
+
+    fastest = {}
+    for i, r in enumerate(rows):
+        if r.step_s is not None and (group(r) not in fastest
+                                     or r.step_s < rows[fastest[group(r)]].step_s):
+            fastest[group(r)] = i
+    counts = {key: sum(1 for r in rows if group(r) == key and r.step_s is not None)
+              for key in fastest}
+    headers = ["row", "schedule", "batch", "compute ms", "exchange ms", "step ms", "exposed ms", "overlap",
+               "samples/s", "perf. ratio", ""]
+    cells = []
+    for i, r in enumerate(rows):
+        if r.step_s is None:
+            continue
+        mark = "<- fastest" if counts[group(r)] > 1 and fastest[group(r)] == i else ""
+        cells.append([str(i + 1), r.schedule, str(r.batch_size), f"{1e3 * r.compute_s:.3f}",
+                      f"{1e3 * r.exchange_s:.3f}", f"{1e3 * r.step_s:.3f}",
+                      f"{1e3 * r.exposed_s:.3f}", f"{100 * r.overlap:.1f} %",
+                      f"{r.samples_per_s:.1f}", f"{r.performance_ratio:.3f}", mark])
+    lines = ["# what a step costs (--compute): medians; exposed = step - compute alone, overlap = "
+             "1 - exposed / exchange alone, performance ratio = compute alone / step"]
+    return lines + render(headers, cells, {0} | set(range(2, 10)))
 
 
 def ceiling_lines(rows: list[Row]) -> list[str]:
@@ -368,6 +400,8 @@ def report_lines(rows: list[Row], baseline_row: str | int | None = None,
     lines = sweep_table(rows, title)
     if len(rows) > 1:
         lines += [""] + ratio_table(rows, pick_baseline_row(rows, baseline_row))
+    if any(r.step_s is not None for r in rows):
+        lines += [""] + step_table(rows)
     if _varies(rows, "backend"):
         lines += [""] + backend_table(rows)
     if speedup:

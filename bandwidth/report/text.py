@@ -128,6 +128,8 @@ def summary_lines(result: Result) -> list[str]:
         lines.append(ceiling_line(result.host_ceiling, servers=bool(result.server_hosts)))
     if result.link_bound is not None:
         lines.append(result.link_bound.line())
+    if result.costs is not None:
+        lines += result.costs.lines()
     return lines
 
 
@@ -217,6 +219,7 @@ def result_json(result: Result) -> dict:
            if result.host_ceiling is not None else {}),
         **({"link_bound": result.link_bound.to_dict()}
            if result.link_bound is not None else {}),
+        **({"step_costs": result.costs.to_dict()} if result.costs is not None else {}),
     }
 
 

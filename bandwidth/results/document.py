@@ -72,6 +72,15 @@ class Row:
     samples: tuple[float, ...] = ()     # every measured iteration's GB/s per GPU (busbw), in order
     cpu_threads: int | None = None      # CPU devices: the torch threads the steps ran with
     schedule: str = "flat"      # --schedule, with ddp's caps: "backward", "ddp 25/1MiB"
+    # --compute: what a step cost (results.costs.StepCosts; None without compute)
+    batch_size: int | None = None
+    compute_s: float | None = None
+    exchange_s: float | None = None
+    step_s: float | None = None
+    exposed_s: float | None = None
+    overlap: float | None = None
+    samples_per_s: float | None = None
+    performance_ratio: float | None = None
 
     @property
     def key(self) -> tuple:
@@ -151,8 +160,22 @@ def rows_from_document(doc: dict, source: str) -> list[Row]:
             ceiling_of=(ceiling.get("of") or "busbw") if ceiling else "busbw",
             samples=iteration_gbps(result), schedule=schedule_label(config),
             cpu_threads=result.get("cpu_threads") if isinstance(result.get("cpu_threads"), int)
-            and not isinstance(result.get("cpu_threads"), bool) else None))
+            and not isinstance(result.get("cpu_threads"), bool) else None,
+            **step_cost_fields(result.get("step_costs"))))
     return rows
+
+
+STEP_COST_FIELDS = ("batch_size", "compute_s", "exchange_s", "step_s", "exposed_s", "overlap",
+                    "samples_per_s", "performance_ratio")
+
+
+def step_cost_fields(costs) -> dict:
+    """A Row's step-cost fields from a result's "step_costs" (none where it has none, or where
+    a value is not a number)."""
+    if not isinstance(costs, dict):
+        return {}
+    return {name: costs[name] for name in STEP_COST_FIELDS
+            if isinstance(costs.get(name), (int, float)) and not isinstance(costs[name], bool)}
 
 
 def load_document(path: str | Path) -> dict:

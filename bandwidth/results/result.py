@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from bandwidth.ceiling.bounds import Bound
 from bandwidth.ceiling.hostmatrix import HostCeiling
+from bandwidth.results.costs import StepCosts
 from bandwidth.measurement.protocol import Report, Sample, Summary
 from bandwidth.plan.plan import Plan
 
@@ -48,6 +49,7 @@ class Result:
     graph_steps: int = 1               # graph launch: replays per timed iteration (--graph-steps)
     link_bound: object = None                           # --link-rate: a linkbound.LinkBound
     cpu_threads: int | None = None     # CPU devices: the torch threads the steps ran with
+    costs: StepCosts | None = None     # --compute: what the step cost (bandwidth.results.costs)
 
     @property
     def pct_of_ceiling(self) -> float | None:

@@ -1,0 +1,8 @@
+"""The compute a training step overlaps its exchange with: what each layer computes, from the
+network's FLOPs at the batch size or from the user's milliseconds (``layers``), and the runner
+that does that work on a device as matrix multiplications in the run's dtype (``runner``), in
+the compute slots of a schedule's step (``slots``).
+
+May import: config, hardware, the vocabulary, ``networks`` and schedules.base (the events it
+runs in). Not the plan, the stores, the measurement, the results or the report (they import it).
+"""

@@ -1,0 +1,46 @@
+"""The compute stage's side of a schedule (bandwidth.schedules): ``Slots(runners)`` is the
+``compute`` function a schedule's executor calls with each FORWARD/BACKWARD event (that unit's
+work on every device of this process, in turn) and its ``on_event`` hook, which stamps when each
+exchange starts and when its WAIT ends, on every device's clock, for the step's timeline."""
+
+from __future__ import annotations
+
+from bandwidth.compute.runner import Runner
+from bandwidth.schedules.base import BACKWARD, EXCHANGE, FORWARD, WAIT, Event
+
+
+class Slots:
+    def __init__(self, runners: list[Runner], part_labels: list[str]):
+        self.runners, self.part_labels = runners, part_labels
+        self.tracing = False
+        self._open: dict[tuple[int, str], list] = {}
+
+    def __call__(self, event: Event) -> None:
+        if event.kind not in (FORWARD, BACKWARD):
+            return
+        for runner in self.runners:
+            runner.layer(event.unit, backward=event.kind == BACKWARD, trace=self.tracing)
+
+    def on_event(self, event: Event, phase: str) -> None:
+        """Stamps an exchange: its start (EXCHANGE, before it is issued) and its end (WAIT,
+        after it returned). Only while tracing, so that timed steps carry no marks."""
+        if not self.tracing:
+            return
+        if event.kind == EXCHANGE and phase == "start":
+            self._open[(event.part, event.op)] = [r.mark() for r in self.runners]
+        elif event.kind == WAIT and phase == "end":
+            starts = self._open.pop((event.part, event.op))
+            label = f"{event.op} {self.part_labels[event.part]}"
+            for runner, start in zip(self.runners, starts):
+                runner.marks.append((label, start, runner.mark(), "exchange"))
+
+    def run(self, events: list[Event], exchange) -> None:
+        """Execute ``events`` here, for a schedule whose whole exchange is one operation of the
+        session (``flat``): ``exchange()`` at its EXCHANGE, nothing more at its WAIT."""
+        for event in events:
+            self.on_event(event, "start")
+            if event.kind == EXCHANGE:
+                exchange()
+            else:
+                self(event)
+            self.on_event(event, "end")

@@ -1,0 +1,113 @@
+"""The compute a step overlaps with: ``--compute``, ``--batch-size``, ``--seq-len``,
+``--compute-ms`` and ``--compute-file``, parsed into Config fields (bandwidth.compute runs it)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+from bandwidth.errors import ConfigError
+
+COMPUTES = ("none", "flops")     # the --compute names; "ms" and "file" come from their own flags
+MAX_BATCH_SIZE = 1 << 20
+MAX_STEP_MS = 3600 * 1000.0      # an hour per layer and pass: beyond any real step
+MAX_LAYERS = 100_000
+
+
+def add_compute_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("compute (what a training step costs)")
+    group.add_argument("--compute", default="none",
+                       help="compute each step overlaps with: 'none' (default: the exchange "
+                            "alone) or 'flops' (each layer's forward and backward FLOPs at "
+                            "--batch-size, run as matrix multiplications in the run's dtype on "
+                            "every device)")
+    group.add_argument("--batch-size", type=int, default=32, metavar="N",
+                       help="samples per device and step, for --compute flops and samples/s "
+                            "(default: 32)")
+    group.add_argument("--seq-len", type=int, default=None, metavar="T",
+                       help="tokens per sample of the language models (default: their learned "
+                            "positions, BERT 512, GPT-2 1024; Llama 2048)")
+    group.add_argument("--compute-ms", default=None, metavar="FWD,BWD",
+                       help="the step's forward and backward milliseconds on one device (e.g. "
+                            "from a profiler), spread over the layers by their FLOPs")
+    group.add_argument("--compute-file", default=None, metavar="FILE.json",
+                       help='per-layer forward and backward milliseconds: {"layers": [{"name": '
+                            '"fc1", "forward_ms": 0.5, "backward_ms": 1.0}, ...]}, every layer of '
+                            "the network once (names as --dry-run lists them)")
+
+
+def parse_compute_ms(text: str) -> tuple[float, float]:
+    """``--compute-ms FWD,BWD``: two finite milliseconds, not negative, not both 0."""
+    parts = str(text).split(",")
+    try:
+        values = tuple(float(p) for p in parts)
+    except ValueError:
+        values = ()
+    if (len(values) != 2 or not all(math.isfinite(v) and 0 <= v <= MAX_STEP_MS for v in values)
+            or sum(values) == 0):
+        raise ConfigError(f"--compute-ms must be the forward and backward milliseconds of a step, "
+                          f"two numbers from 0 to {MAX_STEP_MS:g} (not both 0) such as 30,60; "
+                          f"got {str(text)[:40]!r}")
+    return values  # type: ignore[return-value]
+
+
+def load_compute_file(path: str) -> tuple[tuple[str, float, float], ...]:
+    """``--compute-file``: (layer, forward ms, backward ms) in the file's order."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise ConfigError(f"--compute-file {path}: cannot read it: {exc.strerror}") from None
+    except (ValueError, RecursionError) as exc:
+        raise ConfigError(f"--compute-file {path}: not valid JSON ({str(exc)[:80]})") from None
+    entries = data.get("layers") if isinstance(data, dict) else None
+    if not isinstance(entries, list) or not entries or len(entries) > MAX_LAYERS:
+        raise ConfigError(f"--compute-file {path}: expected {{\"layers\": [{{\"name\": ..., "
+                          "\"forward_ms\": ..., \"backward_ms\": ...}, ...]} with at least one "
+                          "layer")
+    layers = []
+    for index, entry in enumerate(entries):
+        name = entry.get("name") if isinstance(entry, dict) else None
+        times = [entry.get(k) if isinstance(entry, dict) else None
+                 for k in ("forward_ms", "backward_ms")]
+        if not isinstance(name, str) or not name.isprintable() or not all(
+                isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t)
+                and 0 <= t <= MAX_STEP_MS for t in times):
+            shown = repr(entry)[:80]
+            raise ConfigError(f"--compute-file {path}: layer {index} needs a name and forward_ms, "
+                              f"backward_ms from 0 to {MAX_STEP_MS:g} (no negative or NaN "
+                              f"time); got {shown}")
+        layers.append((name, float(times[0]), float(times[1])))
+    names = [name for name, _, _ in layers]
+    if len(set(names)) != len(names):
+        twice = next(n for n in names if names.count(n) > 1)
+        raise ConfigError(f"--compute-file {path}: layer {twice!r} is listed twice")
+    return tuple(layers)
+
+
+def compute_fields(args: argparse.Namespace) -> dict:
+    """The Config fields of the compute flags, checked (bad values raise ConfigError)."""
+    given = [flag for flag, value in (("--compute flops", args.compute != "none"),
+                                      ("--compute-ms", args.compute_ms is not None),
+                                      ("--compute-file", args.compute_file is not None)) if value]
+    if args.compute not in COMPUTES:
+        raise ConfigError(f"unknown --compute {args.compute!r}; valid: {', '.join(COMPUTES)} "
+                          "(or give --compute-ms / --compute-file)")
+    if len(given) > 1:
+        raise ConfigError(f"give one of {' and '.join(given)}: each says what a step computes")
+    if not 1 <= args.batch_size <= MAX_BATCH_SIZE:
+        raise ConfigError(f"--batch-size must be a whole number from 1 to {MAX_BATCH_SIZE}; got "
+                          f"{args.batch_size}")
+    if args.seq_len is not None and not 1 <= args.seq_len <= MAX_BATCH_SIZE:
+        raise ConfigError(f"--seq-len must be a whole number of tokens from 1 to "
+                          f"{MAX_BATCH_SIZE}; got {args.seq_len}")
+    compute = args.compute
+    if args.compute_ms is not None:
+        compute = "ms"
+    if args.compute_file is not None:
+        compute = "file"
+    return dict(compute=compute, batch_size=args.batch_size, seq_len=args.seq_len,
+                compute_ms=None if args.compute_ms is None else parse_compute_ms(args.compute_ms),
+                compute_layers_ms=None if args.compute_file is None
+                else load_compute_file(args.compute_file))

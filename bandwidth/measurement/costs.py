@@ -1,0 +1,152 @@
+"""What a step costs (``--compute``), measured in the same run as the exchange alone: the step's
+compute alone (an infinitely fast network) and the step with both, through the one protocol
+(warm-up discarded, device-synchronised, the slowest rank's time), their iterations interleaved
+(``protocol.measure_interleaved``), then one untimed traced step for the timeline. Every replica
+of this process computes on its own device (bandwidth.compute.runner); CPU devices of one process
+take turns on its threads.
+
+The step runs the schedule's events (bandwidth.schedules): the schedule's runner
+(``schedules.runner.ScheduledStore``, the session's store) calls ``compute.slots.Slots`` for each
+compute slot and around every event; under ``flat``, whose step is the mode's one operation, the
+Slots run flat's events themselves: every unit's backward (last first), the exchange of all the
+arrays, then every unit's forward (nothing overlaps).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from bandwidth.compute.layers import unit_work
+from bandwidth.compute.runner import Runner, large_matmul_rate
+from bandwidth.compute.slots import Slots
+from bandwidth.measurement import protocol
+from bandwidth.plan.layout import DTYPE_BYTES
+from bandwidth.plan.plan import Plan
+from bandwidth.schedules.base import BACKWARD, FORWARD, Event, Schedule
+from bandwidth.schedules.flat import Flat
+
+
+class ComputeAlone:
+    """The step's compute on every replica of this process, no exchange: every unit's backward,
+    last first, then every unit's forward (the compute slots of a step, in a schedule's order)."""
+
+    def __init__(self, session, runners: list[Runner], slots: Slots, events: list[Event]):
+        self.session, self.runners, self.group = session, runners, session.group
+        self.slots = slots
+        self.events = [e for e in events if e.kind in (FORWARD, BACKWARD)]
+
+    def prepare(self) -> None:
+        pass
+
+    def step(self) -> None:
+        for event in self.events:
+            self.slots(event)
+
+    def synchronize(self) -> None:
+        for runner in self.runners:
+            runner.synchronize()
+
+    def error(self) -> float:
+        return -1.0
+
+
+class StepWithCompute(ComputeAlone):
+    """A training step: the schedule's events, compute slots and exchanges (checked as always)."""
+
+    def __init__(self, session, runners: list[Runner], slots: Slots, events: list[Event]):
+        super().__init__(session, runners, slots, events)
+        self.events = events
+
+    def prepare(self) -> None:
+        self.session.prepare()
+
+    def step(self) -> None:
+        store = self.session.store
+        if getattr(store, "events", None) is None:       # flat: the mode's one operation
+            self.slots.run(self.events, self.session.step)
+            return
+        store.compute, store.on_event = self.slots, self.slots.on_event
+        try:                                             # the schedule's runner runs the events
+            self.session.step()
+        finally:
+            store.compute = store.on_event = None
+
+    def synchronize(self) -> None:
+        super().synchronize()
+        self.session.synchronize()
+
+    def error(self) -> float:
+        return self.session.error()
+
+
+def exchange_steps(plan: Plan) -> int:
+    """Exchanges a worker's measurement takes (a parameter server serves this many): the
+    exchange alone's warm-up and iterations, and with --compute as many steps with compute and
+    the traced one."""
+    c = plan.config
+    alone = c.warmup + c.num_batches
+    return alone if plan.compute is None else 2 * alone + 1
+
+
+def schedule_of(plan: Plan) -> Schedule:
+    """The step's schedule (--schedule); ``flat``'s events where the plan has none (every unit's
+    backward, the mode's one exchange of all the arrays, every unit's forward)."""
+    return plan.schedule or Flat(plan.shapes, DTYPE_BYTES[plan.config.dtype])
+
+
+def measure_costs(plan: Plan, session, kick) -> dict:
+    """Compute alone, the step, the rates and one step's timeline, as a plain dict. ``kick``
+    wraps a session so that the watchdog sees each iteration (tasks.Kicking)."""
+    c = plan.config
+    schedule = schedule_of(plan)
+    units = unit_work(plan.compute, [(u.name, u.keys) for u in schedule.units], plan.shapes)
+    runners = [Runner(plan.compute, r.device, c.dtype, units) for r in session.replicas]
+    slots = Slots(runners, [part.label for part in schedule.parts])
+    events = schedule.events()
+    try:
+        rates = [runner.calibrate() for runner in runners]
+        large = large_matmul_rate(runners[0].device, c.dtype)
+        # Interleaved, iteration by iteration, the first rotating: load from other processes
+        # falls on both alike (protocol.measure_interleaved).
+        (alone, _), (step, _) = protocol.measure_interleaved(
+            [kick(ComputeAlone(session, runners, slots, events)),
+             kick(StepWithCompute(session, runners, slots, events))],
+            iterations=c.num_batches, warmup=c.warmup, disp_batches=c.num_batches,
+            check=c.test_results, nbytes=plan.nbytes, bus_factors=[0.0, 0.0])
+        timeline = trace(StepWithCompute(session, runners, slots, events), session)
+        alone_own = sorted(s.own_seconds for s in alone)[len(alone) // 2]
+        return {"compute_samples": [asdict(s) for s in alone],
+                "step_samples": [asdict(s) for s in step],
+                "timeline": timeline, "schedule": schedule.name,
+                "step_flops": sum(runner.step_flops for runner in runners),
+                "compute_rate_flops": sum(r.step_flops for r in runners) / alone_own,
+                "calibrated_rate_flops": min(rates),
+                "large_matmul_rate_flops": large,
+                "device_type": runners[0].device.type}
+    finally:
+        for runner in runners:
+            runner.close()
+
+
+def trace(step: StepWithCompute, session) -> list[dict]:
+    """One untimed step with every unit's compute and every exchange marked: [{device, lane,
+    label, start_s, end_s}], seconds from the step's start on each device's clock (a GPU's
+    events on its stream, CPU devices' perf_counter)."""
+    step.prepare()
+    step.synchronize()
+    for runner in step.runners:
+        runner.clear_marks()
+    origins = [runner.mark() for runner in step.runners]
+    step.slots.tracing = True
+    try:
+        step.step()
+    finally:
+        step.slots.tracing = False
+    step.synchronize()
+    events = []
+    for replica, runner, origin in zip(session.replicas, step.runners, origins):
+        device = f"replica {replica.rank} ({runner.device})"      # GPUs may hold several
+        events += [{"device": device, "lane": lane, "label": label, "start_s": start,
+                    "end_s": end} for label, start, end, lane in runner.marked_seconds(origin)]
+        runner.clear_marks()
+    return events

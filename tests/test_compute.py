@@ -1,0 +1,181 @@
+"""--compute: bad input refused in one line (exit 2) before anything is allocated, the dry run's
+FLOPs, and a real run on CPU devices whose step costs are consistent (no timing asserts)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+MEASURE = [sys.executable, str(ROOT / "bandwidth" / "measure.py")]
+MLP = ["--network", "mlp", "--image-shape", "1,28,28", "--num-classes", "10", "--cpus", "2",
+       "--kv-store", "local"]
+
+
+def run(args, tmp_path, timeout=180):
+    return subprocess.run(MEASURE + args, cwd=tmp_path, capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def layers_file(tmp_path, layers):
+    path = tmp_path / "times.json"
+    path.write_text(json.dumps({"layers": layers}))
+    return str(path)
+
+
+GOOD = [{"name": n, "forward_ms": 1, "backward_ms": 2} for n in ("fc1", "fc2", "fc3")]
+
+
+@pytest.mark.parametrize("extra,words", [
+    (["--compute", "fast"], "unknown --compute"),
+    (["--compute", "flops", "--batch-size", "0"], "--batch-size"),
+    (["--compute-ms", "nan,3"], "--compute-ms"),
+    (["--compute-ms", "-1,3"], "--compute-ms"),
+    (["--compute-ms", "3"], "--compute-ms"),
+    (["--compute", "flops", "--compute-ms", "1,2"], "give one of"),
+    (["--compute", "flops", "--network", "googlenet"], "no per-layer geometry"),
+    (["--compute", "flops", "--batch-size", "1000000", "--network", "vgg"], "needs"),
+    (["--compute-file", "missing.json"], "cannot read"),
+])
+def test_bad_input_one_line_exit_2(tmp_path, extra, words):
+    args = MLP + extra
+    if "--network" in extra:        # the later --network wins; the image must suit it
+        args += ["--image-shape", "3,224,224"]
+    done = run(args, tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and words in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("layers,words", [
+    (GOOD[:2], "1 of the network's layers missing (fc3)"),
+    (GOOD + [{"name": "fc9", "forward_ms": 1, "backward_ms": 1}], "1 not in mlp (fc9)"),
+    ([dict(GOOD[0], forward_ms=-1)] + GOOD[1:], "no negative or NaN"),
+    ([dict(GOOD[0], backward_ms=float("nan"))] + GOOD[1:], "no negative or NaN"),
+    (GOOD + GOOD[:1], "listed twice"),
+])
+def test_compute_file_must_match_the_network(tmp_path, layers, words):
+    path = tmp_path / "times.json"
+    path.write_text(json.dumps({"layers": layers}))      # Python writes NaN; it is refused
+    done = run(MLP + ["--compute-file", str(path), "--dry-run"], tmp_path)
+    assert done.returncode == 2 and words in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_dry_run_prints_flops_beside_the_bytes(tmp_path):
+    done = run(MLP + ["--compute", "flops", "--batch-size", "4", "--dry-run"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    # fc1: 2 x 4 x 784 x 128 + 4 x 128 = 803,328 FLOPs forward
+    assert "fc1" in done.stdout and "0.001" in done.stdout
+    assert "compute per step and device at batch 4" in done.stdout
+    good = layers_file(tmp_path, GOOD)
+    done = run(MLP + ["--compute-file", good, "--dry-run"], tmp_path)
+    assert done.returncode == 0 and "3.000 + 6.000 ms asked" in done.stdout, done.stdout
+
+
+def test_a_step_with_compute_on_cpu_devices(tmp_path):
+    out = tmp_path / "r.json"
+    done = run(MLP + ["--compute", "flops", "--batch-size", "256", "--num-batches", "2",
+                      "--no-reference", "--json", str(out)], tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "performance ratio" in done.stdout and "compute rate" in done.stdout
+    costs = json.loads(out.read_text())["results"][0]["step_costs"]
+    assert costs["batch_size"] == 256 and costs["devices"] == 2
+    assert 0 < costs["performance_ratio"] <= 1 and 0 <= costs["overlap"] <= 1
+    assert costs["exposed_s"] == pytest.approx(max(0.0, costs["step_s"] - costs["compute_s"]))
+    # 2 replicas x (forward + backward FLOPs of mlp at batch 256), each a whole number of rows
+    assert costs["step_flops"] > 0 and costs["large_matmul_rate_flops"] > 0
+    lanes = {(e["device"], e["lane"]) for e in costs["timeline"]}
+    cpu0, cpu1 = "replica 0 (cpu)", "replica 1 (cpu)"
+    assert lanes == {(cpu0, "compute"), (cpu1, "compute"), (cpu0, "exchange"),
+                     (cpu1, "exchange")}
+    computes = [e for e in costs["timeline"] if e["device"] == cpu0 and e["lane"] == "compute"]
+    # the flat schedule's step: backward last layer first, the exchange, then the forward
+    assert [e["label"] for e in computes] == ["bwd fc3", "bwd fc2", "bwd fc1", "fwd fc1",
+                                              "fwd fc2", "fwd fc3"]
+    exchange = [e for e in costs["timeline"] if e["device"] == cpu0 and e["lane"] == "exchange"]
+    assert [e["label"] for e in exchange] == ["reduce all arrays"]
+    assert computes[2]["end_s"] <= exchange[0]["start_s"] <= exchange[0]["end_s"] \
+        <= computes[3]["start_s"]
+    assert all(e["end_s"] >= e["start_s"] >= 0 for e in costs["timeline"])
+
+
+@pytest.mark.timeout(200)
+def test_dist_sync_servers_serve_the_steps_with_compute(tmp_path):
+    """A parameter server serves exactly the exchanges a worker takes: the exchange alone's, the
+    steps with compute and the traced one; every step's result is still exact."""
+    out = tmp_path / "r.json"
+    argv = [sys.executable, str(ROOT / "launch.py"), "-n", "2", "-s", "1", "--timeout", "60",
+            sys.executable, "bandwidth/measure.py", "--kv-store", "dist_sync", "--cpus", "1",
+            "--network", "lenet", "--image-shape", "1,28,28", "--num-classes", "10",
+            "--num-batches", "2", "--compute-ms", "2,4", "--no-reference", "--json", str(out)]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=180,
+                          stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(out.read_text())["results"][0]
+    assert result["summary"]["error_max"] == 0.0
+    costs = result["step_costs"]
+    assert costs["devices"] == 2 and 0 < costs["performance_ratio"] <= 1
+    assert {e["lane"] for e in costs["timeline"]} == {"compute", "exchange"}
+
+
+def _costs(step_s, timeline=()):
+    return {"batch_size": 32, "compute_s": 0.03, "exchange_s": 0.02, "step_s": step_s,
+            "exposed_s": step_s - 0.03, "overlap": 0.5, "samples_per_s": 32 / step_s,
+            "performance_ratio": 0.03 / step_s, "timeline": list(timeline)}
+
+
+def test_the_step_table_marks_the_fastest_of_a_sweep():
+    from bandwidth.report.table import step_table
+    from bandwidth.results.document import rows_from_document
+    from resultdocs import make_result
+    results = []
+    for cap, step_s in ((1, 0.05), (25, 0.04), (100, 0.045)):
+        result = dict(make_result(), step_costs=_costs(step_s))
+        result["config"] = dict(result["config"], schedule="ddp", bucket_mb=cap)
+        results.append(result)
+    results.append(dict(make_result(kv_store="nccl"), step_costs=_costs(0.03)))   # alone
+    rows = rows_from_document({"results": results}, "t")
+    assert rows[1].schedule == "ddp 25/1MiB" and rows[1].key != rows[0].key
+    lines = step_table(rows)
+    marked = [line for line in lines if "<- fastest" in line]
+    assert len(marked) == 1 and marked[0].split()[:3] == ["2", "ddp", "25/1MiB"]
+    assert rows[1].performance_ratio == pytest.approx(0.75)
+
+
+def test_the_timeline_plot(tmp_path):
+    from bandwidth.report.timeline import plot_timeline, wanted
+    from resultdocs import make_result
+    events = [{"device": d, "lane": lane, "label": "x", "start_s": a, "end_s": b}
+              for d in ("cpu:0", "cpu:1") for lane, a, b in
+              (("compute", 0.0, 0.01), ("exchange", 0.01, 0.02), ("compute", 0.02, 0.03))]
+    doc = {"results": [dict(make_result(), step_costs=_costs(0.04, events))]}
+    assert wanted(doc) and not wanted({"results": doc["results"] * 2})
+    path = tmp_path / "t.png"
+    assert plot_timeline(doc, path) == "timeline" and path.stat().st_size > 1000
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(300)
+def test_compute_flops_on_one_gpu(tmp_path):
+    """Two replicas on GPU 0, resnet-50's FLOPs at batch 8 in bfloat16 under the backward
+    schedule: exact exchange, the step's figures and the products' rate against a large
+    matmul's (printed; the 70 % target is gpu_all.sh's, not asserted here)."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    out = tmp_path / "r.json"
+    done = run(["--kv-store", "device", "--gpus", "0,0", "--network", "resnet", "--num-layers",
+                "50", "--compute", "flops", "--batch-size", "8", "--dtype", "bfloat16",
+                "--schedule", "backward", "--num-batches", "3", "--no-reference", "--json",
+                str(out)], tmp_path, timeout=280)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(out.read_text())["results"][0]
+    costs = result["step_costs"]
+    assert result["summary"]["error_max"] <= 0.01
+    assert costs["device_type"] == "cuda" and costs["large_matmul_rate_flops"] > 1e12
+    assert {e["device"] for e in costs["timeline"]} == {"replica 0 (cuda:0)",
+                                                        "replica 1 (cuda:0)"}
+    assert "compute rate" in done.stdout
