@@ -38,6 +38,7 @@ GOOD = [{"name": n, "forward_ms": 1, "backward_ms": 2} for n in ("fc1", "fc2", "
     (["--compute", "flops", "--network", "googlenet"], "no per-layer geometry"),
     (["--compute", "flops", "--batch-size", "1000000", "--network", "vgg"], "needs"),
     (["--compute-file", "missing.json"], "cannot read"),
+    (["--compute", "flops", "--backend", "mxnet"], "--backend toolkit"),
 ])
 def test_bad_input_one_line_exit_2(tmp_path, extra, words):
     args = MLP + extra
