@@ -38,6 +38,7 @@ GOOD = [{"name": n, "forward_ms": 1, "backward_ms": 2} for n in ("fc1", "fc2", "
     (["--compute", "flops", "--network", "googlenet"], "no per-layer geometry"),
     (["--compute", "flops", "--batch-size", "1000000", "--network", "vgg"], "needs"),
     (["--compute-file", "missing.json"], "cannot read"),
+    (["--compute", "flops", "--backend", "mxnet"], "--backend toolkit"),
 ])
 def test_bad_input_one_line_exit_2(tmp_path, extra, words):
     args = MLP + extra
@@ -179,3 +180,21 @@ def test_compute_flops_on_one_gpu(tmp_path):
     assert {e["device"] for e in costs["timeline"]} == {"replica 0 (cuda:0)",
                                                         "replica 1 (cuda:0)"}
     assert "compute rate" in done.stdout
+
+
+def test_milliseconds_on_cpu_devices_are_timed_waits(tmp_path):
+    out = tmp_path / "r.json"
+    done = run(MLP + ["--compute-ms", "2,4", "--num-batches", "2", "--no-reference",
+                      "--schedule", "backward", "--json", str(out)], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "timed waits of the milliseconds asked" in done.stdout
+    result = json.loads(out.read_text())["results"][0]
+    costs = result["step_costs"]
+    assert costs["step_flops"] == 0 and result["summary"]["error_max"] == 0.0
+    # one wait stands for both replicas: each lane holds every unit once, at the same times
+    lanes = {}
+    for e in costs["timeline"]:
+        if e["lane"] == "compute":
+            lanes.setdefault(e["device"], []).append(e["label"])
+    assert list(lanes.values()) == [["bwd fc3", "bwd fc2", "bwd fc1", "fwd fc1", "fwd fc2",
+                                     "fwd fc3"]] * 2

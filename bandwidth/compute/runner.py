@@ -6,7 +6,10 @@ schedule's order: a unit of F FLOPs is ``m`` rows of a ``[m, T] @ [T, T]`` produ
 1024 (on a GPU a product of that width runs near the dense rate; on CPU devices 512-wide ones
 fell further below a large product's rate than 1024-wide ones). Milliseconds (``--compute-ms``,
 ``--compute-file``) become FLOPs at the rate this device reached in ``calibrate``, so that the
-same contention with the exchange (the SMs and memory a product takes) lasts the time asked. On a
+same contention with the exchange (the SMs and memory a product takes) lasts the time asked. On
+CPU devices milliseconds are timed waits instead: they stand for a GPU's compute, which leaves the
+host's cores to the exchange (the network lab's hosts share a few cores, where products
+calibrated alone ran many times longer than asked once every host computed at once). On a
 GPU the work is issued on the current stream and, while tracing, CUDA events mark each unit's
 start and end (the timeline); on CPU devices it runs on the process's torch threads, marked by
 ``perf_counter``.
@@ -79,14 +82,28 @@ class Runner:
             return event
         return time.perf_counter()
 
+    @property
+    def waits(self) -> bool:
+        """Milliseconds on CPU devices are timed waits (module docstring)."""
+        return self.plan.timed and self.kind == "cpu"
+
+    def wait(self, index: int, backward: bool) -> None:
+        unit = self.units[index]
+        _wait((unit.backward_ms if backward else unit.forward_ms) / 1e3)
+
+    def _work(self, index: int, backward: bool) -> None:
+        if self.waits:
+            self.wait(index, backward)
+        else:
+            self._flops((self.backward_work if backward else self.forward_work)[index])
+
     def layer(self, index: int, backward: bool, trace: bool = False) -> None:
         """One unit's forward (or backward) work; ``trace``: marked for the timeline."""
-        work = self.backward_work if backward else self.forward_work
         if not trace:
-            self._flops(work[index])
+            self._work(index, backward)
             return
         start = self.mark()
-        self._flops(work[index])
+        self._work(index, backward)
         name = f"{'bwd' if backward else 'fwd'} {self.units[index].name}"
         self.marks.append((name, start, self.mark(), "compute"))
 
@@ -133,7 +150,10 @@ class Runner:
             self.synchronize()
             times.append(time.perf_counter() - start)
         self.rate_flops = flops / statistics.median(times)
-        if self.plan.timed:
+        if self.waits:
+            self.forward_work = [0] * len(self.units)
+            self.backward_work = [0] * len(self.units)
+        elif self.plan.timed:
             self.forward_work = [round(unit.forward_ms / 1e3 * self.rate_flops)
                                  for unit in self.units]
             self.backward_work = [round(unit.backward_ms / 1e3 * self.rate_flops)
@@ -148,6 +168,15 @@ class Runner:
     def close(self) -> None:
         self.a = self.b = self.out = self.activations = None
         self.marks = []
+
+
+def _wait(seconds: float) -> None:
+    """Hold this thread ``seconds`` without using a core (sleep, then a short spin to the end)."""
+    end = time.perf_counter() + seconds
+    if seconds > 0.002:
+        time.sleep(seconds - 0.001)
+    while time.perf_counter() < end:
+        pass
 
 
 def large_matmul_rate(device: torch.device, dtype: str, repeats: int = 3) -> float:

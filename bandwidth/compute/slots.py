@@ -18,8 +18,18 @@ class Slots:
     def __call__(self, event: Event) -> None:
         if event.kind not in (FORWARD, BACKWARD):
             return
+        backward = event.kind == BACKWARD
+        if self.runners and self.runners[0].waits:
+            # Timed waits stand for GPUs, which compute at once: one wait for every replica.
+            starts = [runner.mark() for runner in self.runners]
+            self.runners[0].wait(event.unit, backward)
+            if self.tracing:
+                name = f"{'bwd' if backward else 'fwd'} {self.runners[0].units[event.unit].name}"
+                for runner, start in zip(self.runners, starts):
+                    runner.marks.append((name, start, runner.mark(), "compute"))
+            return
         for runner in self.runners:
-            runner.layer(event.unit, backward=event.kind == BACKWARD, trace=self.tracing)
+            runner.layer(event.unit, backward=backward, trace=self.tracing)
 
     def on_event(self, event: Event, phase: str) -> None:
         """Stamps an exchange: its start (EXCHANGE, before it is issued) and its end (WAIT,

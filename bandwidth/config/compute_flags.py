@@ -96,6 +96,9 @@ def compute_fields(args: argparse.Namespace) -> dict:
                           "(or give --compute-ms / --compute-file)")
     if len(given) > 1:
         raise ConfigError(f"give one of {' and '.join(given)}: each says what a step computes")
+    if given and "mxnet" in str(args.backend).lower():
+        raise ConfigError(f"{given[0]} runs in the toolkit's step (its schedules' compute slots); "
+                          "MXNet's kvstore has none: use --backend toolkit")
     if not 1 <= args.batch_size <= MAX_BATCH_SIZE:
         raise ConfigError(f"--batch-size must be a whole number from 1 to {MAX_BATCH_SIZE}; got "
                           f"{args.batch_size}")

@@ -119,7 +119,8 @@ def measure_costs(plan: Plan, session, kick) -> dict:
                 "step_samples": [asdict(s) for s in step],
                 "timeline": timeline, "schedule": schedule.name,
                 "step_flops": sum(runner.step_flops for runner in runners),
-                "compute_rate_flops": sum(r.step_flops for r in runners) / alone_own,
+                "compute_rate_flops": sum(r.step_flops for r in runners) / alone_own
+                if alone_own > 0 else 0.0,
                 "calibrated_rate_flops": min(rates),
                 "large_matmul_rate_flops": large,
                 "device_type": runners[0].device.type}

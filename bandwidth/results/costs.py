@@ -75,7 +75,10 @@ class StepCosts:
             f"#   compute rate {self.compute_rate_flops / 1e12:.3f} TFLOP/s against a large "
             f"matmul's {self.large_matmul_rate_flops / 1e12:.3f} TFLOP/s in the same run: "
             f"{self.rate_pct:.1f} % (target {self.rate_target_pct:.0f} % on "
-            f"{'a GPU' if self.device_type == 'cuda' else 'CPU devices'})"]
+            f"{'a GPU' if self.device_type == 'cuda' else 'CPU devices'})"
+            if self.step_flops else
+            "#   compute: timed waits of the milliseconds asked (--compute-ms / --compute-file on "
+            "CPU devices stand for a GPU's compute, leaving the host's cores to the exchange)"]
 
     def to_dict(self) -> dict:
         return dict(asdict(self), rate_pct=self.rate_pct)
