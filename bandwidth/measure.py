@@ -49,7 +49,7 @@ from bandwidth.report import gatereport  # noqa: E402
 from bandwidth.report import table  # noqa: E402
 from bandwidth.report.progress import Progress  # noqa: E402
 from bandwidth.report.stats import ci_width_pct  # noqa: E402
-from bandwidth.report.text import (array_table, discard_stdout, document, preamble,  # noqa: E402
+from bandwidth.report.text import (algbw_text, array_table, discard_stdout, document, preamble,  # noqa: E402
                                    summary_lines, worker_lines, write_document)
 from bandwidth.results.document import (Row, devices_label, fingerprint,  # noqa: E402
                                         rows_from_document)
@@ -473,7 +473,7 @@ def result_text(result: Result) -> str:
     """A finished configuration in a few words, for the progress bar."""
     s = result.summary
     if result.plan.devices.n < 2:
-        return f"algbw {s.algbw_median:.3f} GB/s (1 device)"
+        return f"algbw {algbw_text(result)} (1 device)"
     pct = result.pct_of_ceiling
     return f"{s.busbw_median:.3f} GB/sec per gpu, " + (
         "ceiling n/a" if pct is None else f"{pct:.1f} % of ceiling")

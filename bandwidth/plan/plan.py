@@ -13,6 +13,7 @@ from bandwidth.errors import ConfigError, OutOfMemoryError, UnsupportedError
 from bandwidth.hardware.devices import DeviceSet, free_bytes, resolve
 from bandwidth.measurement.session import launch_of
 from bandwidth.plan.layout import DTYPE_BYTES
+from bandwidth.plan.onegpu import one_gpu
 from bandwidth.stores.registry import KVStore
 
 # Scratch for the chunked data generation and error check (int64 and float64 temporaries).
@@ -30,6 +31,8 @@ class Plan:
     shapes: list[tuple[str, tuple[int, ...]]]
     devices: DeviceSet
     store_cls: type[KVStore]
+    # ``# note:`` lines about how the devices were chosen (one GPU: bandwidth.plan.onegpu).
+    notes: tuple[str, ...] = ()
 
     @property
     def numel(self) -> int:
@@ -76,10 +79,11 @@ def make_plan(config: Config, with_devices: bool = True) -> Plan:
     if config.launch in ("graph", "auto") and not devices.is_cuda:
         raise UnsupportedError(f"--launch {config.launch} needs GPUs (CUDA graphs); CPU devices "
                                "run eager")
+    devices, notes = one_gpu(config, devices, store_cls) if with_devices else (devices, ())
     reason = store_cls.unavailable(devices, config.dtype)
     if reason:
         raise UnsupportedError(f"--kv-store {config.kv_store} cannot run here: {reason}")
-    return Plan(config, shapes, devices, store_cls)
+    return Plan(config, shapes, devices, store_cls, notes)
 
 
 def check_memory(*plans: Plan) -> None:

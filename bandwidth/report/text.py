@@ -45,12 +45,14 @@ def preamble(plan: Plan, environment: dict, sweep: int = 1) -> list[str]:
              f"# devices: {count} {', '.join(names)}"]
     if env.get("links"):
         lines.append(f"# links: {links_text(env['links'])}")
+    lines += [f"# note: {note}" for note in plan.notes]
     if sweep > 1:
         return lines + [f"# sweep of {sweep} configurations, {c.dtype}, optimizer {c.optimizer}, "
                         f"{c.num_batches} iterations after {c.warmup} warm-up each"]
     shape = ",".join(map(str, c.image_shape))
     return lines + [
-        f"# kvstore {c.kv_store} on {plan.devices.describe()}: {plan.store_cls.summary}",
+        f"# kvstore {c.kv_store} on {plan.devices.describe()}: "
+        f"{plan.store_cls.summary_text(plan.devices)}",
         f"# network {plan.network_label} (image shape {shape}, {c.num_classes} classes), "
         f"{c.dtype}, optimizer {c.optimizer}, {c.num_batches} iterations after {c.warmup} "
         "warm-up",
@@ -82,7 +84,7 @@ def array_table(plan: Plan) -> list[str]:
 
 def summary_lines(result: Result) -> list[str]:
     plan, s = result.plan, result.summary
-    devices = f"{plan.devices.n} device{'s' if plan.devices.n != 1 else ''}" + (
+    devices = devices_words(plan.devices) + (
         f" on each of {len(result.workers)} workers" if result.workers else "")
     lines = [f"# summary: kvstore {plan.config.kv_store}, {devices}, "
              f"{s.nbytes / 1e6:.2f} MB in {len(plan.shapes)} arrays, {s.iterations} iterations"]
@@ -92,7 +94,7 @@ def summary_lines(result: Result) -> list[str]:
     else:
         lines.append(f"#   GB/sec per gpu (busbw = algbw x {s.bus_factor:g}): median "
                      f"{s.busbw_median:.3f}, min {s.busbw_min:.3f}, max {s.busbw_max:.3f}")
-    lines += [f"#   algbw {s.algbw_median:.3f} GB/s, time median {s.seconds_median:.6f} s, "
+    lines += [f"#   algbw {algbw_text(result)}, time median {s.seconds_median:.6f} s, "
               f"max error {_error_text(s.error_max)}",
               launch_line(result),
               f"#   ceiling: {ceiling_text(result)}"]
@@ -105,12 +107,36 @@ def summary_lines(result: Result) -> list[str]:
         lines.append("#   host-to-host ceiling: python launch.py -H hosts -n K python -m "
                      "bandwidth.ceiling --network")
     elif s.bus_factor and not plan.store_cls.distributed:
-        lines.append("#   reference: not measured (--no-reference)")
+        lines.append(f"#   reference: not measured ({reference_skipped(plan)})")
     if result.host_ceiling is not None:
         lines.append(ceiling_line(result.host_ceiling, servers=bool(result.server_hosts)))
     if result.link_bound is not None:
         lines.append(result.link_bound.line())
     return lines
+
+
+def algbw_text(result: Result) -> str:
+    """``12.345 GB/s``, or n/a with the reason where one device moves nothing (one nccl rank)."""
+    nothing = (getattr(result.plan.store_cls, "alone_moves_nothing", None)
+               if result.plan.devices.n == 1 and not result.workers else None)
+    return f"n/a ({nothing})" if nothing else f"{result.summary.algbw_median:.3f} GB/s"
+
+
+def devices_words(devices) -> str:
+    """``2 devices``, or ``2 replicas on 1 GPU`` where replicas share a GPU (--gpus 0,0)."""
+    if devices.shares_gpu:
+        gpus = len(set(devices.ids))
+        return f"{devices.n} replicas on {gpus} GPU{'s' if gpus > 1 else ''}"
+    return f"{devices.n} device{'s' if devices.n != 1 else ''}"
+
+
+def reference_skipped(plan: Plan) -> str:
+    """Why no flat all-reduce reference was measured for ``plan`` (run.py decides)."""
+    if not plan.config.reference:
+        return "--no-reference"
+    if plan.devices.shares_gpu:
+        return "replicas share a GPU, and NCCL cannot hold one GPU twice"
+    return "it needs at least 2 devices"
 
 
 def launch_line(result: Result) -> str:

@@ -1,0 +1,84 @@
+"""First contact (issue 28): what a new user sees on one GPU, on CPU devices, with one rank.
+
+The one-GPU choices are pure functions of the device set, tested here without a GPU; the runs on
+one real GPU are in test_gpu_first_contact.py (marked ``gpu``)."""
+
+import re
+
+from bandwidth.config.options import build_parser, job_from_args
+from bandwidth.hardware.devices import DeviceSet
+from bandwidth.plan.onegpu import one_gpu
+from bandwidth.plan.plan import Plan
+from bandwidth.report.text import devices_words, reference_skipped
+from bandwidth.stores.device import DeviceStore
+from bandwidth.stores.dist import DistSync
+from bandwidth.stores.local import LocalStore
+from bandwidth.stores.nccl import NcclStore
+
+SMALL = ["--network", "mlp", "--image-shape", "1,28,28", "--num-classes", "10",
+         "--num-batches", "2"]
+
+
+def config(*argv):
+    return job_from_args(build_parser().parse_args(list(argv))).configs[0]
+
+
+def test_default_run_on_one_gpu_measures_two_replicas_and_says_so():
+    devices, notes = one_gpu(config(), DeviceSet("cuda", (0,)), DeviceStore)
+    assert devices == DeviceSet("cuda", (0, 0))
+    (note,) = notes
+    assert "one GPU visible: measuring 2 replicas on GPU 0 (as --gpus 0,0)" in note
+    assert "--gpus 0 for MXNet's one-device run" in note
+
+
+def test_explicit_gpus_0_keeps_mxnets_zero_with_a_hint():
+    devices, notes = one_gpu(config("--gpus", "0"), DeviceSet("cuda", (0,)), DeviceStore)
+    assert devices == DeviceSet("cuda", (0,))
+    (note,) = notes
+    assert "GB/sec per gpu is 0 (MXNet's figure)" in note and "--gpus 0,0" in note
+
+
+def test_nccl_on_one_gpu_stays_one_rank_with_the_hint_and_local_measures_the_host_path():
+    devices, notes = one_gpu(config("--kv-store", "nccl"), DeviceSet("cuda", (3,)), NcclStore)
+    assert devices == DeviceSet("cuda", (3,)) and "--gpus 3,3" in notes[0]
+    assert one_gpu(config("--kv-store", "local"), DeviceSet("cuda", (0,)), LocalStore) == (
+        DeviceSet("cuda", (0,)), ())
+
+
+def test_several_gpus_cpu_devices_and_distributed_workers_are_left_alone():
+    for devices, cls in ((DeviceSet("cuda", (0, 1)), DeviceStore),
+                         (DeviceSet("cpu", (0,)), DeviceStore),
+                         (DeviceSet("cuda", (0,)), DistSync)):
+        assert one_gpu(config(), devices, cls) == (devices, ())
+
+
+def test_replicas_sharing_a_gpu_are_named_so_and_the_missing_reference_says_why():
+    shared = DeviceSet("cuda", (0, 0))
+    assert devices_words(shared) == "2 replicas on 1 GPU"
+    assert devices_words(DeviceSet("cuda", (0, 0, 1, 1))) == "4 replicas on 2 GPUs"
+    assert devices_words(DeviceSet("cpu", (0, 1))) == "2 devices"
+    plan = Plan(config(), [("w", (4,))], shared, DeviceStore)
+    assert reference_skipped(plan) == "replicas share a GPU, and NCCL cannot hold one GPU twice"
+    plan = Plan(config("--no-reference"), [("w", (4,))], shared, DeviceStore)
+    assert reference_skipped(plan) == "--no-reference"
+
+
+def test_nccl_with_one_rank_prints_no_algbw(cli):
+    """A one-rank all-reduce moves nothing: algbw n/a with the reason, not a huge figure."""
+    proc = cli("--kv-store", "nccl", "--cpus", "1", *SMALL)
+    assert proc.returncode == 0, proc.stderr
+    assert "#   algbw n/a (one rank: an all-reduce over one process moves no byte)" in proc.stdout
+    assert not re.search(r"algbw [0-9]", proc.stdout)
+
+
+def test_cpu_device_runs_speak_of_devices_not_gpus(cli):
+    """On CPU devices the `#` lines say device; MXNet's exact iter lines keep 'GB/sec per gpu'."""
+    for mode in ("device", "local"):
+        proc = cli("--kv-store", mode, "--cpus", "2", *SMALL)
+        assert proc.returncode == 0, proc.stderr
+        comments = [line for line in proc.stdout.splitlines() if line.startswith("#")]
+        text = "\n".join(comments).replace("GB/sec per gpu", "")
+        assert "GPU" not in text, text
+        assert "pinned" not in text
+        assert re.search(r"^iter 1, [0-9.]+ sec, [0-9.]+ GB/sec per gpu, error 0\.000000$",
+                         proc.stdout, re.M)
