@@ -82,3 +82,16 @@ def test_cpu_device_runs_speak_of_devices_not_gpus(cli):
         assert "pinned" not in text
         assert re.search(r"^iter 1, [0-9.]+ sec, [0-9.]+ GB/sec per gpu, error 0\.000000$",
                          proc.stdout, re.M)
+
+
+def test_scaling_without_gpus_or_cpus_sweeps_the_default_devices():
+    """--scaling alone (the README's and --help's example) sweeps 1..N default devices instead of
+    measuring one configuration (here, without a GPU: 1 and 2 CPU devices)."""
+    import torch
+
+    job = job_from_args(build_parser().parse_args(["--scaling", "--kv-store", "local"]))
+    if torch.cuda.is_available():
+        assert [c.gpus for c in job.configs] == [tuple(range(k)) for k in
+                                                 range(1, torch.cuda.device_count() + 1)]
+    else:
+        assert [(c.gpus, c.cpus) for c in job.configs] == [(None, 1), (None, 2)]

@@ -5,5 +5,6 @@ never touches argparse or os.environ.
 Owns: flags, their defaults and checks, the names of the backends. May import the vocabulary
 (errors, cliparse) and the owners of the values it parses: the stores' registry for mode names,
 plan.layout for dtype sizes, ceiling.hostmatrix and ceiling.linkbound for --network-ceiling and
---link-rate, report.baseline for the gates' thresholds. Nothing it imports imports it back.
+--link-rate, report.baseline for the gates' thresholds, hardware.devices for the default devices
+that --scaling sweeps. Nothing it imports imports it back.
 """

@@ -239,7 +239,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "MASTER_PORT, without launch.py): how many of the ranks, the last ones, "
                          "are servers of the dist_* parameter-server modes (default 0)")
     ex.add_argument("--scaling", action="store_true",
-                    help="sweep the device count from 1 to all of --gpus (or --cpus)")
+                    help="sweep the device count from 1 to all of --gpus (or --cpus; without "
+                         "either, every visible GPU, or the 2 default CPU devices)")
     ex.add_argument("--optimizer", default="none",
                     help="'sgd' (lr 0.01, no momentum, no weight decay, as MXNet) or 'none' (default)")
     ex.add_argument("--dtype", default="float32", help=f"{' | '.join(DTYPES)} (default: float32)")
@@ -453,6 +454,13 @@ def _device_sets(args: argparse.Namespace) -> list[tuple[tuple[int, ...] | None,
     if args.cpus is not None:
         counts = range(1, args.cpus + 1) if args.scaling else [args.cpus]
         return [(None, c) for c in counts]
+    if args.gpus is None and args.scaling:
+        # --scaling over the default devices: every visible GPU, or the default CPU devices.
+        from bandwidth.hardware.devices import DEFAULT_CPUS, visible_gpus
+        visible = visible_gpus()
+        if visible:
+            return [(tuple(range(k)), None) for k in range(1, visible + 1)]
+        return [(None, c) for c in range(1, DEFAULT_CPUS + 1)]
     if args.gpus is None:
         return [(None, None)]          # resolved later: every visible GPU, or 2 CPU devices
     sets = [parse_gpus(text) for text in args.gpus]
