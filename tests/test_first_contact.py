@@ -3,7 +3,13 @@
 The one-GPU choices are pure functions of the device set, tested here without a GPU; the runs on
 one real GPU are in test_gpu_first_contact.py (marked ``gpu``)."""
 
+import os
 import re
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
 
 from bandwidth.config.options import build_parser, job_from_args
 from bandwidth.hardware.devices import DeviceSet
@@ -95,3 +101,34 @@ def test_scaling_without_gpus_or_cpus_sweeps_the_default_devices():
                                                  range(1, torch.cuda.device_count() + 1)]
     else:
         assert [(c.gpus, c.cpus) for c in job.configs] == [(None, 1), (None, 2)]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("launcher", ["env", "launch.py"])
+def test_a_single_host_mode_under_several_ranks_is_refused_in_one_line(launcher):
+    """nccl/device/local under torchrun's variables or launch.py -s 0 with 2 workers would run as 2
+    independent copies sharing the devices: refused (exit 2) with what to run instead."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DMLC_ROLE", "PYTHONPATH")}
+    measure = [sys.executable, "bandwidth/measure.py", "--kv-store", "nccl", "--cpus", "1", *SMALL]
+    if launcher == "env":
+        env.update(RANK="1", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT="29999")
+        argv = measure
+    else:
+        argv = [sys.executable, "launch.py", "-n", "2", "-s", "0", "--timeout", "60", *measure]
+    proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=100)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    assert "would run as independent copies" in proc.stderr
+    assert "--kv-store dist_nccl" in proc.stderr
+    assert "# summary" not in proc.stdout
+
+
+@pytest.mark.timeout(120)
+def test_a_single_host_mode_under_one_worker_runs_once():
+    env = {k: v for k, v in os.environ.items() if k not in ("DMLC_ROLE", "PYTHONPATH")}
+    proc = subprocess.run([sys.executable, "launch.py", "-n", "1", "-s", "0", "--timeout", "60",
+                           sys.executable, "bandwidth/measure.py", "--kv-store", "local", "--cpus",
+                           "2", *SMALL], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=100)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.count("# summary") == 1
