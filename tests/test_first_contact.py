@@ -132,3 +132,24 @@ def test_a_single_host_mode_under_one_worker_runs_once():
                           timeout=100)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.count("# summary") == 1
+
+
+@pytest.mark.timeout(150)
+def test_parameter_servers_with_one_device_per_worker_say_what_the_network_carried():
+    """--cpus 1 under dist_sync: MXNet's per-GPU figure stays 0 (iter lines), but the summary
+    says the bytes each way per step and the GB/s, not "nothing crosses a link"."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DMLC_ROLE", "PYTHONPATH")}
+    proc = subprocess.run([sys.executable, "launch.py", "-n", "1", "-s", "1", "--timeout", "60",
+                           sys.executable, "bandwidth/measure.py", "--kv-store", "dist_sync",
+                           "--cpus", "1", *SMALL], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=140)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "0.000000 GB/sec per gpu" in proc.stdout                 # MXNet's figure, kept
+    assert "nothing crosses a link" not in proc.stdout
+    size = float(re.search(r"total size = ([0-9.]+) MB", proc.stdout).group(1))
+    line = re.search(r"^#   network: ([0-9.]+) MB pushed and ([0-9.]+) MB pulled per step, "
+                     r"([0-9.]+) GB/s each way$", proc.stdout, re.M)
+    assert line, proc.stdout
+    assert float(line.group(1)) == float(line.group(2)) == pytest.approx(size, abs=0.01)
+    seconds = float(re.search(r"time median ([0-9.]+) s", proc.stdout).group(1))
+    assert float(line.group(3)) == pytest.approx(size / 1e3 / seconds, rel=0.05)

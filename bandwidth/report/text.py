@@ -88,7 +88,11 @@ def summary_lines(result: Result) -> list[str]:
         f" on each of {len(result.workers)} workers" if result.workers else "")
     lines = [f"# summary: kvstore {plan.config.kv_store}, {devices}, "
              f"{s.nbytes / 1e6:.2f} MB in {len(plan.shapes)} arrays, {s.iterations} iterations"]
-    if s.bus_factor == 0:   # one device: MXNet's formula gives 0 (its iter lines keep it)
+    if s.bus_factor == 0 and result.workers:    # one device per worker: the network still works
+        lines.append(f"#   GB/sec per gpu: {ONE_DEVICE} per worker: MXNet's figure counts only "
+                     "the worker's own devices, so it is 0; the network carried:")
+        lines += network_lines(result)
+    elif s.bus_factor == 0:   # one device: MXNet's formula gives 0 (its iter lines keep it)
         lines.append(f"#   GB/sec per gpu: {ONE_DEVICE}: nothing crosses a link, so busbw is 0 "
                      "by definition")
     else:
@@ -113,6 +117,20 @@ def summary_lines(result: Result) -> list[str]:
     if result.link_bound is not None:
         lines.append(result.link_bound.line())
     return lines
+
+
+def network_lines(result: Result) -> list[str]:
+    """What the network carried per step and per second, over every worker (the slowest worker's
+    median step time, as the summary's), each way."""
+    out_word, in_word = result.plan.store_cls.traffic_words
+    nbytes = sum(w.network_nbytes for w in result.workers)
+    each = result.workers[0].network_nbytes if result.workers else 0.0
+    seconds = result.summary.seconds_median
+    gbps = nbytes / seconds / 1e9 if seconds else float("nan")
+    workers = len(result.workers)
+    per = f" ({each / 1e6:.2f} MB by each of {workers} workers)" if workers > 1 else ""
+    return [f"#   network: {nbytes / 1e6:.2f} MB {out_word} and {nbytes / 1e6:.2f} MB {in_word} "
+            f"per step{per}, {gbps:.3f} GB/s each way"]
 
 
 def algbw_text(result: Result) -> str:
