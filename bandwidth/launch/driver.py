@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 def run(config: LaunchConfig, environ: Mapping[str, str]) -> None:
     check_config(config)
     launcher = LAUNCHERS[config.launcher]
-    check_programs(launcher, sync=config.sync_dst_dir is not None)
+    check_programs(launcher, config)
     placed_count = config.num_workers + config.num_servers + \
         (1 if config.scheduler and launcher.place_scheduler else 0)
     hosts = config.hosts or (launcher.allocation(environ, placed_count)
