@@ -153,3 +153,30 @@ def test_parameter_servers_with_one_device_per_worker_say_what_the_network_carri
     assert float(line.group(1)) == float(line.group(2)) == pytest.approx(size, abs=0.01)
     seconds = float(re.search(r"time median ([0-9.]+) s", proc.stdout).group(1))
     assert float(line.group(3)) == pytest.approx(size / 1e3 / seconds, rel=0.05)
+
+
+def test_cpu_collectives_cut_each_burst_to_64_mib():
+    from bandwidth.ceiling.collectives import CPU_BURST_BYTES, cpu_calls
+
+    assert CPU_BURST_BYTES == 64 << 20
+    assert cpu_calls(1 << 20, 20, 5) == (20, 5)          # small sizes: nccl-tests' -n and -w
+    assert cpu_calls(8 << 20, 20, 5) == (8, 5)
+    assert cpu_calls(64 << 20, 20, 5) == (1, 1)
+    assert cpu_calls(1 << 30, 20, 5) == (1, 1)           # at least one timed call
+    assert cpu_calls(1 << 30, 20, 0) == (1, 0)
+
+
+@pytest.mark.timeout(200)
+def test_ceiling_large_sizes_on_cpu_devices_say_the_calls_were_cut(tmp_path):
+    """The README's `-b 1M -e 1G -f 2` on CPU devices ran 20 calls per burst of every size and
+    failed after 600 s; each burst is now cut to 64 MiB of data, and the output says so."""
+    out = tmp_path / "c.json"
+    proc = subprocess.run([sys.executable, "-m", "bandwidth.ceiling", "--cpus", "2", "-b", "128M",
+                           "-e", "128M", "--skip", "host", "--mb", "8", "--json", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "cut to 64 MiB of data each" in proc.stdout
+    import json
+    (row,) = json.loads(out.read_text())["ceilings"]["collectives"]["rows"]
+    assert row["iters"] == 1 and row["nbytes"] == 128 << 20
+    assert all(r["wrong"] == 0 for r in row["results"].values())
