@@ -180,3 +180,49 @@ def test_ceiling_large_sizes_on_cpu_devices_say_the_calls_were_cut(tmp_path):
     (row,) = json.loads(out.read_text())["ceilings"]["collectives"]["rows"]
     assert row["iters"] == 1 and row["nbytes"] == 128 << 20
     assert all(r["wrong"] == 0 for r in row["results"].values())
+
+
+def test_graph_steps_on_default_cpu_devices_is_refused_in_one_line(cli):
+    """No GPU, no --cpus: the default devices are CPU devices, where --graph-steps does nothing."""
+    proc = cli("--graph-steps", "4", *SMALL, "--dry-run")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "measure.py: error: --graph-steps counts replays of a CUDA graph, and this run is on CPU "
+        "devices (no GPU visible), which run eager: drop --graph-steps"]
+
+
+def test_graph_steps_where_the_mode_runs_eager_says_so(monkeypatch):
+    """On GPUs (a device set standing for two, no GPU needed to plan), local runs eager: the
+    plan's note says --graph-steps does nothing; device, which replays a graph, gets no note."""
+    import bandwidth.plan.plan as planmod
+
+    monkeypatch.setattr(planmod, "resolve", lambda gpus, cpus: DeviceSet("cuda", (0, 1)))
+    plan = planmod.make_plan(config("--kv-store", "local", "--gpus", "0,1", "--graph-steps", "4",
+                                    *SMALL))
+    assert plan.notes == ("--graph-steps 4 does nothing here: local on 2 GPUs (0,1) runs eager "
+                          "with these settings (no CUDA graph to replay)",)
+    plan = planmod.make_plan(config("--kv-store", "device", "--gpus", "0,1", "--graph-steps",
+                                    "4", *SMALL))
+    assert plan.notes == ()
+
+
+def _help_of(flag: str) -> str:
+    text = " ".join(build_parser().format_help().split())
+    start = text.index(f"{flag} ")
+    return text[start:start + 700]
+
+
+def test_help_and_readme_agree_with_the_code():
+    """--plot's formats, --cpu-threads' rule and --chunk-mb's defaults, as the code has them."""
+    from bandwidth.config.options import PLOT_SUFFIXES
+    from bandwidth.hardware.cputhreads import MORE_THREADS_MARGIN
+    from bandwidth.stores.local import GPU_MAX_CHUNK_BYTES, GPU_MIN_CHUNK_BYTES
+
+    readme = (ROOT / "README.md").read_text()
+    plot = _help_of("--plot PLOT_PATH")
+    assert all(suffix in plot for suffix in PLOT_SUFFIXES) and "PNG" not in plot
+    threads = f"at least {100 * MORE_THREADS_MARGIN:g} % faster"
+    assert threads in _help_of("--cpu-threads CPU_THREADS") and threads in readme
+    chunks = f"within {GPU_MIN_CHUNK_BYTES // 10**6}-{GPU_MAX_CHUNK_BYTES // 10**6} MB"
+    assert chunks in _help_of("--chunk-mb CHUNK_MB")
+    assert chunks.replace("-", "–") in readme

@@ -4,7 +4,7 @@ before anything is allocated (``make_plan``), and whether its buffers fit (``che
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import networks
 from bandwidth.backends.registry import store_class
@@ -83,7 +83,18 @@ def make_plan(config: Config, with_devices: bool = True) -> Plan:
     reason = store_cls.unavailable(devices, config.dtype)
     if reason:
         raise UnsupportedError(f"--kv-store {config.kv_store} cannot run here: {reason}")
-    return Plan(config, shapes, devices, store_cls, notes)
+    plan = Plan(config, shapes, devices, store_cls, notes)
+    if config.graph_steps is not None and with_devices:
+        if not devices.is_cuda:        # no GPU visible: the default devices are CPU devices
+            raise UnsupportedError("--graph-steps counts replays of a CUDA graph, and this run "
+                                   "is on CPU devices (no GPU visible), which run eager: drop "
+                                   "--graph-steps")
+        if plan.launch == "eager":     # local, the parameter-server modes, an optimizer...
+            plan = replace(plan, notes=notes + (
+                f"--graph-steps {config.graph_steps} does nothing here: {config.kv_store} on "
+                f"{devices.describe()} runs eager with these settings (no CUDA graph to "
+                "replay)",))
+    return plan
 
 
 def check_memory(*plans: Plan) -> None:
