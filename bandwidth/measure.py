@@ -49,8 +49,9 @@ from bandwidth.report import gatereport  # noqa: E402
 from bandwidth.report import table  # noqa: E402
 from bandwidth.report.progress import Progress  # noqa: E402
 from bandwidth.report.stats import ci_width_pct  # noqa: E402
-from bandwidth.report.text import (algbw_text, array_table, discard_stdout, document, preamble,  # noqa: E402
-                                   summary_lines, worker_lines, write_document)
+from bandwidth.report.text import (algbw_text, array_table, discard_stdout,  # noqa: E402
+                                   document, preamble, summary_lines, whole_lines,
+                                   worker_lines, write_document)
 from bandwidth.results.document import (Row, devices_label, fingerprint,  # noqa: E402
                                         rows_from_document)
 from bandwidth.results.result import Result  # noqa: E402
@@ -74,6 +75,7 @@ def _stop_on_signal(signum, frame):
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
+    whole_lines()                  # the job's processes share stdout: no line split by another's
     args = build_parser().parse_args(argv)
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _stop_on_signal)

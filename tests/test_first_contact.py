@@ -226,3 +226,24 @@ def test_help_and_readme_agree_with_the_code():
     chunks = f"within {GPU_MIN_CHUNK_BYTES // 10**6}-{GPU_MAX_CHUNK_BYTES // 10**6} MB"
     assert chunks in _help_of("--chunk-mb CHUNK_MB")
     assert chunks.replace("-", "–") in readme
+
+
+def _writes(argv, env):
+    """The write(2) calls of ``argv``'s processes to stdout, under strace."""
+    proc = subprocess.run(["strace", "-f", "-qq", "-e", "trace=write", "-e", "signal=none",
+                           "-s", "65536", "-o", "/dev/stderr", *argv], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return re.findall(r'write\(1, "((?:[^"\\]|\\.)*)"', proc.stderr)
+
+
+@pytest.mark.skipif(__import__("shutil").which("strace") is None, reason="needs strace")
+def test_unbuffered_output_writes_whole_lines():
+    """Under PYTHONUNBUFFERED (CI, containers) print wrote the text and its newline in two
+    writes, so the ranks sharing stdout could split each other's lines: now one write a line."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DMLC_ROLE", "PYTHONPATH")}
+    env["PYTHONUNBUFFERED"] = "1"
+    writes = _writes([sys.executable, "bandwidth/measure.py", "--kv-store", "local", "--cpus",
+                      "2", *SMALL], env)
+    assert any(w.startswith("iter 1, ") for w in writes), writes
+    assert all(w.endswith("\\n") for w in writes), [w for w in writes if not w.endswith("\\n")]
