@@ -202,6 +202,7 @@ def test_readme_command_runs(command, case, scratch):
 
 
 NETLAB_NAME = "rdmelab"
+NETLAB_SUBNET = "198.18.201.0/24"
 STATE = __import__("pathlib").Path("/run/bandwidth-netlab")
 
 
@@ -216,6 +217,8 @@ def test_readme_netlab(scratch):
                                       f"/run/bandwidth-netlab/{NETLAB_NAME}/")
     script = re.sub(r"-m bandwidth.netlab (up|down)", rf"-m bandwidth.netlab \1 --name "
                                                       f"{NETLAB_NAME}", script)
+    script = script.replace(f"up --name {NETLAB_NAME}",            # apart from other labs
+                            f"up --name {NETLAB_NAME} --subnet {NETLAB_SUBNET}")
     script = script.replace("--link-rate 1gbit", f"--link-rate 1gbit {CPU_SIZED}{SHORT}")
     script = script.replace("sudo ", "")                     # already root
     down = f'"{sys.executable}" -m bandwidth.netlab down --name {NETLAB_NAME}'
