@@ -56,8 +56,9 @@ from bandwidth.report import gatereport  # noqa: E402
 from bandwidth.report import table  # noqa: E402
 from bandwidth.report.progress import Progress  # noqa: E402
 from bandwidth.report.stats import ci_width_pct  # noqa: E402
-from bandwidth.report.text import (array_table, document, preamble,  # noqa: E402
-                                   summary_lines, worker_lines, write_document)
+from bandwidth.report.text import (algbw_text, array_table, discard_stdout,  # noqa: E402
+                                   document, preamble, summary_lines, whole_lines,
+                                   worker_lines, write_document)
 from bandwidth.results.document import (Row, devices_label, fingerprint,  # noqa: E402
                                         rows_from_document)
 from bandwidth.results.result import Result  # noqa: E402
@@ -81,6 +82,7 @@ def _stop_on_signal(signum, frame):
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
+    whole_lines()                  # the job's processes share stdout: no line split by another's
     args = build_parser().parse_args(argv)
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _stop_on_signal)
@@ -480,7 +482,7 @@ def result_text(result: Result) -> str:
     """A finished configuration in a few words, for the progress bar."""
     s = result.summary
     if result.plan.devices.n < 2:
-        return f"algbw {s.algbw_median:.3f} GB/s (1 device)"
+        return f"algbw {algbw_text(result)} (1 device)"
     pct = result.pct_of_ceiling
     return f"{s.busbw_median:.3f} GB/sec per gpu, " + (
         "ceiling n/a" if pct is None else f"{pct:.1f} % of ceiling")

@@ -206,14 +206,18 @@ def test_a_single_host_mode_under_servers_and_a_scheduler_is_refused_at_once(bac
         assert _pids_with(marker, role) == []
 
 
-def test_workers_alone_may_run_a_single_host_mode_each():
+def test_one_worker_alone_may_run_a_single_host_mode_and_several_are_refused():
     from bandwidth.errors import ConfigError
     from bandwidth.launch.contract import Job
     from bandwidth.processes.distributed import check_single_host
 
     check_single_host(["local"], None)                                   # no launcher
-    workers_only = Job(2, 0, "127.0.0.1", 4000, 4000, "local")
-    check_single_host(["local", "device"], workers_only.role(1, "127.0.0.1", (1, 2)))
+    one_worker = Job(1, 0, "127.0.0.1", 4000, 4000, "local")
+    check_single_host(["local", "device"], one_worker.role(0, "127.0.0.1", (0, 1)))
+    workers_only = Job(2, 0, "127.0.0.1", 4000, 4000, "torchrun")
+    with pytest.raises(ConfigError, match=r"this launch \(torchrun\) has 2 workers, which would "
+                                          r"run as independent copies"):
+        check_single_host(["local", "device"], workers_only.role(1, "127.0.0.1", (1, 2)))
     with_scheduler = Job(2, 0, "127.0.0.1", 4000, 4001, "local")
     with pytest.raises(ConfigError, match=r"started 0 servers and a scheduler; run"):
         check_single_host(["nccl"], with_scheduler.role(0, "127.0.0.1", (0, 2)))

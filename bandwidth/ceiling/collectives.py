@@ -45,6 +45,17 @@ from bandwidth.launch.contract import job_store
 from bandwidth.processes.spawn import run_ranks
 
 DTYPE_BYTES = 4              # float32, nccl-tests' default type
+# CPU devices: the data of one timed burst (and of the warm-up) at most this many bytes, so that a
+# sweep to 1G (the GPU sizes of the README) ends in minutes: Gloo moves a few GB/s on a host, and
+# 20 calls of 1 GiB per burst, 5 bursts and 4 collectives took over 600 s on a 2-core VM.
+CPU_BURST_BYTES = 64 << 20
+
+
+def cpu_calls(nbytes: int, iters: int, warmup: int) -> tuple[int, int]:
+    """(calls per timed burst, warm-up calls) on CPU devices for buffers of ``nbytes``: -n and -w,
+    each cut to CPU_BURST_BYTES of data, at least one timed call."""
+    fit = max(1, CPU_BURST_BYTES // max(1, nbytes))
+    return min(iters, fit), min(warmup, fit)
 
 
 def _shard_factor(n: int) -> float:
@@ -164,6 +175,10 @@ def rank_task(spec: dict, rank: int, world_size: int, port: int, timeout_s: floa
 def _row(spec: dict, nbytes: int, device: torch.device, rank: int, n: int) -> dict:
     numel = aligned_numel(nbytes, n)
     row = {"nbytes": numel * DTYPE_BYTES, "count": numel, "dtype": "float32", "results": {}}
+    if device.type == "cpu":
+        iters, warmup = cpu_calls(numel * DTYPE_BYTES, spec["iters"], spec["warmup"])
+        spec = dict(spec, iters=iters, warmup=warmup)
+        row["iters"] = iters
     for name in spec["names"]:
         coll = COLLECTIVES[name]
         x, y = coll.buffers(numel, n, device)

@@ -243,6 +243,9 @@ def _collectives(devices: DeviceSet, sizes: list[int], options: CeilingOptions,
               + ("one process driving every GPU through torch.cuda.nccl (nccl-tests -g N), "
                  if one else "mean of the ranks, ")
               + f"median of {options.repeats}")
-    note = None if devices.is_cuda else "Gloo stands in for NCCL (CPU devices)"
+    note = None if devices.is_cuda else (
+        f"Gloo stands in for NCCL (CPU devices); calls per timed burst and warm-up calls cut to "
+        f"{collectives.CPU_BURST_BYTES >> 20} MiB of data each (at least 1 call), so that large "
+        "sizes end in minutes")
     return CollectiveSweep(backend, devices.n, options.iters, options.warmup, options.repeats,
                            timing, note, rows)

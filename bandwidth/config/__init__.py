@@ -6,5 +6,6 @@ Owns: flags, their defaults and checks, the names of the backends. May import th
 (errors, cliparse) and the owners of the values it parses: the stores' registry for mode names,
 the schedules' registry for --schedule (``schedules``: those flags),
 plan.layout for dtype sizes, ceiling.hostmatrix and ceiling.linkbound for --network-ceiling and
---link-rate, report.baseline for the gates' thresholds. Nothing it imports imports it back.
+--link-rate, report.baseline for the gates' thresholds, hardware.devices for the default devices
+that --scaling sweeps. Nothing it imports imports it back.
 """

@@ -252,7 +252,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "MASTER_PORT, without launch.py): how many of the ranks, the last ones, "
                          "are servers of the dist_* parameter-server modes (default 0)")
     ex.add_argument("--scaling", action="store_true",
-                    help="sweep the device count from 1 to all of --gpus (or --cpus)")
+                    help="sweep the device count from 1 to all of --gpus (or --cpus; without "
+                         "either, every visible GPU, or the 2 default CPU devices)")
     ex.add_argument("--optimizer", default="none",
                     help="'sgd' (lr 0.01, no momentum, no weight decay, as MXNet) or 'none' (default)")
     ex.add_argument("--dtype", default="float32", help=f"{' | '.join(DTYPES)} (default: float32)")
@@ -265,8 +266,10 @@ def build_parser() -> argparse.ArgumentParser:
                          "ps-lite; pip install '.[mxnet]'); 'toolkit,mxnet' compares the two, "
                          "their iterations interleaved in one process")
     ex.add_argument("--chunk-mb", type=float, default=None,
-                    help="largest pipelining chunk of the device and local modes, MB (default: "
-                         "device: each GPU's share in two chunks, at most 256 MB; local: 32)")
+                    help="largest pipelining chunk of the device and local modes (and the "
+                         "_device modes' local reduce), MB of 1e6 bytes (default: device: each "
+                         "owner's share in 2 chunks, at most 256 MB; local: S/16 within 2-32 MB "
+                         "on GPUs, the whole buffer on CPU devices)")
     ex.add_argument("--launch", default=None,
                     help="how each timed step's GPU work is issued: 'graph' (captured once as a "
                          "CUDA graph and replayed, so that the host does not pace the step; "
@@ -304,8 +307,10 @@ def build_parser() -> argparse.ArgumentParser:
                          "GPU)")
     ex.add_argument("--cpu-threads", type=int, default=None,
                     help="torch threads of the steps on CPU devices, and of the local mode's "
-                         "summation on GPUs (default: on CPU devices, the fastest of 1, one per "
-                         "device and one per core in untimed trial steps; on GPUs torch's)")
+                         "summation on GPUs (default: on CPU devices, untimed trial steps of 1, "
+                         "one per device and one per core, taken in turns; the lowest mean step "
+                         "time wins, and more threads only where at least 10 %% faster than "
+                         "fewer; a note says the choice; on GPUs torch's)")
     tm = parser.add_argument_group("measurement")
     tm.add_argument("--num-batches", type=int, default=5,
                     help="measured iterations (default: 5; one warm-up iteration runs before)")
@@ -340,8 +345,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="write configuration, environment, every iteration and the summary here")
     out.add_argument("--csv", dest="csv_path", default=None, help="write the result table as CSV")
     out.add_argument("--plot", dest="plot_path", default=None,
-                     help="draw the results into this PNG (bars against the ceiling, lines for "
-                          "scaling and size sweeps)")
+                     help="draw the results into this file, .png, .svg or .pdf (the format "
+                          "follows the name): bars against the ceiling, lines for scaling and "
+                          "size sweeps")
     out.add_argument("--baseline-row", default=None,
                      help="add a performance-ratio table against this row (number or label)")
     out.add_argument("--speedup", action="store_true",
@@ -482,6 +488,13 @@ def _device_sets(args: argparse.Namespace) -> list[tuple[tuple[int, ...] | None,
     if args.cpus is not None:
         counts = range(1, args.cpus + 1) if args.scaling else [args.cpus]
         return [(None, c) for c in counts]
+    if args.gpus is None and args.scaling:
+        # --scaling over the default devices: every visible GPU, or the default CPU devices.
+        from bandwidth.hardware.devices import DEFAULT_CPUS, visible_gpus
+        visible = visible_gpus()
+        if visible:
+            return [(tuple(range(k)), None) for k in range(1, visible + 1)]
+        return [(None, c) for c in range(1, DEFAULT_CPUS + 1)]
     if args.gpus is None:
         return [(None, None)]          # resolved later: every visible GPU, or 2 CPU devices
     sets = [parse_gpus(text) for text in args.gpus]

@@ -54,11 +54,16 @@ class DeviceSet:
         return f"{self.n} CPU device{'s' if self.n > 1 else ''} (replicas in host memory)"
 
 
+def visible_gpus() -> int:
+    """How many GPUs this process sees (0 without CUDA)."""
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
 def resolve(gpus: tuple[int, ...] | None, cpus: int | None) -> DeviceSet:
     """Explicit --cpus, explicit --gpus (checked to exist), else every visible GPU, else 2 CPUs."""
     if cpus is not None:
         return DeviceSet("cpu", tuple(range(cpus)))
-    visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    visible = visible_gpus()
     if gpus is None:
         return DeviceSet("cuda", tuple(range(visible))) if visible else DeviceSet(
             "cpu", tuple(range(DEFAULT_CPUS)))

@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 def run(config: LaunchConfig, environ: Mapping[str, str]) -> None:
     check_config(config)
     launcher = LAUNCHERS[config.launcher]
-    check_programs(launcher, sync=config.sync_dst_dir is not None)
+    check_programs(launcher, config)
     placed_count = config.num_workers + config.num_servers + \
         (1 if config.scheduler and launcher.place_scheduler else 0)
     ensure_fd_limit(placed_count, f"-n {config.num_workers} -s {config.num_servers}")

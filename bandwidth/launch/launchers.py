@@ -25,6 +25,8 @@ class Launcher:
     build: Callable[[Plan], list[Child]]
     hostfile: str                                   # "refused" | "required" | "optional"
     programs: tuple[str, ...] = ()                  # needed on this host's PATH
+    # Whether ``programs`` are needed for this launch (ssh: not where every host is loopback)
+    needs_programs: Callable[[LaunchConfig], bool] = lambda config: True
     place_scheduler: bool = False                   # the scheduler is placed like the others
     sync: Callable[[Plan], list[Child]] | None = None   # supports --sync-dst-dir
     ssh_options: bool = False                       # reads --ssh-config / --ssh-option
@@ -39,7 +41,7 @@ LAUNCHERS = {launcher.name: launcher for launcher in (
     Launcher("local", "every process on this host", local.build, hostfile="refused"),
     Launcher("ssh", "one ssh connection per process, to the hosts of -H", ssh.build,
              hostfile="required", programs=("ssh",), sync=ssh.sync_children, ssh_options=True,
-             start_timeout_s=ssh.start_timeout_s),
+             start_timeout_s=ssh.start_timeout_s, needs_programs=ssh.needs_ssh),
     Launcher("mpi", "one Open MPI mpirun for all processes (-H optional)", mpi.build,
              hostfile="optional", programs=("mpirun",), place_scheduler=True,
              version_check=mpi.open_mpi_version, host_ports=False),
@@ -49,9 +51,11 @@ LAUNCHERS = {launcher.name: launcher for launcher in (
 )}
 
 
-def check_programs(launcher: Launcher, sync: bool) -> None:
+def check_programs(launcher: Launcher, config: LaunchConfig) -> None:
     """UnsupportedError naming the missing program and how to get it."""
-    for program in launcher.programs + (("rsync",) if sync else ()):
+    sync = config.sync_dst_dir is not None
+    programs = launcher.programs if launcher.needs_programs(config) else ()
+    for program in programs + (("rsync",) if sync else ()):
         if shutil.which(program) is None:
             package = {"ssh": "openssh-client", "mpirun": "openmpi-bin", "srun": "slurm-client",
                        "scontrol": "slurm-client"}.get(program, program)

@@ -33,6 +33,7 @@ Each process is started as (every word of the remote command passed through ``sh
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import math
 import shlex
@@ -222,13 +223,41 @@ def start_timeout_s(connect_timeout_s: int) -> float:
     return math.ceil(connect_timeout_s) + LOGIN_SLACK_S
 
 
+def is_loopback(name: str) -> bool:
+    """``localhost``, an address of 127.0.0.0/8, or ``::1``: this machine, whatever it runs."""
+    if name.lower() in ("localhost", "localhost.localdomain"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def runs_locally(host: Host, config) -> bool:
+    """A hosts file's loopback host is this machine: its processes start here directly, as the
+    local launcher starts them, without ssh (no sshd needed). A port, an ssh setting
+    (``--ssh-config``, ``--ssh-option``) or ``--sync-dst-dir`` asks for ssh itself (an sshd of a
+    lab or a container behind a forwarded port), which is then used."""
+    return (host.port is None and not config.ssh_config and not config.ssh_options
+            and config.sync_dst_dir is None and is_loopback(host.name))
+
+
+def needs_ssh(config) -> bool:
+    """Whether the ssh client is needed: some host of -H is not run locally."""
+    return not all(runs_locally(host, config) for host in config.hosts)
+
+
 def build(plan: Plan) -> list[Child]:
-    """An ssh child per world rank, and the scheduler (if any) as a local process."""
+    """An ssh child per world rank (a local process for a loopback host: ``runs_locally``), and
+    the scheduler (if any) as a local process."""
     config = plan.config
     ssh = SshOptions(config.timeout_s, config.ssh_config, config.ssh_options)
     workdir = config.sync_dst_dir or config.workdir
     children: list[Child] = []
     for role, host in plan.world:
+        if runs_locally(host, config):
+            children.append(local_child(plan, role))
+            continue
         env = child_environ(plan.environ, config.env, same_host=False)
         env.update(role.to_environ())
         remote = remote_command(workdir, config.command)

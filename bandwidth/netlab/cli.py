@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import subprocess
 import sys
 
 from bandwidth.ceiling.linkbound import parse_rate
@@ -119,6 +120,10 @@ def main(argv: list[str] | None = None) -> int:
     except BandwidthError as err:          # NetlabError, or a bad rate (ConfigError)
         print(f"netlab: error: {err}", file=sys.stderr)
         return 2
+    except (subprocess.SubprocessError, OSError) as err:    # a command of the lab failed
+        print(f"netlab: error: {str(err).splitlines()[0] if str(err) else type(err).__name__}"
+              " (what was made is removed)", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("netlab: interrupted (what was made is removed)", file=sys.stderr)
         return 130

@@ -73,17 +73,30 @@ def ssh_argv(lab: Lab, host: Host, *command: str, timeout_s: int = 5) -> list[st
             f"ConnectTimeout={timeout_s}", host.address, *command]
 
 
-def wait_ready(lab: Lab, host: Host, timeout_s: float = 15.0) -> None:
-    """Wait until a login to ``host`` runs ``true``; NetlabError with sshd's log otherwise."""
+# How long ``up`` waits for each host's sshd to accept a login: generous, since on a loaded host
+# (other jobs on every core) a first login took over 15 s, the bound this once had.
+READY_TIMEOUT_S = 90.0
+
+
+def wait_ready(lab: Lab, host: Host, timeout_s: float = READY_TIMEOUT_S) -> None:
+    """Wait until a login to ``host`` runs ``true``; NetlabError (one line, with sshd's log or
+    ssh's last words) otherwise. A login attempt that does not end in time is one more failed
+    attempt, never a TimeoutExpired traceback."""
     deadline = time.monotonic() + timeout_s
     last = ""
     while time.monotonic() < deadline:
-        proc = subprocess.run(ssh_argv(lab, host, "true"), capture_output=True, text=True,
-                              timeout=timeout_s)
+        left = max(1.0, deadline - time.monotonic())
+        try:
+            proc = subprocess.run(ssh_argv(lab, host, "true", timeout_s=int(min(left, 30))),
+                                  capture_output=True, text=True, timeout=left)
+        except subprocess.TimeoutExpired:
+            last = f"a login did not finish within {left:.0f} s (a loaded host?)"
+            continue
         if proc.returncode == 0:
             return
         last = proc.stderr.strip()
         time.sleep(0.2)
     log = (lab.state_dir / f"sshd.{host.index}.log").read_text().strip()
-    raise NetlabError(f"sshd on {host.address} ({host.namespace}) does not accept the lab's key: "
+    raise NetlabError(f"sshd on {host.address} ({host.namespace}) did not accept the lab's key "
+                      f"within {timeout_s:g} s: "
                       f"{(log or last).splitlines()[-1] if (log or last) else 'no message'}")

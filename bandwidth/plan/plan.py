@@ -4,7 +4,7 @@ before anything is allocated (``make_plan``), and whether its buffers fit (``che
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import networks
@@ -16,6 +16,7 @@ from bandwidth.errors import ConfigError, OutOfMemoryError, UnsupportedError
 from bandwidth.hardware.devices import DeviceSet, free_bytes, resolve
 from bandwidth.measurement.session import launch_of
 from bandwidth.plan.layout import DTYPE_BYTES
+from bandwidth.plan.onegpu import one_gpu
 from bandwidth.schedules.base import Schedule
 from bandwidth.schedules.registry import SCHEDULES
 from bandwidth.stores.registry import KVStore
@@ -35,6 +36,8 @@ class Plan:
     shapes: list[tuple[str, tuple[int, ...]]]
     devices: DeviceSet
     store_cls: type[KVStore]
+    # ``# note:`` lines about how the devices were chosen (one GPU: bandwidth.plan.onegpu).
+    notes: tuple[str, ...] = ()
 
     @cached_property
     def compute(self) -> ComputePlan | None:
@@ -119,14 +122,25 @@ def make_plan(config: Config, with_devices: bool = True) -> Plan:
     if config.schedule != "flat" and config.launch == "graph":
         raise UnsupportedError(f"--schedule {config.schedule} issues its steps eagerly; --launch "
                                "graph is the flat schedule's")
+    devices, notes = one_gpu(config, devices, store_cls) if with_devices else (devices, ())
     reason = store_cls.unavailable(devices, config.dtype)
     if reason:
         raise UnsupportedError(f"--kv-store {config.kv_store} cannot run here: {reason}")
-    plan = Plan(config, shapes, devices, store_cls)
+    plan = Plan(config, shapes, devices, store_cls, notes)
     if config.compute != "none" and config.graph_steps not in (None, 1):
         raise ConfigError("--graph-steps N queues N exchanges per iteration; a step with "
                           "--compute has one exchange: leave --graph-steps out")
     plan.compute                       # a compute file that does not match fails here
+    if config.graph_steps is not None and with_devices:
+        if not devices.is_cuda:        # no GPU visible: the default devices are CPU devices
+            raise UnsupportedError("--graph-steps counts replays of a CUDA graph, and this run "
+                                   "is on CPU devices (no GPU visible), which run eager: drop "
+                                   "--graph-steps")
+        if plan.launch == "eager":     # local, the parameter-server modes, an optimizer...
+            plan = replace(plan, notes=notes + (
+                f"--graph-steps {config.graph_steps} does nothing here: {config.kv_store} on "
+                f"{devices.describe()} runs eager with these settings (no CUDA graph to "
+                "replay)",))
     return plan
 
 

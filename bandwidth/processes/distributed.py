@@ -66,16 +66,29 @@ def check_single_host(kv_stores: list[str], role: Role | None) -> None:
     Nothing would serve there: under --backend mxnet a server or scheduler process would wait in
     ps-lite's server loop (entered inside ``import mxnet``) forever, and under the toolkit every
     process, servers included, would measure on its own at the same time. Every process of such a
-    launch refuses, so the launcher stops the job at once. Workers alone (-s 0) may each measure
-    their own host. Called before anything imports mxnet.
+    launch refuses, so the launcher stops the job at once. Several workers (torchrun
+    --nproc-per-node 2, launch.py -n 2 -s 0) are refused too: each would measure on its own, N
+    independent copies with N summaries, sharing the host's devices, where a torchrun user
+    expects one job over the ranks (that is dist_nccl). One worker alone runs as without a
+    launcher. Called before anything imports mxnet.
     """
-    if role is None or (role.name == WORKER and role.job.num_servers == 0
-                        and not role.job.has_scheduler):
+    if role is None:
+        return
+    modes = ",".join(kv_stores)
+    if role.name == WORKER and role.job.num_servers == 0 and not role.job.has_scheduler:
+        if role.job.num_workers > 1:
+            raise ConfigError(
+                f"--kv-store {modes} measures one host from one process (it starts its own "
+                f"per-device processes), but this launch ({role.job.cluster}) has "
+                f"{role.job.num_workers} workers, which would run as independent copies sharing "
+                "the devices: run "
+                "measure.py once without a launcher, or use --kv-store dist_nccl for one "
+                "all-reduce over every rank")
         return
     started = [f"{role.job.num_servers} server{'s' if role.job.num_servers != 1 else ''}"]
     if role.job.has_scheduler:
         started.append("a scheduler")
-    raise ConfigError(f"--kv-store {','.join(kv_stores)} runs on one host: local, device and nccl "
+    raise ConfigError(f"--kv-store {modes} runs on one host: local, device and nccl "
                       f"need no servers or scheduler, but launch.py started "
                       f"{' and '.join(started)}; run measure.py "
                       "without launch.py, or with launch.py -s 0 and no --scheduler")

@@ -35,7 +35,7 @@ from bandwidth.launch.storegate import connect  # noqa: E402
 from bandwidth.measurement.tasks import measure_task, reference_task  # noqa: E402
 from bandwidth.plan.plan import make_plan  # noqa: E402
 from bandwidth.processes.group import DistGroup  # noqa: E402
-from bandwidth.report.text import discard_stdout  # noqa: E402
+from bandwidth.report.text import discard_stdout, whole_lines  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--result-fd", type=int, default=None)
     parser.add_argument("--timeout", type=float, default=300.0)
     args = parser.parse_args(argv)
+    whole_lines()                   # its lines share measure.py's stdout with the other ranks'
     payload = json.loads(read_line(0))
     watch_lifeline(0)
     try:

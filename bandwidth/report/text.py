@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import io
 import json
 import os
 import sys
@@ -27,6 +28,51 @@ def discard_stdout() -> None:
     os.close(devnull)
 
 
+class WholeLines(io.TextIOBase):
+    """A text stream that hands ``stream`` only whole lines, each batch in one write and flushed
+    at once. Several processes of a job (torchrun's ranks, launch.py's workers, the per-device
+    ranks) share one stdout; ``print`` writes the text and its newline apart (under ``python -u``
+    or PYTHONUNBUFFERED, as CI and containers set, each is a write of its own), and a block
+    buffer flushes wherever it is full, so another process's line could land mid-line. A pipe
+    keeps a write of up to 4 KiB whole."""
+
+    def __init__(self, stream):
+        super().__init__()
+        self.stream = stream
+        self.pending = ""
+
+    def write(self, text: str) -> int:
+        self.pending += text
+        cut = self.pending.rfind("\n") + 1
+        if cut:
+            whole, self.pending = self.pending[:cut], self.pending[cut:]
+            self.stream.write(whole)
+            self.stream.flush()
+        return len(text)
+
+    def flush(self) -> None:
+        if self.pending:                   # a line without its newline yet: as it is
+            text, self.pending = self.pending, ""
+            self.stream.write(text)
+        self.stream.flush()
+
+    def fileno(self) -> int:
+        return self.stream.fileno()
+
+    def isatty(self) -> bool:
+        return self.stream.isatty()
+
+    @property
+    def encoding(self):
+        return getattr(self.stream, "encoding", "utf-8")
+
+
+def whole_lines() -> None:
+    """Make this process's stdout a WholeLines stream (once)."""
+    if not isinstance(sys.stdout, WholeLines) and sys.stdout is not None:
+        sys.stdout = WholeLines(sys.stdout)
+
+
 def preamble(plan: Plan, environment: dict, sweep: int = 1) -> list[str]:
     c, env = plan.config, environment
     versions = f"torch {env['torch']}"
@@ -45,12 +91,14 @@ def preamble(plan: Plan, environment: dict, sweep: int = 1) -> list[str]:
              f"# devices: {count} {', '.join(names)}"]
     if env.get("links"):
         lines.append(f"# links: {links_text(env['links'])}")
+    lines += [f"# note: {note}" for note in plan.notes]
     if sweep > 1:
         return lines + [f"# sweep of {sweep} configurations, {c.dtype}, optimizer {c.optimizer}, "
                         f"{c.num_batches} iterations after {c.warmup} warm-up each"]
     shape = ",".join(map(str, c.image_shape))
     return lines + [
-        f"# kvstore {c.kv_store} on {plan.devices.describe()}: {plan.store_cls.summary}",
+        f"# kvstore {c.kv_store} on {plan.devices.describe()}: "
+        f"{plan.store_cls.summary_text(plan.devices)}",
         *([f"# schedule {c.schedule}: {plan.schedule.summary}"
            + (f" ({c.bucket_mb:g} MiB, the first {c.first_bucket_mb:g} MiB)"
               if c.schedule == "ddp" else "")] if plan.schedule is not None else []),
@@ -100,17 +148,21 @@ def schedule_table(plan: Plan) -> list[str]:
 
 def summary_lines(result: Result) -> list[str]:
     plan, s = result.plan, result.summary
-    devices = f"{plan.devices.n} device{'s' if plan.devices.n != 1 else ''}" + (
+    devices = devices_words(plan.devices) + (
         f" on each of {len(result.workers)} workers" if result.workers else "")
     lines = [f"# summary: kvstore {plan.config.kv_store}, {devices}, "
              f"{s.nbytes / 1e6:.2f} MB in {len(plan.shapes)} arrays, {s.iterations} iterations"]
-    if s.bus_factor == 0:   # one device: MXNet's formula gives 0 (its iter lines keep it)
+    if s.bus_factor == 0 and result.workers:    # one device per worker: the network still works
+        lines.append(f"#   GB/sec per gpu: {ONE_DEVICE} per worker: MXNet's figure counts only "
+                     "the worker's own devices, so it is 0; the network carried:")
+        lines += network_lines(result)
+    elif s.bus_factor == 0:   # one device: MXNet's formula gives 0 (its iter lines keep it)
         lines.append(f"#   GB/sec per gpu: {ONE_DEVICE}: nothing crosses a link, so busbw is 0 "
                      "by definition")
     else:
         lines.append(f"#   GB/sec per gpu (busbw = algbw x {s.bus_factor:g}): median "
                      f"{s.busbw_median:.3f}, min {s.busbw_min:.3f}, max {s.busbw_max:.3f}")
-    lines += [f"#   algbw {s.algbw_median:.3f} GB/s, time median {s.seconds_median:.6f} s, "
+    lines += [f"#   algbw {algbw_text(result)}, time median {s.seconds_median:.6f} s, "
               f"max error {_error_text(s.error_max)}",
               launch_line(result),
               f"#   ceiling: {ceiling_text(result)}"]
@@ -123,7 +175,7 @@ def summary_lines(result: Result) -> list[str]:
         lines.append("#   host-to-host ceiling: python launch.py -H hosts -n K python -m "
                      "bandwidth.ceiling --network")
     elif s.bus_factor and not plan.store_cls.distributed:
-        lines.append("#   reference: not measured (--no-reference)")
+        lines.append(f"#   reference: not measured ({reference_skipped(plan)})")
     if result.host_ceiling is not None:
         lines.append(ceiling_line(result.host_ceiling, servers=bool(result.server_hosts)))
     if result.link_bound is not None:
@@ -131,6 +183,44 @@ def summary_lines(result: Result) -> list[str]:
     if result.costs is not None:
         lines += result.costs.lines()
     return lines
+
+
+def network_lines(result: Result) -> list[str]:
+    """What the network carried per step and per second, over every worker (the slowest worker's
+    median step time, as the summary's), each way."""
+    out_word, in_word = result.plan.store_cls.traffic_words
+    nbytes = sum(w.network_nbytes for w in result.workers)
+    each = result.workers[0].network_nbytes if result.workers else 0.0
+    seconds = result.summary.seconds_median
+    gbps = nbytes / seconds / 1e9 if seconds else float("nan")
+    workers = len(result.workers)
+    per = f" ({each / 1e6:.2f} MB by each of {workers} workers)" if workers > 1 else ""
+    return [f"#   network: {nbytes / 1e6:.2f} MB {out_word} and {nbytes / 1e6:.2f} MB {in_word} "
+            f"per step{per}, {gbps:.3f} GB/s each way"]
+
+
+def algbw_text(result: Result) -> str:
+    """``12.345 GB/s``, or n/a with the reason where one device moves nothing (one nccl rank)."""
+    nothing = (getattr(result.plan.store_cls, "alone_moves_nothing", None)
+               if result.plan.devices.n == 1 and not result.workers else None)
+    return f"n/a ({nothing})" if nothing else f"{result.summary.algbw_median:.3f} GB/s"
+
+
+def devices_words(devices) -> str:
+    """``2 devices``, or ``2 replicas on 1 GPU`` where replicas share a GPU (--gpus 0,0)."""
+    if devices.shares_gpu:
+        gpus = len(set(devices.ids))
+        return f"{devices.n} replicas on {gpus} GPU{'s' if gpus > 1 else ''}"
+    return f"{devices.n} device{'s' if devices.n != 1 else ''}"
+
+
+def reference_skipped(plan: Plan) -> str:
+    """Why no flat all-reduce reference was measured for ``plan`` (run.py decides)."""
+    if not plan.config.reference:
+        return "--no-reference"
+    if plan.devices.shares_gpu:
+        return "replicas share a GPU, and NCCL cannot hold one GPU twice"
+    return "it needs at least 2 devices"
 
 
 def launch_line(result: Result) -> str:

@@ -20,6 +20,8 @@ from bandwidth.plan.optimizers import Sgd
 class KVStore:
     name: ClassVar[str]
     summary: ClassVar[str]
+    # The same on CPU devices (replicas in host memory), where the words differ (no GPU there).
+    summary_on_cpu: ClassVar[str | None] = None
     # The link that bounds this mode; shown beside its figures.
     bound: ClassVar[str]
     # The same on CPU devices (replicas in host memory), where it differs: no PCIe, no GPU link.
@@ -40,8 +42,21 @@ class KVStore:
     auto_graph: ClassVar[bool] = True
     # True: ``make_layout`` and ``__init__`` take ``owners``, a key placement rule (config.py).
     takes_owners: ClassVar[bool] = False
+    # Why algbw means nothing with one device (None: it still measures a path, e.g. local's
+    # host path on one GPU): a one-rank all-reduce moves no byte.
+    alone_moves_nothing: ClassVar[str | None] = None
+    # Replicas the default run (no --gpus, no --cpus) puts on a machine of one GPU, where one
+    # device moves nothing across a link: 2 (``--gpus 0,0``) where the mode measures that GPU so.
+    replicas_on_one_gpu: ClassVar[int] = 1
+    # What a run of one GPU still measures (None: nothing, MXNet's 0 alone; the hint says more).
+    one_gpu_measures: ClassVar[str | None] = None
     # What a worker's network traffic is called in the distributed summary: (out, in).
     traffic_words: ClassVar[tuple[str, str]] = ("pushed", "pulled")
+
+    @classmethod
+    def summary_text(cls, devices: DeviceSet) -> str:
+        """What this mode does on ``devices``, in words (CPU devices are not GPUs)."""
+        return cls.summary_on_cpu if cls.summary_on_cpu and not devices.is_cuda else cls.summary
 
     @classmethod
     def bound_text(cls, devices: DeviceSet) -> str:

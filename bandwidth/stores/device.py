@@ -183,11 +183,14 @@ class DeviceStore(KVStore):
     name = "device"
     summary = ("reduce on the GPUs over peer-to-peer copies: each key summed on its owner GPU, "
                "then broadcast")
+    summary_on_cpu = ("reduce on the devices with copies between them: each key summed on its "
+                      "owner device, then broadcast")
     bound = "peer-to-peer link (unidirectional copy rate)"
     bound_on_cpu = "host memory copy rate (the replicas share one memory)"
     bound_kind = "peer link"
     graph_capable = True
     takes_owners = True
+    replicas_on_one_gpu = 2     # one GPU by default: the step inside its memory (--gpus 0,0)
 
     @classmethod
     def make_layout(cls, shapes, n, cluster=None, owners="greedy"):
@@ -313,12 +316,19 @@ class DeviceStore(KVStore):
                               in enumerate(zip(self.key_counts, self.owned)))
         rule = (f"balanced, {self.split_keys} keys of more than {SPLIT_BOUND:,} elements split"
                 if self.owners == "balanced" else "greedy, MXNet's rule")
-        lines = [f"owner GPU of each key ({rule}): {placement}"]
+        on_gpus = self.replicas[0].device.type == "cuda"
+        lines = [f"owner {'GPU' if on_gpus else 'device'} of each key ({rule}): {placement}"]
+        gpus = len({r.device for r in self.replicas})
         if self.peer_warning:
             lines.append(f"WARNING: {self.peer_warning}")
             lines.extend("  " + " ".join("v" if x else "." for x in row) for row in self.peers)
-        elif self.peers:
-            lines.append(f"peer access: all {n * (n - 1)} GPU pairs")
+        elif self.peers and gpus == 1 and n > 1:
+            lines.append(f"peer access: not used ({n} replicas on 1 GPU: every copy stays "
+                         "inside its memory)")
+        elif self.peers and gpus > 1:
+            pairs = gpus * (gpus - 1)
+            lines.append(f"peer access: all {pairs} GPU pairs" + (
+                f" ({n} replicas on {gpus} GPUs)" if gpus < n else ""))
         return lines
 
     def step(self):

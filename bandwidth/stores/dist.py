@@ -220,7 +220,13 @@ class ParameterServerStore(KVStore):
         return [f"per-server load: {load}; {len(self.messages)} messages of at most "
                 f"{MESSAGE_BYTES / 1e6:g} MB per push, all in flight",
                 f"{'sync' if self.sync else 'async'} servers, local reduce on the "
-                f"{'GPUs' if self.on_gpus else 'CPU'}"]
+                f"{self._reducer()}"]
+
+    def _reducer(self) -> str:
+        """Where the local reduce runs, in words (CPU devices are not GPUs)."""
+        if not self.on_gpus:
+            return "CPU"
+        return "GPUs" if self.replicas[0].device.type == "cuda" else "devices (CPU devices)"
 
     # The first message's tag: 0, or where the earlier parts of a schedule left off.
     tag_base = 0
@@ -302,12 +308,14 @@ class DistAsync(ParameterServerStore):
 class DistSyncDevice(ParameterServerStore):
     name = "dist_sync_device"
     summary = "reduce on the GPUs, then as dist_sync"
+    summary_on_cpu = "reduce on the devices (as device), then as dist_sync"
     on_gpus = True
 
 
 class DistAsyncDevice(ParameterServerStore):
     name = "dist_async_device"
     summary = "reduce on the GPUs, then as dist_async"
+    summary_on_cpu = "reduce on the devices (as device), then as dist_async"
     sync = False
     needs_optimizer = True
     on_gpus = True

@@ -44,6 +44,9 @@ def default_chunk_bytes(nbytes: int, on_gpu: bool) -> int:
 class LocalStore(KVStore):
     name = "local"
     summary = "copy to pinned host memory, sum on the CPU (threads), optimizer on the CPU, copy back"
+    summary_on_cpu = ("sum the replicas where they are in host memory (CPU threads), optimizer "
+                      "on the CPU, copy the result to every replica")
+    one_gpu_measures = "the host path"      # one GPU: algbw against the duplex host path
     bound = "PCIe (host<->device copies, both directions at once) and CPU summation"
     bound_on_cpu = "host memory: every gradient read and every output written once"
     bound_kind = "host path"

@@ -28,6 +28,7 @@ class NcclStore(KVStore):
     bound_kind = "flat all-reduce"
     process_per_device = True
     graph_capable = True
+    alone_moves_nothing = "one rank: an all-reduce over one process moves no byte"
 
     @classmethod
     def unavailable(cls, devices, dtype):
