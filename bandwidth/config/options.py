@@ -20,6 +20,7 @@ DTYPES = ("float32", "float16", "bfloat16")
 OPTIMIZERS = ("none", "sgd")
 LAUNCHES = ("auto", "graph", "eager")             # how a step's GPU work is issued (see Config.launch)
 OWNER_RULES = ("balanced", "greedy")      # the device mode's key placement
+SERVER_ORDERS = ("same", "staggered")     # the PS worker's visiting order (stores/dist.py)
 GC_TYPES = ("none", "2bit")               # MXNet 1.9.1's gradient compression (--backend mxnet)
 AUTO_REPEATS = 1000                       # --repeat auto: the cap; --time-budget ends it first
 
@@ -51,6 +52,8 @@ class Config:
     launch: str | None = None              # "auto" | "graph" | "eager"; None: auto on CUDA, eager on CPU
     owners: str = "balanced"               # device mode's key placement: "balanced" | "greedy"
     graph_steps: int | None = None         # graph replays per timed iteration (None: auto)
+    max_in_flight: int | None = None       # PS modes: messages per server in flight (None: all)
+    server_order: str = "same"             # PS modes: "same" | "staggered" (stores/dist.py)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -238,6 +241,13 @@ def build_parser() -> argparse.ArgumentParser:
                     help="under torchrun (or any launcher setting RANK, WORLD_SIZE, MASTER_ADDR, "
                          "MASTER_PORT, without launch.py): how many of the ranks, the last ones, "
                          "are servers of the dist_* parameter-server modes (default 0)")
+    ex.add_argument("--max-in-flight", type=int, default=None, metavar="N",
+                    help="parameter-server modes: messages per server a worker keeps in flight "
+                         "(default: all of them at once)")
+    ex.add_argument("--server-order", default="same", choices=SERVER_ORDERS,
+                    help="parameter-server modes: the order a worker visits the servers in each "
+                         "round of messages: 'same' (0, 1, ... on every worker; default) or "
+                         "'staggered' (worker w starts at server w mod S)")
     ex.add_argument("--scaling", action="store_true",
                     help="sweep the device count from 1 to all of --gpus (or --cpus)")
     ex.add_argument("--optimizer", default="none",
@@ -383,6 +393,8 @@ def _check_scalars(args: argparse.Namespace) -> None:
         raise ConfigError(f"unknown --gc-type {args.gc_type!r}; valid: {', '.join(GC_TYPES)}")
     if args.gpus is not None and args.cpus is not None:
         raise ConfigError("give either --gpus or --cpus, not both")
+    if args.max_in_flight is not None and args.max_in_flight < 1:
+        raise ConfigError(f"--max-in-flight must be 1 or more; got {args.max_in_flight}")
     if args.num_servers is not None and args.num_servers < 0:
         raise ConfigError(f"--num-servers must be 0 or more; got {args.num_servers}")
     if args.cpus is not None and args.cpus < 1:
@@ -566,7 +578,8 @@ def job_from_args(args: argparse.Namespace) -> Job:
                   optimizer=optimizer, dtype=args.dtype, reference=args.reference,
                   chunk_mb=args.chunk_mb, cpu_threads=args.cpu_threads, timeout_s=args.timeout,
                   seed=args.seed, gc_type=args.gc_type.lower(), launch=args.launch,
-                  owners=args.owners, graph_steps=parse_graph_steps(args.graph_steps))
+                  owners=args.owners, graph_steps=parse_graph_steps(args.graph_steps),
+                  max_in_flight=args.max_in_flight, server_order=args.server_order)
     # The backend varies fastest, so that the rows of a comparison sit side by side.
     configs = tuple(Config(network=network, kv_store=mode, gpus=gpus, cpus=cpus, backend=backend,
                            **common)

@@ -101,7 +101,8 @@ def _parameter_server(plan: Plan, role: Role, on_report) -> Result | None:
         everyone = list(range(role.world_size))
         cluster = Cluster(role.job.num_workers, role.job.num_servers,
                           role.task_id if role.name == WORKER else 0,
-                          push_group=dist.new_group(everyone), pull_group=dist.new_group(everyone))
+                          push_group=dist.new_group(everyone), pull_group=dist.new_group(everyone),
+                          max_in_flight=c.max_in_flight, server_order=c.server_order)
         raw = _raw_exchange(plan, cluster, role) if c.reference else None
         if role.name == SERVER:
             serve(plan.shapes, cluster, role.task_id, devices=1, by_owner=False,
