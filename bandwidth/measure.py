@@ -521,6 +521,9 @@ def execute_distributed(job: Job, role) -> int:
         result.host_ceiling = measured_host_ceiling(job.network_ceiling, result)
     if job.link_rate_bits is not None:
         result.link_bound = measured_link_bound(job.link_rate_bits, result)
+    if job.predict:
+        from bandwidth.predict.runline import predicted_lines
+        result.notes.extend(predicted_lines(result, job.link_rate_bits))
     for note in result.notes:
         print(f"# note: {note}")
     print("\n".join(summary_lines(result) + worker_lines(result)), flush=True)

@@ -99,6 +99,7 @@ class Job:
     summary_md: str | None = None          # --summary-md, else $GITHUB_STEP_SUMMARY (read in main)
     link_rate_bits: int | None = None      # distributed modes: every host's link, each way
     num_servers: int | None = None         # --num-servers: servers among torchrun's ranks
+    predict: bool = False                  # --predict: the model's step beside the measured one
 
     @property
     def is_sweep(self) -> bool:
@@ -312,6 +313,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="distributed modes: every host's link rate each way, e.g. 1gbit, "
                          "2.5gbit; the summary states the full-duplex bound of a step (which "
                          "link carries what: docs/formulas.md) and the run's %% of link")
+    tm.add_argument("--predict", action="store_true",
+                    help="distributed modes, with --link-rate: print the model's step for this "
+                         "job's hosts and rate (python -m bandwidth.predict), its binding "
+                         "resource and its error against the run")
     tm.add_argument("--timeout", type=float, default=300.0,
                     help="hang bound, every mode: a process waiting more than S seconds for "
                          "another, or an iteration not completed within S seconds, stops the "
@@ -571,6 +576,14 @@ def job_from_args(args: argparse.Namespace) -> Job:
     if args.link_rate is not None:
         from bandwidth.ceiling.linkbound import parse_rate
         link_rate_bits = parse_rate(args.link_rate, "--link-rate")
+    if args.predict:
+        from bandwidth.predict.model import MODES as PREDICTED
+        if link_rate_bits is None:
+            raise ConfigError("--predict needs --link-rate RATE (every host's link, each way)")
+        uncovered = [m for m in modes if m not in PREDICTED]
+        if uncovered:
+            raise ConfigError(f"--predict: the model does not cover --kv-store {uncovered[0]}; "
+                              f"it predicts {', '.join(PREDICTED)}")
     image_shape = parse_image_shape(args.image_shape)
     common = dict(num_layers=args.num_layers, image_shape=image_shape,
                   num_classes=args.num_classes, num_batches=args.num_batches, warmup=args.warmup,
@@ -601,4 +614,5 @@ def job_from_args(args: argparse.Namespace) -> Job:
                min_pct_of_ceiling=None if args.min_percent_of_ceiling is None
                else parse_min_percent(args.min_percent_of_ceiling),
                junit_path=args.junit_path, summary_md=args.summary_md,
-               link_rate_bits=link_rate_bits, num_servers=args.num_servers)
+               link_rate_bits=link_rate_bits, num_servers=args.num_servers,
+               predict=args.predict)

@@ -85,9 +85,12 @@ def _ps(job: Job, params: Params) -> Prediction:
     resources = {}
     for host, (out, into) in traffic.items():
         rate = job.rates[host]
-        t_out = out * 8 / (rate * outbound_efficiency(params, senders[host]))
-        t_in = into * 8 / (rate * fanin_efficiency(params, senders[host]))
         holds = "server" if host in job.server_hosts else "worker"
+        t_out = out * 8 / (rate * outbound_efficiency(params, senders[host]))
+        # incast: many workers into a server's link; a worker's few servers answer as it pulls
+        into_eff = (fanin_efficiency(params, senders[host]) if holds == "server"
+                    else outbound_efficiency(params, senders[host]))
+        t_in = into * 8 / (rate * into_eff)
         if holds == "server" and job.in_flight == 1:
             resources[f"{holds} link of {host} (in then out: one message in flight)"] = t_in + t_out
         else:

@@ -87,7 +87,14 @@ def load(path=None) -> Params:
                               "bandwidth.predict --calibrate ... --save FILE")
         return Params()
     try:
-        doc = json.loads(target.read_text())
+        return load_dict(json.loads(target.read_text()), str(target))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"--params {target}: not a parameter file of python -m "
+                          f"bandwidth.predict ({exc})") from None
+
+
+def load_dict(doc: dict, where: str = "parameters") -> Params:
+    try:
         if doc.get("schema") != SCHEMA:
             raise ValueError(f"schema is not {SCHEMA}")
         sum_rate = doc.get("sum_bytes_per_s")
@@ -97,10 +104,10 @@ def load(path=None) -> Params:
                       message_s=float(doc.get("message_s", 0.0)),
                       step_s=float(doc.get("step_s", 0.0)),
                       sum_bytes_per_s=math.inf if sum_rate is None else float(sum_rate),
-                      source=str(doc.get("source", target)), check=doc.get("check"))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise ConfigError(f"--params {target}: not a parameter file of python -m "
-                          f"bandwidth.predict ({exc})") from None
+                      source=str(doc.get("source", where)), check=doc.get("check"))
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ConfigError(f"{where}: not a parameter file of python -m bandwidth.predict "
+                          f"({exc})") from None
 
 
 def _fraction(value) -> float:

@@ -88,7 +88,10 @@ def servers_stop_binding(mode, shapes, workers: int, *, params, limit: int | Non
     longer a server's (link or CPU); None: not within ``limit`` (default 2 W) servers."""
     for servers in range(1, (limit or 2 * workers) + 1):
         job = make_job(mode, shapes, workers, servers, placement="separate", **kw)
-        if not predict(job, params).binding.startswith("server"):
+        resources = predict(job, params).resources
+        serving = max(t for name, t in resources.items() if name.startswith("server"))
+        other = max(t for name, t in resources.items() if not name.startswith("server"))
+        if serving <= other * (1 + 1e-9):
             return servers
     return None
 

@@ -34,6 +34,7 @@ from bandwidth.plan.plan import Plan, make_plan
 from bandwidth.processes.group import DistGroup
 from bandwidth.processes.spawn import run_ranks
 from bandwidth.results.result import Result, WorkerTraffic
+from bandwidth.hardware import linkcounters
 from bandwidth.stores.dist import Cluster, messages, post_messages, ps_layout
 from bandwidth.stores.psserver import serve
 
@@ -104,6 +105,7 @@ def _parameter_server(plan: Plan, role: Role, on_report) -> Result | None:
                           push_group=dist.new_group(everyone), pull_group=dist.new_group(everyone),
                           max_in_flight=c.max_in_flight, server_order=c.server_order)
         raw = _raw_exchange(plan, cluster, role) if c.reference else None
+        counters_before = linkcounters.snapshot()
         if role.name == SERVER:
             serve(plan.shapes, cluster, role.task_id, devices=1, by_owner=False,
                   sync=plan.store_cls.sync, optimizer=optimizers.make(c.optimizer),
@@ -120,10 +122,25 @@ def _parameter_server(plan: Plan, role: Role, on_report) -> Result | None:
             result.server_hosts = hosts[role.job.num_workers:]
             if raw is not None:
                 result.ceiling = _raw_bound(plan, result.summary, group.max(raw))
+        counters: list = [None] * role.world_size
+        dist.all_gather_object(counters, linkcounters.difference(
+            counters_before, linkcounters.snapshot(), c.warmup + c.num_batches))
+        if result is not None and len(set(hosts)) > 1:     # one host: no link crossed
+            result.link_counters = per_host_counters(hosts, role.job.num_workers, counters)
         dist.barrier()                   # every worker and server is done
         return result
     finally:
         dist.destroy_process_group()
+
+
+def per_host_counters(hosts: list, num_workers: int, counters: list) -> dict:
+    """One difference per host (its processes read the same counters), with its processes."""
+    out: dict = {}
+    for rank, (host, found) in enumerate(zip(hosts, counters)):
+        role = f"worker {rank}" if rank < num_workers else f"server {rank - num_workers}"
+        entry = out.setdefault(host, {**found, "processes": []})
+        entry["processes"].append(role)
+    return out
 
 
 def _raw_bound(plan: Plan, summary: Summary, raw_seconds: float) -> Bound:

@@ -110,6 +110,12 @@ def summary_lines(result: Result) -> list[str]:
         lines.append(ceiling_line(result.host_ceiling, servers=bool(result.server_hosts)))
     if result.link_bound is not None:
         lines.append(result.link_bound.line())
+    if result.link_counters:
+        from bandwidth.hardware.linkcounters import summary_line
+        roles = {h: c["processes"] for h, c in result.link_counters.items()}
+        line = summary_line(result.link_counters, roles)
+        if line:
+            lines.append(line)
     return lines
 
 
@@ -195,6 +201,7 @@ def result_json(result: Result) -> dict:
            if result.host_ceiling is not None else {}),
         **({"link_bound": result.link_bound.to_dict()}
            if result.link_bound is not None else {}),
+        **({"link_counters": result.link_counters} if result.link_counters else {}),
     }
 
 

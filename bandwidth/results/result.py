@@ -47,6 +47,7 @@ class Result:
     launch: str | None = None          # how the steps were issued (None: as plan.launch says)
     graph_steps: int = 1               # graph launch: replays per timed iteration (--graph-steps)
     link_bound: object = None                           # --link-rate: a linkbound.LinkBound
+    link_counters: dict | None = None    # distributed: per host and step (hardware.linkcounters)
     cpu_threads: int | None = None     # CPU devices: the torch threads the steps ran with
 
     @property

@@ -1,0 +1,120 @@
+"""The model of a step (bandwidth/predict, docs/formulas.md "A model of a step"): its formulas on
+hand-computed cases, the fit that calibrates it, and its command line's refusals."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import networks
+from bandwidth.errors import ConfigError
+from bandwidth.predict.calibrate import solve
+from bandwidth.predict.jobs import make_job, place, server_shares
+from bandwidth.predict.model import Job, predict
+from bandwidth.predict.params import Params, fanin_efficiency, load_dict
+from bandwidth.predict.plan import imbalance, servers_stop_binding
+
+FLAT = networks.get_shapes("flat:2500000")          # 10 MB, one array: split evenly
+PLAIN = Params(eff_one=1.0, eff_several=1.0)         # links carry their rate, nothing else costs
+
+
+def test_fanin_interpolates_in_log2_and_extrapolates_down_to_half():
+    p = Params(eff_one=0.9, fanin={2: 0.8, 8: 0.5})
+    assert fanin_efficiency(p, 1) == 0.9
+    assert fanin_efficiency(p, 2) == pytest.approx(0.8)
+    assert fanin_efficiency(p, 4) == pytest.approx(0.65)         # half way from 2 to 8 in log2
+    assert fanin_efficiency(p, 16) == pytest.approx(0.35)        # the slope goes on
+    assert fanin_efficiency(p, 1024) == pytest.approx(0.25)      # but never below half of 0.5
+
+
+def test_one_worker_one_server_is_the_link_bound_plus_the_tail():
+    job = make_job("dist_sync", FLAT, 1, 1, rate_bits=8e6, placement="separate")  # 1 MB/s
+    assert (job.worker_hosts, job.server_hosts) == (("h1",), ("h2",))
+    found = predict(job, PLAIN)
+    count, last = job.messages[0]
+    assert found.resources[found.binding] == pytest.approx(10.0)    # 10 MB out and in at once
+    assert found.seconds == pytest.approx(10.0 + last / 1e6)     # + the last answer
+    assert count == 13 and last == 256 * 1024        # 256K, 512K, 8 of 1 MB (or less), 512K, 256K
+
+
+def test_one_message_in_flight_adds_a_servers_two_directions():
+    many = make_job("dist_sync", FLAT, 2, 1, rate_bits=8e6, placement="separate")
+    one = make_job("dist_sync", FLAT, 2, 1, rate_bits=8e6, placement="separate", in_flight=1)
+    link = "server link in of h3"
+    assert predict(many, PLAIN).resources[link] == pytest.approx(20.0)
+    found = predict(one, PLAIN)
+    assert found.binding.startswith("server link of h3 (in then out")
+    assert found.resources[found.binding] == pytest.approx(40.0)
+
+
+def test_ring_of_four_hosts():
+    job = make_job("dist_nccl", FLAT, 4, 0, rate_bits=8e6)
+    found = predict(job, PLAIN)
+    assert found.resources["ring link of h1"] == pytest.approx(2 * 3 / 4 * 10.0)
+
+
+def test_cpu_binds_when_summing_is_slow():
+    job = make_job("dist_sync", FLAT, 4, 1, rate_bits=8e9, placement="separate")
+    found = predict(job, Params(eff_one=1.0, eff_several=1.0, sum_bytes_per_s=1e6))
+    assert found.binding == "server cpu of server 0"
+    assert found.resources[found.binding] == pytest.approx(40.0)     # 4 pushes of 10 MB
+
+
+def test_placements():
+    assert place(3, 2, "round-robin") == (("h1", "h2", "h3"), ("h1", "h2"))
+    assert place(3, 2, "round-robin", hosts=2) == (("h1", "h2", "h1"), ("h2", "h1"))
+    assert place(3, 2, "separate") == (("h1", "h2", "h3"), ("h4", "h5"))
+    with pytest.raises(ConfigError):
+        place(1, 1, "scattered")
+
+
+def test_shares_follow_mxnets_key_rule():
+    shapes = networks.get_shapes("mobilenet")
+    held = server_shares(shapes, 5, 4)
+    assert sum(nbytes for nbytes, _ in held) == networks.num_elements(shapes) * 4
+    assert imbalance([nbytes for nbytes, _ in held]) > 1.05   # small keys land unevenly
+    assert imbalance([5.0, 5.0]) == 1.0
+
+
+def test_servers_stop_binding_where_their_links_carry_no_more_than_a_workers():
+    # servers apart: each carries W x S / n each way, a worker S: n = W with even links
+    assert servers_stop_binding("dist_sync", FLAT, 4, params=PLAIN, rate_bits=8e6) == 4
+    slower = Params(eff_one=1.0, eff_several=1.0, fanin={2: 0.5, 4: 0.5})
+    assert servers_stop_binding("dist_sync", FLAT, 4, params=slower, rate_bits=8e6) == 8
+
+
+def test_solve_recovers_a_parameter():
+    truth = Params(eff_one=0.9, eff_several=0.85, fanin={2: 0.7}, step_s=0.01, message_s=0.0025)
+    job = make_job("dist_sync", FLAT, 2, 1, rate_bits=8e6, placement="separate")
+    measured = predict(job, truth).seconds
+    start = Params(eff_one=0.9, eff_several=0.85, step_s=0.01, message_s=0.0025)
+    assert solve(start, "fanin", job, measured, key=2).fanin[2] == pytest.approx(0.7, rel=1e-4)
+
+
+def test_params_round_trip_and_refusals():
+    p = Params(fanin={2: 0.8}, step_s=0.01)
+    assert load_dict(json.loads(json.dumps(p.to_dict()))) == p
+    with pytest.raises(ConfigError):
+        load_dict({**p.to_dict(), "eff_one": 1.5})
+    with pytest.raises(ConfigError):
+        make_job("local", FLAT, 2, 1, rate_bits=1e9)
+    with pytest.raises(ConfigError):
+        make_job("dist_sync", FLAT, 2, 0, rate_bits=1e9)
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "bandwidth.predict", *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_cli_predicts_plans_and_refuses():
+    done = run_cli("--network", "flat:2500000", "-n", "8", "-s", "8", "--link-rate", "1gbit",
+                   "--plan")
+    assert done.returncode == 0, done.stderr
+    assert "busiest link: h1" in done.stdout and "better placement: separate" in done.stdout
+    done = run_cli("--kv-store", "nccl", "--network", "mlp")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert "does not cover --kv-store nccl" in done.stderr
+    done = run_cli("-n", "0")
+    assert done.returncode == 2 and "-n 0" in done.stderr
