@@ -96,6 +96,7 @@ class Job:
     summary_md: str | None = None          # --summary-md, else $GITHUB_STEP_SUMMARY (read in main)
     link_rate_bits: int | None = None      # distributed modes: every host's link, each way
     num_servers: int | None = None         # --num-servers: servers among torchrun's ranks
+    all_worker_lines: bool = False         # distributed: every worker prints its iteration lines
 
     @property
     def is_sweep(self) -> bool:
@@ -302,6 +303,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="distributed modes: every host's link rate each way, e.g. 1gbit, "
                          "2.5gbit; the summary states the full-duplex bound of a step (which "
                          "link carries what: docs/formulas.md) and the run's %% of link")
+    tm.add_argument("--all-worker-lines", action="store_true",
+                    help="distributed modes: every worker prints its iteration lines (default: "
+                         "worker 0's only; every worker's are in --json under 'workers' either "
+                         "way)")
     tm.add_argument("--timeout", type=float, default=300.0,
                     help="hang bound, every mode: a process waiting more than S seconds for "
                          "another, or an iteration not completed within S seconds, stops the "
@@ -588,4 +593,5 @@ def job_from_args(args: argparse.Namespace) -> Job:
                min_pct_of_ceiling=None if args.min_percent_of_ceiling is None
                else parse_min_percent(args.min_percent_of_ceiling),
                junit_path=args.junit_path, summary_md=args.summary_md,
-               link_rate_bits=link_rate_bits, num_servers=args.num_servers)
+               link_rate_bits=link_rate_bits, num_servers=args.num_servers,
+               all_worker_lines=args.all_worker_lines)

@@ -186,3 +186,36 @@ def _take(pool, block: bool):
         return pool.get(block=block)
     except queue.Empty:
         return None
+
+
+def echo_slots(share: int, largest: int, dtype) -> list:
+    """The receive slots of ``echo`` (the same bound as a server's: MEMORY_SHARES shares)."""
+    return [torch.empty(largest, dtype=dtype) for _ in range(slot_count(share, largest, 0))]
+
+
+def echo(slots, mine, workers: int, groups) -> None:
+    """The transport alone, as a server: every worker's push of each of ``mine`` lands in a slot
+    and is sent straight back from it (the raw exchange that is a run's ceiling); receives are
+    posted in (message, worker) order while a slot is free, and a slot is free again once its
+    answer has left."""
+    push_group, pull_group = groups
+    order = [(tag, s, e, w) for tag, s, e in mine for w in range(workers)]
+    free = collections.deque(slots)
+    pushes, answers = collections.deque(), collections.deque()
+    posted = 0
+    while posted < len(order) or pushes:
+        while posted < len(order) and (free or answers):
+            if not free:
+                slot, done = answers.popleft()
+                done.wait()
+                free.append(slot)
+            tag, s, e, w = order[posted]
+            slot = free.popleft()
+            pushes.append((tag, w, slot[:e - s], slot,
+                           dist.irecv(slot[:e - s], src=w, tag=tag, group=push_group)))
+            posted += 1
+        tag, w, view, slot, work = pushes.popleft()
+        work.wait()
+        answers.append((slot, dist.isend(view, dst=w, tag=tag, group=pull_group)))
+    for _, done in answers:
+        done.wait()
