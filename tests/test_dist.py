@@ -210,7 +210,8 @@ def test_a_worker_that_exits_1_ends_the_job(tmp_path):
     argv = [sys.executable, str(LAUNCH), "-n", "2", "-s", "1", "--timeout", "30", sys.executable,
             str(ROOT / "tests" / "launch_programs" / "worker_exits.py"), str(tmp_path),
             sys.executable, "bandwidth/measure.py", "--kv-store", "dist_sync", "--cpus", "1",
-            "--seed", marker, "--num-batches", "100000", "--timeout", "30", *LENET]
+            "--seed", marker, "--num-batches", "100000", "--timeout", "30",
+            "--all-worker-lines", *LENET]        # worker 1's lines show it is mid-run
     start = time.monotonic()
     proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=150)
     assert time.monotonic() - start < 120

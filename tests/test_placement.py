@@ -57,3 +57,19 @@ def test_better_placement_moves_servers_off_the_workers_hosts():
     current = busiest(host_bytes(place(hosts, 8, 2), 8, shares))
     assert nbytes < max(current[1:])
     assert better_placement(hosts, 8, 2, shares, current=policy) is None
+
+
+def test_the_launcher_places_its_processes_by_the_policy():
+    from bandwidth.launch.config import LaunchConfig
+    from bandwidth.launch.contract import Job
+    from bandwidth.launch.plan import make_plan
+
+    for policy, expected, local in [
+            ("round-robin", ["h0", "h1", "h2", "h3", "h0", "h1"], [0, 0, 0, 0, 1, 1]),
+            ("servers-apart", ["h0", "h1", "h2", "h0", "h3", "h3"], [0, 0, 0, 1, 0, 1])]:
+        config = LaunchConfig(command=("prog",), num_workers=4, num_servers=2,
+                              hosts=tuple(HOSTS), placement=policy)
+        job = Job(4, 2, "10.0.0.1", 29500, 29500, "ssh", "f" * 32)
+        plan = make_plan(config, job, HOSTS, place_scheduler=False, environ={})
+        assert [role.node_host for role in plan.roles] == expected == names(plan.hosts)
+        assert [role.local_rank for role in plan.roles] == local
