@@ -21,3 +21,16 @@ def test_messages_alternate_between_servers_and_cover_each_share():
         mine = [(s, e) for owner, s, e in plan if owner == server]
         assert mine[0][0] == a and mine[-1][1] == b
         assert all(x[1] == y[0] for x, y in zip(mine, mine[1:]))
+
+
+def test_a_server_holds_at_most_three_shares_whatever_the_workers():
+    from bandwidth.stores.psserver import MEMORY_SHARES, server_nbytes, slot_count
+
+    share, largest = 20_000_000, 1_000_000
+    for sync, optimizer in [(True, False), (True, True), (False, True)]:
+        nbytes = server_nbytes(share, largest, sync=sync, optimizer=optimizer)
+        assert share * 2 <= nbytes <= MEMORY_SHARES * share
+    assert slot_count(share, largest, held=2) == 20         # sync with an optimizer: 1 share
+    assert slot_count(share, largest, held=1) == 40         # 2 shares of slots
+    assert slot_count(100, 100, held=2) == 1                # a one-message share: one slot
+    assert slot_count(0, 0, held=1) == 1

@@ -100,6 +100,7 @@ class Job:
     link_rate_bits: int | None = None      # distributed modes: every host's link, each way
     num_servers: int | None = None         # --num-servers: servers among torchrun's ranks
     predict: bool = False                  # --predict: the model's step beside the measured one
+    all_worker_lines: bool = False         # distributed: every worker prints its iteration lines
 
     @property
     def is_sweep(self) -> bool:
@@ -317,6 +318,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="distributed modes, with --link-rate: print the model's step for this "
                          "job's hosts and rate (python -m bandwidth.predict), its binding "
                          "resource and its error against the run")
+    tm.add_argument("--all-worker-lines", action="store_true",
+                    help="distributed modes: every worker prints its iteration lines (default: "
+                         "worker 0's only; every worker's are in --json under 'workers' either "
+                         "way)")
     tm.add_argument("--timeout", type=float, default=300.0,
                     help="hang bound, every mode: a process waiting more than S seconds for "
                          "another, or an iteration not completed within S seconds, stops the "
@@ -615,4 +620,4 @@ def job_from_args(args: argparse.Namespace) -> Job:
                else parse_min_percent(args.min_percent_of_ceiling),
                junit_path=args.junit_path, summary_md=args.summary_md,
                link_rate_bits=link_rate_bits, num_servers=args.num_servers,
-               predict=args.predict)
+               predict=args.predict, all_worker_lines=args.all_worker_lines)

@@ -11,7 +11,7 @@ import networks
 from bandwidth.ceiling.linkbound import parse_rate
 from bandwidth.errors import BandwidthError, ConfigError
 from bandwidth.predict import params as paramfile
-from bandwidth.predict.jobs import PLACEMENTS, make_job
+from bandwidth.predict.jobs import make_job
 from bandwidth.predict.model import MODES, gbps_per_worker, predict
 from bandwidth.predict.plan import alternatives, plan_lines, servers_stop_binding
 
@@ -52,9 +52,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default: 10gbit)")
     p.add_argument("--rate-of", action="append", default=[], metavar="HOST=RATE",
                    help="one host's link (hosts are h1, h2, ... in placement order); repeatable")
-    p.add_argument("--placement", default="round-robin", choices=PLACEMENTS,
-                   help="round-robin: the launcher's deal over --hosts (default max(W, S)); "
-                        "separate: servers on hosts of their own")
+    p.add_argument("--placement", default="round-robin", metavar="POLICY",
+                   help="the launcher's policy: round-robin (over --hosts, default max(W, S)), "
+                        "servers-apart (default hosts W + S), count:N; separate: servers-apart on "
+                        "W + S hosts (default: round-robin)")
     p.add_argument("--hosts", type=int, default=None, help="hosts the workers are dealt over")
     p.add_argument("--max-in-flight", type=int, default=None, metavar="N",
                    help="messages per server a worker keeps in flight (default: all)")

@@ -1,13 +1,11 @@
 """From a question (network, W, S, placement, link rates) to the model's ``Job``: which host each
 process runs on, what each server holds by MXNet's key rule, and the messages a worker sends.
 
-Placements (``--placement``):
-
-* ``round-robin``: the launcher's rule (``bandwidth.launch.plan.deal``): workers, then servers,
-  dealt one at a time to the hosts in order, cycling; ``--hosts`` defaults to max(W, S), one worker
-  per host and the servers on the first S of them, as MXNet's jobs of the seed ran.
-* ``separate``: the workers dealt over ``--hosts`` hosts (default W), every server on a host of
-  its own besides them.
+Placements (``--placement``, the launcher's policies: ``bandwidth.launch.placement``) over
+``--hosts`` hosts named h1, h2, ...: ``round-robin`` (default hosts: max(W, S), one worker per
+host and the servers on the first S of them, as MXNet's jobs of the seed ran), ``servers-apart``
+(default hosts: W + S, every server on a host of its own) and ``count:N`` (default hosts: enough
+for N processes each). ``separate`` is ``servers-apart`` on W + S hosts.
 """
 
 from __future__ import annotations
@@ -17,21 +15,30 @@ import math
 from bandwidth.errors import ConfigError
 from bandwidth.predict.model import MODES, RING_MODES, Job
 
-PLACEMENTS = ("round-robin", "separate")
+PLACEMENTS = ("round-robin", "servers-apart", "count:N", "separate")
 
 
 def place(workers: int, servers: int, placement: str, hosts: int | None = None
           ) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(worker hosts, server hosts), hosts named h1, h2, ..."""
-    if placement == "round-robin":
-        count = hosts or max(workers, servers, 1)
-        dealt = [f"h{i % count + 1}" for i in range(workers + servers)]
-        return tuple(dealt[:workers]), tuple(dealt[workers:])
+    from bandwidth.launch.hostfile import Host
+    from bandwidth.launch.placement import parse_policy
+    from bandwidth.launch.placement import place as policy_place
+
     if placement == "separate":
-        count = hosts or workers
-        worker_hosts = tuple(f"h{i % count + 1}" for i in range(workers))
-        return worker_hosts, tuple(f"h{count + s + 1}" for s in range(servers))
-    raise ConfigError(f"--placement {placement!r}: valid: {', '.join(PLACEMENTS)}")
+        placement, hosts = "servers-apart", workers + servers
+    policy = parse_policy(placement)
+    if hosts is None:
+        if policy == "round-robin":
+            hosts = max(workers, servers, 1)
+        elif policy == "servers-apart":
+            hosts = workers + servers
+        else:
+            per_host = int(policy.split(":")[1])
+            hosts = -(-(workers + servers) // per_host)
+    placed = [h.name for h in policy_place([Host(f"h{i + 1}") for i in range(hosts)], workers,
+                                            servers, policy)]
+    return tuple(placed[:workers]), tuple(placed[workers:])
 
 
 def server_shares(shapes, servers: int, element_size: int) -> list[tuple[int, tuple[int, int]]]:

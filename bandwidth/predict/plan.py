@@ -69,7 +69,7 @@ def alternatives(mode, shapes, workers, servers, *, params, current_placement, h
                  ) -> list[Option]:
     """The current placement first, then the others tried."""
     tried = [(current_placement, hosts)]
-    for name, count in (("round-robin", hosts), ("separate", None),
+    for name, count in (("round-robin", hosts), ("servers-apart", hosts), ("separate", None),
                         ("round-robin", max(workers, servers) if hosts else None)):
         if (name, count) not in tried:
             tried.append((name, count))

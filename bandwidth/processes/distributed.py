@@ -36,7 +36,8 @@ from bandwidth.processes.spawn import run_ranks
 from bandwidth.results.result import Result, WorkerTraffic
 from bandwidth.hardware import linkcounters
 from bandwidth.stores.dist import Cluster, messages, post_messages, ps_layout
-from bandwidth.stores.psserver import serve
+from bandwidth.hardware.memory import job_memory, peak_rss_bytes
+from bandwidth.stores.psserver import echo, echo_slots, serve
 
 DIST_NCCL_PREFIX = "bandwidth/dist_nccl/"
 DIST_NCCL_WORKERS_PREFIX = "bandwidth/dist_nccl_workers/"
@@ -127,6 +128,10 @@ def _parameter_server(plan: Plan, role: Role, on_report) -> Result | None:
             counters_before, linkcounters.snapshot(), c.warmup + c.num_batches))
         if result is not None and len(set(hosts)) > 1:     # one host: no link crossed
             result.link_counters = per_host_counters(hosts, role.job.num_workers, counters)
+        peaks: list = [None] * role.world_size     # every process's peak RSS, to worker 0
+        dist.all_gather_object(peaks, peak_rss_bytes())
+        if result is not None:
+            result.memory = job_memory(peaks[:role.job.num_workers], peaks[role.job.num_workers:])
         dist.barrier()                   # every worker and server is done
         return result
     finally:
@@ -162,31 +167,24 @@ def _raw_exchange(plan: Plan, cluster: Cluster, role: Role, repeats: int = 3) ->
     _, ranges = ps_layout(plan.shapes, cluster.num_servers, 1, by_owner=False)
     element = DTYPE_BYTES[plan.config.dtype]
     plan_messages = messages(ranges, element)
-    out = torch.ones(plan.numel, dtype=TORCH_DTYPES[plan.config.dtype])
-    back = torch.empty_like(out)
-    inboxes: list[torch.Tensor] = []
+    if role.name == WORKER:
+        out = torch.ones(plan.numel, dtype=TORCH_DTYPES[plan.config.dtype])
+        back = torch.empty_like(out)
+    else:                                         # a server's bound: 3 x its share (psserver)
+        mine = [(tag, s, e) for tag, (server, s, e) in enumerate(plan_messages)
+                if server == role.task_id]
+        a, b = ranges[role.task_id]
+        slots = echo_slots(b - a, max((e - s for _, s, e in mine), default=0),
+                           TORCH_DTYPES[plan.config.dtype])
     seconds = []
     for i in range(repeats + 1):                  # the first one is a warm-up
         dist.barrier()
         start = time.perf_counter()
         if role.name == WORKER:                   # posted as a step posts them
-            works = post_messages(cluster, plan_messages, out, back)
-        else:                                     # as a server: all receives posted at once
-            mine = [(tag, s, e) for tag, (server, s, e) in enumerate(plan_messages)
-                    if server == role.task_id]
-            inbox = inboxes or [torch.empty_like(out) for _ in range(cluster.num_workers)]
-            inboxes = inbox
-            arriving = {(w, tag): dist.irecv(inbox[w][s:e], src=w, tag=tag,
-                                             group=cluster.push_group)
-                        for tag, s, e in mine for w in range(cluster.num_workers)}
-            works = []
-            for tag, s, e in mine:
-                for w in range(cluster.num_workers):
-                    arriving[(w, tag)].wait()
-                    works.append(dist.isend(inbox[w][s:e], dst=w, tag=tag,
-                                            group=cluster.pull_group))
-        for work in works:
-            work.wait()
+            for work in post_messages(cluster, plan_messages, out, back):
+                work.wait()
+        else:
+            echo(slots, mine, cluster.num_workers, (cluster.push_group, cluster.pull_group))
         if i:
             seconds.append(time.perf_counter() - start)
     return statistics.median(seconds) if role.name == WORKER else None
@@ -221,6 +219,10 @@ def _dist_nccl(plan: Plan, role: Role, on_report) -> Result | None:
         result = _result(plan, out["measure"], DistGroup(torch.device("cpu")), replicas,
                          reference=out.get("reference"))
         result.worker_hosts = hosts               # dist_nccl's servers take no part
+        # A worker and its device ranks (each rank's peak taken as the largest one's).
+        peaks: list = [None] * role.job.num_workers
+        dist.all_gather_object(peaks, peak_rss_bytes() + per_worker * peak_rss_bytes(True))
+        result.memory = job_memory(peaks, [])
         return result
     finally:
         dist.destroy_process_group()
@@ -315,7 +317,9 @@ def _result(plan: Plan, measured: dict, group, replicas: int,
         traffic = plan.store_cls.network_nbytes(plan.nbytes, local, replicas)
         own = statistics.median(s.own_seconds for s in samples)
         mine = WorkerTraffic(group.rank, own, busbw_gbps(plan.nbytes, own, summary.bus_factor),
-                             traffic, tuple(measured.get("server_nbytes", ())))
+                             traffic, tuple(measured.get("server_nbytes", ())),
+                             tuple(s.own_seconds for s in samples),
+                             tuple(s.error for s in samples))
         workers = group.gather(mine)
         notes.append(f"network, per worker and step: {traffic / 1e6:.2f} MB "
                      f"{' and '.join(plan.store_cls.traffic_words)} (S = "

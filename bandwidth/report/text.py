@@ -10,6 +10,7 @@ from dataclasses import asdict
 
 from bandwidth.ceiling.hostmatrix import ceiling_line
 from bandwidth.formulas import busbw_gbps
+from bandwidth.hardware.memory import memory_line
 from bandwidth.hardware.topology import pcie_text
 from bandwidth.plan.plan import Plan
 from bandwidth.report.table import ONE_DEVICE, gbps_3
@@ -151,6 +152,8 @@ def worker_lines(result: Result) -> list[str]:
         servers = ", ".join(f"{s}: {gbps:.3f}" for s, gbps in enumerate(row.server_gbps()))
         lines.append(f"#   {row.worker:>6}  {row.busbw_median:>14.3f}  {row.network_gbps:>12.3f}  "
                      f"{row.network_gbps:>13.3f}  {servers or 'n/a'}")
+    if result.memory is not None:
+        lines.append(memory_line(result.memory))
     return lines
 
 
@@ -202,6 +205,7 @@ def result_json(result: Result) -> dict:
         **({"link_bound": result.link_bound.to_dict()}
            if result.link_bound is not None else {}),
         **({"link_counters": result.link_counters} if result.link_counters else {}),
+        **({"memory": result.memory} if result.memory is not None else {}),
     }
 
 

@@ -21,6 +21,8 @@ class WorkerTraffic:
     busbw_median: float                  # MXNet's GB/sec per gpu from that time
     network_nbytes: float                # sent per step, and as many received (KVStore's rule)
     server_nbytes: tuple[int, ...] = ()  # of which to and from each server (empty: no servers)
+    own_seconds: tuple[float, ...] = ()  # its own time of every iteration (its lines' figures)
+    errors: tuple[float, ...] = ()       # and its error on each
 
     @property
     def network_gbps(self) -> float:
@@ -49,6 +51,7 @@ class Result:
     link_bound: object = None                           # --link-rate: a linkbound.LinkBound
     link_counters: dict | None = None    # distributed: per host and step (hardware.linkcounters)
     cpu_threads: int | None = None     # CPU devices: the torch threads the steps ran with
+    memory: dict | None = None         # distributed: every process's peak RSS (hardware.memory)
 
     @property
     def pct_of_ceiling(self) -> float | None:
