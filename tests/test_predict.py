@@ -38,14 +38,17 @@ def test_one_worker_one_server_is_the_link_bound_plus_the_tail():
     assert count == 13 and last == 256 * 1024        # 256K, 512K, 8 of 1 MB (or less), 512K, 256K
 
 
-def test_one_message_in_flight_adds_a_servers_two_directions():
+def test_one_message_in_flight_overlaps_a_servers_directions_less():
     many = make_job("dist_sync", FLAT, 2, 1, rate_bits=8e6, placement="separate")
     one = make_job("dist_sync", FLAT, 2, 1, rate_bits=8e6, placement="separate", in_flight=1)
     link = "server link in of h3"
     assert predict(many, PLAIN).resources[link] == pytest.approx(20.0)
     found = predict(one, PLAIN)
-    assert found.binding.startswith("server link of h3 (in then out")
-    assert found.resources[found.binding] == pytest.approx(40.0)
+    assert found.binding == "server link of h3 (one message in flight)"
+    assert found.resources[found.binding] == pytest.approx(30.0)     # 20 + 20 / 2 workers
+    single = make_job("dist_sync", FLAT, 1, 1, rate_bits=8e6, placement="separate", in_flight=1)
+    assert predict(single, PLAIN).resources[found.binding.replace("h3", "h2")] == \
+        pytest.approx(20.0)                                          # in, then out
 
 
 def test_ring_of_four_hosts():

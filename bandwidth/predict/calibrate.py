@@ -86,13 +86,18 @@ def solve(params: Params, field: str, job, seconds: float, key: int | None = Non
     return with_value((low + high) / 2)
 
 
-def calibrate(lab, rate_bits: float, progress=print) -> tuple[Params, list]:
-    """Run RUNS on ``lab`` (its links at ``rate_bits``) and fit; returns the parameters and
-    (name, Measured) of every run."""
+def calibrate(lab, rate_bits: float, progress=print, done: dict | None = None,
+              keep=lambda name, run: None) -> tuple[Params, list]:
+    """Run RUNS on ``lab`` (its links at ``rate_bits``) and fit; runs already in ``done`` (name ->
+    Measured) are not repeated, and ``keep`` is called with each new one. Returns the parameters
+    and (name, Measured) of every run."""
     params = Params(rate_bits=rate_bits, sum_bytes_per_s=summation_rate())
     measured = []
     for name, workers, servers, hosts, network, _ in RUNS:
-        found = labrun.run(lab, hosts, workers, servers, "dist_sync", network)
+        found = (done or {}).get(name)
+        if found is None:
+            found = labrun.run(lab, hosts, workers, servers, "dist_sync", network)
+            keep(name, found)
         progress(f"# calibration run {name}: {workers} x {servers} {network}: "
                  f"{found.seconds:.4f} s per step (load {found.load[0]:.2f})")
         measured.append((name, found))

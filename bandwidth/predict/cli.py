@@ -149,7 +149,7 @@ def report(job, q, params) -> tuple[list[str], dict]:
                                                         "placement", "hosts", "rate_of")}
         stop = servers_stop_binding(job.mode, q["shapes"], q["workers"], params=params, **kw)
         lines.append("servers stop binding at S = " + (f"{stop} (each on a host of its own)"
-                     if stop else f"none up to {2 * q['workers']}"))
+                     if stop else f"none up to {4 * q['workers']}"))
     doc = {"mode": job.mode, "nbytes": job.nbytes, "workers": len(job.worker_hosts),
            "servers": len(job.server_hosts), "hosts": hosts, "placement": q["placement"],
            "rate_bits": q["rate_bits"], "max_in_flight": job.in_flight,

@@ -6,9 +6,9 @@ Parameter-server modes, per step:
 
 * the link of every host ``h``, each way: bytes (``linkbound.ps_host_bytes``) x 8 / (rate x
   efficiency), the efficiency of the way in falling with the number of remote senders into it
-  (incast, ``fanin_efficiency``); with one message in flight per server, a server's host cannot
-  receive the next message while it answers the last, so its two directions add up instead of
-  overlapping;
+  (incast, ``fanin_efficiency``); with one message in flight per server, a worker pushes its
+  next message only once its answer is in, so 1/W of a server host's shorter direction does not
+  overlap the other, and every round of messages adds a round trip;
 * every server's CPU: a receive and a send per worker and message, and W x its share summed;
 * every worker's CPU: a send and a receive per message;
 * then, not overlapped: the server's last answers (W x its last message after the last push)
@@ -92,7 +92,12 @@ def _ps(job: Job, params: Params) -> Prediction:
                     else outbound_efficiency(params, senders[host]))
         t_in = into * 8 / (rate * into_eff)
         if holds == "server" and job.in_flight == 1:
-            resources[f"{holds} link of {host} (in then out: one message in flight)"] = t_in + t_out
+            # The next push of a worker follows its answer: with W remote workers, the first
+            # answered pushes again while the others' answers go out, so 1/W of the shorter
+            # direction is not overlapped (W = 1: in, then out).
+            remote = max(1, sum(1 for w in job.worker_hosts if w != host))
+            resources[f"{holds} link of {host} (one message in flight)"] = (
+                max(t_in, t_out) + min(t_in, t_out) / remote)
         else:
             way = "in" if t_in >= t_out else "out"
             resources[f"{holds} link {way} of {host}"] = max(t_in, t_out)
@@ -105,7 +110,10 @@ def _ps(job: Job, params: Params) -> Prediction:
         remote = sum(1 for w in job.worker_hosts if w != host)
         tail = max(tail, remote * last * 8 / (job.rates[host] * params.eff_one))
     resources["worker cpu"] = 2 * messages_total * params.message_s
-    return _finish(resources, tail + params.step_s, traffic)
+    serial = tail + params.step_s
+    if job.in_flight == 1:      # every round of messages waits for a round trip
+        serial += max(count for count, _ in job.messages) * 4 * params.message_s
+    return _finish(resources, serial, traffic)
 
 
 def _ring(job: Job, params: Params) -> Prediction:

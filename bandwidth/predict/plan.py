@@ -84,16 +84,26 @@ def alternatives(mode, shapes, workers, servers, *, params, current_placement, h
 
 def servers_stop_binding(mode, shapes, workers: int, *, params, limit: int | None = None, **kw
                          ) -> int | None:
-    """The least S at which, with every server on a host of its own, the binding resource is no
-    longer a server's (link or CPU); None: not within ``limit`` (default 2 W) servers."""
-    for servers in range(1, (limit or 2 * workers) + 1):
+    """The least S at which, with every server on a host of its own, no server's resource (link
+    or CPU) exceeds the slowest other one; None: not within ``limit`` (default 4 W) servers.
+    Found by bisection (servers bind less as S grows)."""
+    def servers_bind(servers: int) -> bool:
         job = make_job(mode, shapes, workers, servers, placement="separate", **kw)
         resources = predict(job, params).resources
         serving = max(t for name, t in resources.items() if name.startswith("server"))
         other = max(t for name, t in resources.items() if not name.startswith("server"))
-        if serving <= other * (1 + 1e-9):
-            return servers
-    return None
+        return serving > other * (1 + 1e-9)
+
+    low, high = 1, limit or 4 * workers
+    if servers_bind(high):
+        return None
+    while low < high:
+        middle = (low + high) // 2
+        if servers_bind(middle):
+            low = middle + 1
+        else:
+            high = middle
+    return low
 
 
 def _roles(roles: list[str]) -> str:
