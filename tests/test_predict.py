@@ -121,3 +121,25 @@ def test_cli_predicts_plans_and_refuses():
     assert "does not cover --kv-store nccl" in done.stderr
     done = run_cli("-n", "0")
     assert done.returncode == 2 and "-n 0" in done.stderr
+
+
+def test_link_counters_per_step_and_the_summary_line():
+    from bandwidth.hardware.linkcounters import difference, snapshot, summary_line
+
+    def snap(tx, rx, drops, out, retrans):
+        return {"interfaces": {"eth0": {"rx_bytes": rx, "tx_bytes": tx, "rx_dropped": 0,
+                                        "tx_dropped": 0}},
+                "tcp": {"out_segs": out, "retrans_segs": retrans}, "qdisc_drops": {"eth0": drops}}
+
+    server = difference(snap(0, 0, 0, 0, 0), snap(400, 800, 2160, 1000, 0), steps=2)
+    assert server == {"bytes_out": 200, "bytes_in": 400, "drops": 1080, "out_segs": 500,
+                      "retrans_segs": 0, "steps": 2}
+    worker = difference(snap(0, 0, 0, 0, 0), snap(10, 10, 0, 1000, 62), steps=2)
+    line = summary_line({"h3": server, "h5": worker},
+                        {"h3": ["server 0"], "h5": ["worker 4"]})
+    assert line == ("#   link counters: incast: 1,080 drops per step at h3 (server 0); h5 "
+                    "(worker 4) retransmits 6.2 % of its segments (31 per step)")
+    assert summary_line({"h1": difference(snap(0, 0, 0, 0, 0), snap(5, 5, 0, 10, 0), 1)},
+                        {}) is None
+    real = snapshot()                       # this host's own: readable, never negative
+    assert difference(real, snapshot(), 1)["bytes_out"] >= 0
