@@ -39,8 +39,8 @@ HELD_OUT = {
              (20, 4, "dist_sync", "mobilenet", 100e6, 1, 22)],
     "nccl": [(10, 0, "dist_nccl", "mobilenetv2", 250e6, None, 10),
              (20, 0, "dist_nccl", "mobilenet", 100e6, None, 20)],
-    "50x5": [(50, 5, "dist_sync", "mobilenetv2", 250e6, None, 25)],
-    "50x5one": [(50, 5, "dist_sync", "mobilenetv2", 250e6, 1, 25)],
+    "50x5": [(50, 5, "dist_sync", "mobilenetv2", 100e6, None, 25)],
+    "50x5one": [(50, 5, "dist_sync", "mobilenetv2", 100e6, 1, 25)],
 }
 LAB_HOSTS = 29
 

@@ -51,7 +51,7 @@ def run(lab, hosts: list[tuple[int, int | None]], workers: int, servers: int, mo
         cmd = [sys.executable, "launch.py", "-H", str(hostfile), "--ssh-config",
                str(state / "ssh_config"), "-n", str(workers), "-s", str(servers),
                sys.executable, "bandwidth/measure.py", "--kv-store", mode, "--network", network,
-               "--cpus", "1", "--no-reference", "--num-batches", str(batches),
+               "--cpus", "1", "--no-reference", "--num-batches", str(batches), "--timeout", "240",
                "--json", str(out), *extra]
         started = time.monotonic()
         done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout_s,
