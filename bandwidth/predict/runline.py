@@ -14,6 +14,9 @@ def predicted_lines(result, rate_bits: int) -> list[str]:
     """Notes for the summary (no hosts known, as under --backend mxnet: one note saying so)."""
     if not result.worker_hosts:
         return ["--predict: this backend does not report the job's hosts; nothing predicted"]
+    if len(set(result.worker_hosts) | set(result.server_hosts)) < 2:
+        return ["--predict: every process ran on one host, so no byte crossed a link and the "
+                "model (of links) has nothing to predict"]
     plan = result.plan
     config = plan.config
     job = make_job(config.kv_store, plan.shapes, len(result.worker_hosts),
