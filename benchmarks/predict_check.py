@@ -93,8 +93,9 @@ def load_results() -> dict:
 
 
 def measured_of(saved: dict) -> labrun.Measured:
+    fields = {f.name for f in dataclasses.fields(labrun.Measured)}
     return labrun.Measured(**{k: (tuple(v) if isinstance(v, list) else v)
-                              for k, v in saved.items() if k != "config"})
+                              for k, v in saved.items() if k in fields})
 
 
 def fitted(doc: dict):
@@ -102,7 +103,8 @@ def fitted(doc: dict):
     if "sum_bytes_per_s" not in doc:
         doc["sum_bytes_per_s"] = calibrate.summation_rate()
         RESULTS.write_text(json.dumps(doc, indent=1))
-    runs = [(name, measured_of(doc["calibration_runs"][name])) for name, *_ in calibrate.RUNS]
+    runs = [(name, measured_of(doc["calibration_runs"][name])) for name, *_ in calibrate.RUNS
+            if name in doc["calibration_runs"]]
     start = paramfile.Params(rate_bits=CALIBRATION_RATE, sum_bytes_per_s=doc["sum_bytes_per_s"],
                              source=f"netlab calibration (benchmarks/predict_check.py, "
                                     f"{doc.get('date', 'this machine')}): 4 hosts at "

@@ -106,8 +106,8 @@ def calibrate(lab, rate_bits: float, progress=print, done: dict | None = None,
 
 def fit(params: Params, measured: list) -> Params:
     """The parameters from the runs (twice over, as step_s and eff_one depend on each other)."""
-    runs = {name: (run, network, field) for (name, run), (_, _, _, _, network, field)
-            in zip(measured, RUNS)}
+    table = {name: (network, field) for name, _, _, _, network, field in RUNS}
+    runs = {name: (run, *table[name]) for name, run in measured}    # missing runs: left out
     for _ in range(2):
         for name, (run, network, field) in runs.items():
             job = job_of(run, "dist_sync", network, params.rate_bits)
