@@ -143,3 +143,17 @@ def test_link_counters_per_step_and_the_summary_line():
                         {}) is None
     real = snapshot()                       # this host's own: readable, never negative
     assert difference(real, snapshot(), 1)["bytes_out"] >= 0
+
+
+def test_host_matrix_gives_each_host_its_slowest_cell(tmp_path):
+    from bandwidth.predict.cli import matrix_rates
+
+    path = tmp_path / "hosts.json"
+    path.write_text(json.dumps({"network": {"hosts": ["0@a", "1@b", "2@c"], "gbps": [
+        [None, 0.1, 0.2], [0.1, None, 0.05], [0.2, 0.06, None]]}}))
+    hosts, rates = matrix_rates(str(path))
+    assert hosts == 3
+    assert rates == pytest.approx({"h1": 0.8e9, "h2": 0.4e9, "h3": 0.4e9})
+    done = run_cli("--network", "flat:2500000", "-n", "2", "-s", "1", "--host-matrix", str(path),
+                   "--plan")
+    assert "busiest link: h3, 20.00 MB per step, 0.4000 s at 0.4 Gbit/s" in done.stdout

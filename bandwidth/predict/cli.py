@@ -52,6 +52,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default: 10gbit)")
     p.add_argument("--rate-of", action="append", default=[], metavar="HOST=RATE",
                    help="one host's link (hosts are h1, h2, ... in placement order); repeatable")
+    p.add_argument("--host-matrix", default=None, metavar="FILE.json",
+                   help="the hosts and their rates from python -m bandwidth.ceiling --network "
+                        "--json FILE: host i of the placement is the matrix's i-th host, its rate "
+                        "the slowest cell from or to it (overrides --hosts and --rate-of)")
     p.add_argument("--placement", default="round-robin", metavar="POLICY",
                    help="the launcher's policy: round-robin (over --hosts, default max(W, S)), "
                         "servers-apart (default hosts W + S), count:N; separate: servers-apart on "
@@ -86,6 +90,9 @@ def question(args) -> dict:
         if not sep:
             raise ConfigError(f"--rate-of {item!r}: expected HOST=RATE, e.g. h3=500mbit")
         rate_of[host.strip()] = parse_rate(rate, "--rate-of")
+    hosts = args.hosts
+    if args.host_matrix:
+        hosts, rate_of = matrix_rates(args.host_matrix)
     from bandwidth.config.options import parse_image_shape
     try:
         shapes = networks.get_shapes(args.network, image_shape=parse_image_shape(args.image_shape),
@@ -94,8 +101,28 @@ def question(args) -> dict:
         raise ConfigError(str(exc)) from None
     return dict(mode=args.kv_store, shapes=shapes, workers=args.num_workers,
                 servers=args.num_servers, rate_bits=parse_rate(args.link_rate, "--link-rate"),
-                placement=args.placement, hosts=args.hosts, rate_of=rate_of,
+                placement=args.placement, hosts=hosts, rate_of=rate_of,
                 in_flight=args.max_in_flight, ranks_per_worker=args.devices_per_worker)
+
+
+def matrix_rates(path: str) -> tuple[int, dict]:
+    """(hosts, {"h<i>": bits per second}) from a host-to-host matrix: each host's rate is the
+    slowest cell from or to it (GB/s of one pair at a time)."""
+    from bandwidth.ceiling.hostmatrix import load_matrix
+
+    matrix = load_matrix(path)
+    names = list(dict.fromkeys(matrix.hosts))
+    slowest = {name: float("inf") for name in names}
+    for i, row in enumerate(matrix.gbps):
+        for j, cell in enumerate(row):
+            if cell is not None and matrix.hosts[i] != matrix.hosts[j]:
+                for name in (matrix.hosts[i], matrix.hosts[j]):
+                    slowest[name] = min(slowest[name], cell)
+    if all(v == float("inf") for v in slowest.values()):
+        raise ConfigError(f"--host-matrix {path}: no cell between two different hosts")
+    rates = {f"h{k + 1}": slowest[n] * 8e9 for k, n in enumerate(names)
+             if slowest[n] != float("inf")}
+    return len(names), rates
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bandwidth.ceiling.linkbound import link_bound
 from bandwidth.predict.jobs import make_job
 from bandwidth.predict.model import Job, predict
 
@@ -42,12 +41,13 @@ def plan_lines(job: Job, params, alternatives: list[Option]) -> list[str]:
         lines.append(f"# server shares (MXNet's key rule: arrays of 1M+ elements split evenly, "
                      f"smaller ones whole on server key*9973 % S): {shares} MB; imbalance "
                      f"{imbalance(job.shares):.2f} x the mean")
-    rate = min(job.rates.values())
-    bound = link_bound(traffic, int(rate))
-    if bound:
-        lines.append(f"# busiest link: {bound.host}, {max(bound.nbytes_out, bound.nbytes_in) / 1e6:.2f}"
-                     f" MB per step, {bound.seconds:.4f} s at {rate / 1e9:g} Gbit/s (the full-duplex"
-                     " bound)")
+    host, seconds = max(((h, max(out, into) * 8 / job.rates[h]) for h, (out, into)
+                         in traffic.items()), key=lambda item: item[1])
+    if seconds > 0:
+        out, into = traffic[host]
+        lines.append(f"# busiest link: {host}, {max(out, into) / 1e6:.2f} MB per step, "
+                     f"{seconds:.4f} s at {job.rates[host] / 1e9:g} Gbit/s (the full-duplex "
+                     "bound)")
     lines += better_lines(alternatives)
     return lines
 
