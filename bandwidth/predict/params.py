@@ -55,7 +55,8 @@ class Params:
 def fanin_efficiency(params: Params, senders: int) -> float:
     """Efficiency of one host's link into which ``senders`` remote processes send at once:
     piecewise linear in log2(senders) through (1, eff_one) and the measured points; beyond the
-    last point, the last segment's slope goes on, but never below half the last point."""
+    last point, the last segment's slope goes on where it falls (flat where it rose), but never
+    below half the last point."""
     points = sorted({1: params.eff_one, **params.fanin}.items())
     if senders <= 1 or len(points) == 1:
         return params.eff_one if senders <= 1 else points[-1][1]
@@ -65,7 +66,7 @@ def fanin_efficiency(params: Params, senders: int) -> float:
             x0, x1 = math.log2(k0), math.log2(k1)
             return e0 + (e1 - e0) * (x - x0) / (x1 - x0)
     (k0, e0), (k1, e1) = points[-2], points[-1]
-    slope = (e1 - e0) / (math.log2(k1) - math.log2(k0))
+    slope = min(0.0, (e1 - e0) / (math.log2(k1) - math.log2(k0)))   # incast never helps
     return max(e1 / 2, e1 + slope * (x - math.log2(k1)))
 
 
