@@ -35,7 +35,7 @@ def test_a_bad_flag_at_fifty_by_five_is_one_line_before_anything_starts():
 
 @pytest.mark.timeout(150)
 def test_a_plan_error_is_caught_too_and_other_commands_are_not_run_twice(tmp_path):
-    proc = run("-n", "3", "-s", "0", sys.executable, "bandwidth/measure.py", "--kv-store",
+    proc = run("-n", "9", "-s", "0", sys.executable, "bandwidth/measure.py", "--kv-store",
                "dist_sync", "--cpus", "1", "--network", "mlp")
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
     assert "needs at least one server" in proc.stderr

@@ -22,7 +22,7 @@ from bandwidth.launch.hostfile import LOCALHOST
 from bandwidth.launch.limits import check_startable, host_limits
 from bandwidth.launch.launchers import LAUNCHERS, check_config, check_programs
 from bandwidth.launch.plan import make_plan
-from bandwidth.launch.preflight import check_measure_command
+from bandwidth.launch.preflight import PREFLIGHT_MIN_PROCESSES, check_measure_command
 from bandwidth.launch.rendezvous import (JoinWatch, address_towards, bind_address, free_port,
                                          open_store)
 from bandwidth.launch.supervisor import Supervisor
@@ -70,6 +70,8 @@ def _preflight(config: LaunchConfig, launcher, environ: Mapping[str, str],
                master_addr: str) -> None:
     """A measure.py command checked once, as worker 0 would run it (bandwidth.launch.preflight);
     nothing connects to this job's rendezvous, which is not open yet."""
+    if config.num_workers + config.num_servers + int(config.scheduler) < PREFLIGHT_MIN_PROCESSES:
+        return
     job = Job(config.num_workers, config.num_servers, master_addr, 1, 1, launcher.name,
               "preflight")
     env = child_environ(environ, config.env, same_host=True)

@@ -8,7 +8,9 @@
   with ``BANDWIDTH_PREFLIGHT=1``: measure.py parses and checks its command line and the plan,
   then exits without measuring. A bad flag then costs one process and prints one line, instead
   of one error from each of the job's processes after all of them started. Any other command is
-  started as it is (the launcher starts any program).
+  started as it is (the launcher starts any program). Jobs of fewer than PREFLIGHT_MIN_PROCESSES
+  processes are not checked first: the check costs one torch import, about what the job's own
+  start-up costs there, and their identical errors print once anyway (``repeats``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from bandwidth.launch.config import DEFAULT_TIMEOUT_S
 
 PREFLIGHT_ENV = "BANDWIDTH_PREFLIGHT"
 PER_PROCESS_S = 1.0
+PREFLIGHT_MIN_PROCESSES = 8
 PREFLIGHT_TIMEOUT_S = 300
 
 
