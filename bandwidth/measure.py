@@ -46,6 +46,7 @@ from bandwidth.ceiling.bounds import BoundCache  # noqa: E402
 from bandwidth.config.options import Job, build_parser, job_from_args  # noqa: E402
 from bandwidth.errors import BandwidthError, ConfigError  # noqa: E402
 from bandwidth.hardware.environment import describe as describe_environment  # noqa: E402
+from bandwidth.launch.preflight import PREFLIGHT_ENV  # noqa: E402
 from bandwidth.measurement.fresh import fresh_pass  # noqa: E402
 from bandwidth.measurement.protocol import Summary  # noqa: E402
 from bandwidth.compute.layers import describe as describe_compute  # noqa: E402
@@ -147,6 +148,12 @@ def list_networks() -> int:
     return 0
 
 
+def preflight(role) -> bool:
+    """Under launch.py's check of the command line (bandwidth.launch.preflight): stop here, every
+    flag and the plan checked, nothing measured."""
+    return role is not None and os.environ.get(PREFLIGHT_ENV) == "1"
+
+
 def execute(job: Job, role=None) -> int:
     if any(KVSTORES[c.kv_store].distributed for c in job.configs):
         return execute_distributed(job, role)
@@ -154,6 +161,8 @@ def execute(job: Job, role=None) -> int:
         from bandwidth.processes.distributed import check_single_host
         check_single_host(list(dict.fromkeys(c.kv_store for c in job.configs)), role)
     plans = [make_plan(config) for config in job.configs]     # every configuration checked first
+    if preflight(role):
+        return 0
     if job.dry_run:
         for plan in plans:
             print(size_line(plan.shapes, plan.config.dtype))
@@ -518,19 +527,27 @@ def execute_distributed(job: Job, role) -> int:
     on_worker = role is None or role.name == "worker"
     plan = make_plan(config, with_devices=on_worker)
     roles.check_role(config.kv_store, role, servers_needed=not plan.store_cls.process_per_device)
+    if preflight(role):
+        return 0
     if on_worker and role.task_id == 0:
         for line in preamble(plan, describe_environment(plan.devices)):
             print(line)
     if on_worker:
         print(size_line(plan.shapes, config.dtype), flush=True)
+    # 100 workers' lines would flood the terminal: worker 0's by default (every worker's
+    # iterations are in the JSON's 'workers').
+    prints = on_worker and (role.task_id == 0 or job.all_worker_lines)
     result = roles.run_distributed(
-        plan, role, on_report=lambda report: print(report.line(), flush=True))
+        plan, role, on_report=(lambda report: print(report.line(), flush=True)) if prints else None)
     if result is None or role.task_id != 0:
         return 0                           # the first worker prints the gathered summary
     if job.network_ceiling is not None:
         result.host_ceiling = measured_host_ceiling(job.network_ceiling, result)
     if job.link_rate_bits is not None:
         result.link_bound = measured_link_bound(job.link_rate_bits, result)
+    if job.predict:
+        from bandwidth.predict.runline import predicted_lines
+        result.notes.extend(predicted_lines(result, job.link_rate_bits))
     for note in result.notes:
         print(f"# note: {note}")
     print("\n".join(summary_lines(result) + worker_lines(result)), flush=True)

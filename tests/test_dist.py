@@ -50,10 +50,20 @@ def test_sync_servers_are_exact(mode, optimizer, tmp_path):
                   "--num-batches", "3", "--json", str(out), *LENET)
     assert proc.returncode == 0, proc.stderr[-3000:]
     printed = re.findall(r"GB/sec per gpu, error (\S+)", proc.stdout)
-    assert len(printed) == 6                      # 3 lines from each of 2 workers
+    assert len(printed) == 3                      # worker 0's 3 lines (--all-worker-lines: all)
     result = json.loads(out.read_text())["results"][0]
+    # Every worker's iterations are in the document.
+    assert [len(w["own_seconds"]) for w in result["workers"]] == [3, 3]
+    assert all(s > 0 for w in result["workers"] for s in w["own_seconds"])
+    memory = result["memory"]
+    assert len(memory["workers_peak_rss"]) == 2 and len(memory["servers_peak_rss"]) == 2
+    assert memory["total_peak_rss"] == sum(memory["workers_peak_rss"] + memory["servers_peak_rss"])
+    assert all(50e6 < b < 4e9 for b in memory["workers_peak_rss"] + memory["servers_peak_rss"])
+    assert re.search(r"memory, peak RSS: per worker [0-9.]+ GB .*all 4 processes [0-9.]+ GB",
+                     proc.stdout)
     if optimizer == "none":                       # float32 sums of integers: exact, not close
-        assert printed == ["0.000000"] * 6
+        assert [e for w in result["workers"] for e in w["errors"]] == [0.0] * 6
+        assert printed == ["0.000000"] * 3
         assert result["summary"]["error_max"] == 0.0
         assert [i["error"] for i in result["iterations"]] == [0.0] * 3
     else:
@@ -83,7 +93,7 @@ def test_sync_servers_are_exact(mode, optimizer, tmp_path):
 def test_async_servers_err_only_by_staleness(mode):
     workers, devices = 2, 2
     proc = launch(workers, 1, "--kv-store", mode, "--cpus", str(devices), "--optimizer", "sgd",
-                  "--num-batches", "4", *LENET)
+                  "--num-batches", "4", "--all-worker-lines", *LENET)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = re.findall(r"iter (\d+), .* error ([0-9.]+)", proc.stdout)
     assert len(lines) == workers * 4
@@ -113,7 +123,7 @@ def test_dist_nccl_all_reduces_over_every_device_of_every_worker(tmp_path):
     proc = launch(2, 0, "--kv-store", "dist_nccl", "--cpus", "2", "--num-batches", "3",
                   "--json", str(out), *LENET)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert len(iter_errors(proc.stdout)) == 6 and max(iter_errors(proc.stdout)) == 0.0
+    assert len(iter_errors(proc.stdout)) == 3 and max(iter_errors(proc.stdout)) == 0.0
     assert "busbw = algbw x 1.5" in proc.stdout      # 2(N-1)/N over N = 4 devices
     # The reference and ceiling: one flat all-reduce of the same bytes over the same 4 processes.
     assert proc.stdout.count("# summary:") == 1
@@ -144,12 +154,15 @@ def test_dist_nccl_has_a_ceiling_with_one_device_per_worker():
 
 
 @pytest.mark.timeout(280)
-def test_sixteen_workers_and_four_servers():
+def test_sixteen_workers_and_four_servers(tmp_path):
+    out = tmp_path / "result.json"
     proc = launch(16, 4, "--kv-store", "dist_sync", "--cpus", "1", "--num-batches", "2",
                   "--network", "mlp", "--image-shape", "1,28,28", "--num-classes", "10",
-                  timeout=260)
+                  "--json", str(out), timeout=260)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    errors = iter_errors(proc.stdout)
+    assert len(iter_errors(proc.stdout)) == 2          # worker 0's lines only
+    workers = json.loads(out.read_text())["results"][0]["workers"]
+    errors = [e for w in workers for e in w["errors"]]
     assert len(errors) == 32 and max(errors) == 0.0
 
 
@@ -197,7 +210,8 @@ def test_a_worker_that_exits_1_ends_the_job(tmp_path):
     argv = [sys.executable, str(LAUNCH), "-n", "2", "-s", "1", "--timeout", "30", sys.executable,
             str(ROOT / "tests" / "launch_programs" / "worker_exits.py"), str(tmp_path),
             sys.executable, "bandwidth/measure.py", "--kv-store", "dist_sync", "--cpus", "1",
-            "--seed", marker, "--num-batches", "100000", "--timeout", "30", *LENET]
+            "--seed", marker, "--num-batches", "100000", "--timeout", "30",
+            "--all-worker-lines", *LENET]        # worker 1's lines show it is mid-run
     start = time.monotonic()
     proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=150)
     assert time.monotonic() - start < 120

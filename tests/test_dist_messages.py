@@ -21,3 +21,42 @@ def test_messages_alternate_between_servers_and_cover_each_share():
         mine = [(s, e) for owner, s, e in plan if owner == server]
         assert mine[0][0] == a and mine[-1][1] == b
         assert all(x[1] == y[0] for x, y in zip(mine, mine[1:]))
+
+
+def test_a_server_holds_at_most_three_shares_whatever_the_workers():
+    from bandwidth.stores.psserver import MEMORY_SHARES, server_nbytes, slot_count
+
+    share, largest = 20_000_000, 1_000_000
+    for sync, optimizer in [(True, False), (True, True), (False, True)]:
+        nbytes = server_nbytes(share, largest, sync=sync, optimizer=optimizer)
+        assert share * 2 <= nbytes <= MEMORY_SHARES * share
+    assert slot_count(share, largest, held=2) == 20         # sync with an optimizer: 1 share
+    assert slot_count(share, largest, held=1) == 40         # 2 shares of slots
+    assert slot_count(100, 100, held=2) == 1                # a one-message share: one slot
+    assert slot_count(0, 0, held=1) == 1
+
+
+def test_visit_order_same_or_staggered_keeps_each_servers_messages_in_order():
+    from bandwidth.stores.dist import Cluster, visit_order
+
+    plan = messages([(0, 1_000_000), (1_000_000, 1_500_000), (1_500_000, 2_000_000)], 4)
+    same = visit_order(plan, Cluster(4, 3, worker=1))
+    staggered = visit_order(plan, Cluster(4, 3, worker=1, server_order="staggered"))
+    assert same == list(range(len(plan)))
+    assert sorted(staggered) == same
+    assert [plan[t][0] for t in staggered[:3]] == [1, 2, 0]       # worker 1 starts at server 1
+    for server in range(3):
+        mine = [t for t in staggered if plan[t][0] == server]
+        assert mine == sorted(mine)
+
+
+def test_one_message_in_flight_per_server_is_exact_and_stated():
+    """Real processes: 2 workers, 2 servers, 4 MB in 1 MB messages, one in flight per server,
+    staggered: the pulled values are exact and the note says how the messages were sent."""
+    from tests.test_dist import launch
+
+    proc = launch(2, 2, "--kv-store", "dist_sync", "--network", "flat:1000000",
+                  "--max-in-flight", "1", "--server-order", "staggered", "--num-batches", "2")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "max error 0.000000" in proc.stdout
+    assert "at most 1 per server in flight; servers visited staggered" in proc.stdout

@@ -162,7 +162,7 @@ def test_a_rank_that_never_joins_the_rendezvous_is_named_at_the_timeout(tmp_path
     assert time.monotonic() - start < 30
     assert ("FAIL: rendezvous: rank 1 (worker 1@127.0.0.1) never joined the TCPStore at "
             "127.0.0.1:") in result.stderr
-    assert "within 6 s (1 of 2 did)" in result.stderr
+    assert "within 6 s (1 of 2 did): raise launch.py --timeout" in result.stderr
 
 
 @pytest.mark.parametrize("args, message", [

@@ -26,7 +26,8 @@ distributed modes, ``--network-ceiling``), ``linkbound`` (the full-duplex link b
 ``--link-rate``), ``expect`` (what NVML says each link should carry, ``--expect-links``).
 
 May import: hardware, config (the sweep's sizes and flags' values), processes and launch.contract
-(Gloo ranks on CPU devices, the host-to-host matrix's roles), report.table, report.baseline and
+(Gloo ranks on CPU devices, the host-to-host matrix's roles), launch.placement (what crosses each
+host's link), report.table, report.baseline and
 report.gatereport (its tables, thresholds and gate reports), the vocabulary. Not the stores, the
 measurement or the run.
 """

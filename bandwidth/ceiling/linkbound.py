@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bandwidth.errors import ConfigError
+from bandwidth.launch.placement import host_bytes
 
 _RATE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgt]?)(?:bit)?(?:/s|ps)?\s*$", re.IGNORECASE)
 _SCALE = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
@@ -61,18 +62,9 @@ class LinkBound:
 
 def ps_host_bytes(worker_hosts: Sequence[str], server_hosts: Sequence[str],
                   server_nbytes: Sequence[float]) -> dict[str, tuple[float, float]]:
-    """(bytes out, bytes in) per host and step of a parameter-server step."""
-    out: Counter = Counter()
-    into: Counter = Counter()
-    for worker in worker_hosts:
-        for server, share in zip(server_hosts, server_nbytes):
-            if worker != server:
-                out[worker] += share          # the push
-                into[server] += share
-                out[server] += share          # the answer
-                into[worker] += share
-    hosts = list(dict.fromkeys([*worker_hosts, *server_hosts]))
-    return {h: (float(out[h]), float(into[h])) for h in hosts}
+    """(bytes out, bytes in) per host and step of a parameter-server step, every process on a
+    host counted on its link (bandwidth.launch.placement.host_bytes)."""
+    return host_bytes([*worker_hosts, *server_hosts], len(worker_hosts), server_nbytes)
 
 
 def ring_host_bytes(rank_hosts: Sequence[str], nbytes: float) -> dict[str, tuple[float, float]]:

@@ -21,6 +21,7 @@ DTYPES = ("float32", "float16", "bfloat16")
 OPTIMIZERS = ("none", "sgd")
 LAUNCHES = ("auto", "graph", "eager")             # how a step's GPU work is issued (see Config.launch)
 OWNER_RULES = ("balanced", "greedy")      # the device mode's key placement
+SERVER_ORDERS = ("same", "staggered")     # the PS worker's visiting order (stores/dist.py)
 GC_TYPES = ("none", "2bit")               # MXNet 1.9.1's gradient compression (--backend mxnet)
 AUTO_REPEATS = 1000                       # --repeat auto: the cap; --time-budget ends it first
 
@@ -61,6 +62,8 @@ class Config:
     seq_len: int | None = None             # tokens per sample (None: the model's)
     compute_ms: tuple[float, float] | None = None          # the step's forward, backward ms
     compute_layers_ms: tuple[tuple[str, float, float], ...] | None = None  # per layer
+    max_in_flight: int | None = None       # PS modes: messages per server in flight (None: all)
+    server_order: str = "same"             # PS modes: "same" | "staggered" (stores/dist.py)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -109,6 +112,8 @@ class Job:
     summary_md: str | None = None          # --summary-md, else $GITHUB_STEP_SUMMARY (read in main)
     link_rate_bits: int | None = None      # distributed modes: every host's link, each way
     num_servers: int | None = None         # --num-servers: servers among torchrun's ranks
+    predict: bool = False                  # --predict: the model's step beside the measured one
+    all_worker_lines: bool = False         # distributed: every worker prints its iteration lines
 
     @property
     def is_sweep(self) -> bool:
@@ -251,6 +256,13 @@ def build_parser() -> argparse.ArgumentParser:
                     help="under torchrun (or any launcher setting RANK, WORLD_SIZE, MASTER_ADDR, "
                          "MASTER_PORT, without launch.py): how many of the ranks, the last ones, "
                          "are servers of the dist_* parameter-server modes (default 0)")
+    ex.add_argument("--max-in-flight", type=int, default=None, metavar="N",
+                    help="parameter-server modes: messages per server a worker keeps in flight "
+                         "(default: all of them at once)")
+    ex.add_argument("--server-order", default="same", choices=SERVER_ORDERS,
+                    help="parameter-server modes: the order a worker visits the servers in each "
+                         "round of messages: 'same' (0, 1, ... on every worker; default) or "
+                         "'staggered' (worker w starts at server w mod S)")
     ex.add_argument("--scaling", action="store_true",
                     help="sweep the device count from 1 to all of --gpus (or --cpus; without "
                          "either, every visible GPU, or the 2 default CPU devices)")
@@ -335,6 +347,14 @@ def build_parser() -> argparse.ArgumentParser:
                     help="distributed modes: every host's link rate each way, e.g. 1gbit, "
                          "2.5gbit; the summary states the full-duplex bound of a step (which "
                          "link carries what: docs/formulas.md) and the run's %% of link")
+    tm.add_argument("--predict", action="store_true",
+                    help="distributed modes, with --link-rate: print the model's step for this "
+                         "job's hosts and rate (python -m bandwidth.predict), its binding "
+                         "resource and its error against the run")
+    tm.add_argument("--all-worker-lines", action="store_true",
+                    help="distributed modes: every worker prints its iteration lines (default: "
+                         "worker 0's only; every worker's are in --json under 'workers' either "
+                         "way)")
     tm.add_argument("--timeout", type=float, default=300.0,
                     help="hang bound, every mode: a process waiting more than S seconds for "
                          "another, or an iteration not completed within S seconds, stops the "
@@ -418,6 +438,8 @@ def _check_scalars(args: argparse.Namespace) -> None:
         raise ConfigError(f"unknown --gc-type {args.gc_type!r}; valid: {', '.join(GC_TYPES)}")
     if args.gpus is not None and args.cpus is not None:
         raise ConfigError("give either --gpus or --cpus, not both")
+    if args.max_in_flight is not None and args.max_in_flight < 1:
+        raise ConfigError(f"--max-in-flight must be 1 or more; got {args.max_in_flight}")
     if args.num_servers is not None and args.num_servers < 0:
         raise ConfigError(f"--num-servers must be 0 or more; got {args.num_servers}")
     if args.cpus is not None and args.cpus < 1:
@@ -605,6 +627,14 @@ def job_from_args(args: argparse.Namespace) -> Job:
     if args.link_rate is not None:
         from bandwidth.ceiling.linkbound import parse_rate
         link_rate_bits = parse_rate(args.link_rate, "--link-rate")
+    if args.predict:
+        from bandwidth.predict.model import MODES as PREDICTED
+        if link_rate_bits is None:
+            raise ConfigError("--predict needs --link-rate RATE (every host's link, each way)")
+        uncovered = [m for m in modes if m not in PREDICTED]
+        if uncovered:
+            raise ConfigError(f"--predict: the model does not cover --kv-store {uncovered[0]}; "
+                              f"it predicts {', '.join(PREDICTED)}")
     image_shape = parse_image_shape(args.image_shape)
     common = dict(num_layers=args.num_layers, image_shape=image_shape,
                   num_classes=args.num_classes, num_batches=args.num_batches, warmup=args.warmup,
@@ -613,6 +643,7 @@ def job_from_args(args: argparse.Namespace) -> Job:
                   chunk_mb=args.chunk_mb, cpu_threads=args.cpu_threads, timeout_s=args.timeout,
                   seed=args.seed, gc_type=args.gc_type.lower(), launch=args.launch,
                   owners=args.owners, graph_steps=parse_graph_steps(args.graph_steps),
+                  max_in_flight=args.max_in_flight, server_order=args.server_order,
                   **compute_fields(args))
     # The backend varies fastest, so that the rows of a comparison sit side by side.
     configs = tuple(Config(network=network, kv_store=mode, gpus=gpus, cpus=cpus, backend=backend,
@@ -636,4 +667,5 @@ def job_from_args(args: argparse.Namespace) -> Job:
                min_pct_of_ceiling=None if args.min_percent_of_ceiling is None
                else parse_min_percent(args.min_percent_of_ceiling),
                junit_path=args.junit_path, summary_md=args.summary_md,
-               link_rate_bits=link_rate_bits, num_servers=args.num_servers)
+               link_rate_bits=link_rate_bits, num_servers=args.num_servers,
+               predict=args.predict, all_worker_lines=args.all_worker_lines)

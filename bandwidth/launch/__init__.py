@@ -10,7 +10,12 @@ Modules, in the order a launch uses them:
 * ``config`` -- ``LaunchConfig``, frozen and checked (what depends on the launcher: ``launchers``)
 * ``hostfile`` -- the hosts file format (``hosts.example``)
 * ``launchers`` -- the table of launchers: ``local``, ``ssh``, ``mpi``, ``slurm``
-* ``plan`` -- which host each process runs on (round-robin within slots)
+* ``plan`` -- which host each process runs on; ``placement`` -- the policies (round-robin
+  within slots, servers-apart, count:N) and what each puts on every host's link, pure functions
+  the planner calls too
+* ``preflight`` -- start-up that scales: the rendezvous timeout from the job's size, a
+  measure.py command line checked once before anything starts; ``limits`` -- what this host can
+  start (memory, processes, open files), refused before starting
 * ``contract`` -- the environment every process receives, and ``Role.from_environ`` to read it
 * ``environ`` -- which of the launcher's variables are forwarded (an allowlist)
 * ``rendezvous`` -- the TCPStore the launcher hosts, and the watch on who joined

@@ -37,6 +37,7 @@ from bandwidth.launch.driver import run
 from bandwidth.launch.environ import parse_env_flags
 from bandwidth.launch.hostfile import parse_hostfile
 from bandwidth.launch.launchers import LAUNCHERS
+from bandwidth.launch.preflight import PER_PROCESS_S, startup_timeout
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,9 +66,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--env", action="append", default=[], metavar="NAME[=VALUE]",
                         help="pass NAME (the launcher's value, or VALUE) to every process; "
                         "repeatable")
-    parser.add_argument("--timeout", type=int, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+    parser.add_argument("--timeout", type=int, metavar="SECONDS",
                         help="bound on connecting, starting and joining the rendezvous "
-                        f"(default {DEFAULT_TIMEOUT_S})")
+                        f"(default: {DEFAULT_TIMEOUT_S} s + {PER_PROCESS_S:g} s per process "
+                        "beyond the first, as every process imports torch first)")
+    parser.add_argument("--placement", default="round-robin", metavar="POLICY",
+                        help="which host each process runs on: round-robin (default), "
+                        "servers-apart (servers on hosts of their own) or count:N (N processes "
+                        "per host in rank order); see bandwidth/launch/placement.py")
     parser.add_argument("--port", type=int, default=0,
                         help="MASTER_PORT, the rendezvous TCPStore's port (default: a free one)")
     parser.add_argument("--master-addr", metavar="ADDR",
@@ -90,7 +96,10 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str],
         launcher=args.launcher,
         hosts=tuple(parse_hostfile(args.hostfile)) if args.hostfile else (),
         scheduler=args.scheduler, env=parse_env_flags(args.env, environ),
-        timeout_s=args.timeout, port=args.port, master_addr=args.master_addr,
+        timeout_s=args.timeout if args.timeout is not None else startup_timeout(
+            args.num_workers + (args.num_servers if args.num_servers is not None
+                                else args.num_workers) + args.scheduler),
+        timeout_given=args.timeout is not None, placement=args.placement, port=args.port, master_addr=args.master_addr,
         sync_dst_dir=args.sync_dst_dir, ssh_config=args.ssh_config,
         ssh_options=tuple(args.ssh_option), workdir=workdir)
 

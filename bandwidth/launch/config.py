@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from bandwidth.errors import ConfigError
 from bandwidth.launch.hostfile import Host
+from bandwidth.launch.placement import parse_policy
 
 DEFAULT_TIMEOUT_S = 60
 MAX_TIMEOUT_S = 7 * 24 * 3600
@@ -42,6 +43,8 @@ class LaunchConfig:
     ssh_config: str | None = None
     ssh_options: tuple[str, ...] = ()
     workdir: str = field(default_factory=os.getcwd)   # where processes run (ssh: remotely too)
+    placement: str = "round-robin"                 # bandwidth.launch.placement's policy
+    timeout_given: bool = True                     # False: timeout_s grew with the job
 
     def __post_init__(self):
         if self.num_servers is None:
@@ -68,6 +71,7 @@ def _check(config: LaunchConfig) -> None:
     if not 1 <= config.timeout_s <= MAX_TIMEOUT_S:
         raise ConfigError(f"--timeout {str(config.timeout_s)[:20]}: give 1 to {MAX_TIMEOUT_S} "
                           "seconds (a week)")
+    parse_policy(config.placement)
     if config.master_addr is not None and not _ADDRESS.match(config.master_addr):
         raise ConfigError(f"--master-addr {config.master_addr[:60]!r}: expected a host name or "
                           "an IPv4 or IPv6 address (at most 253 characters)")

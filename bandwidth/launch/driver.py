@@ -11,15 +11,19 @@ when all exited with status 0; raises ``LaunchFailed`` (one report, the exit sta
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 from collections.abc import Mapping
 
 from bandwidth.launch.config import LaunchConfig
 from bandwidth.launch.contract import Job, job_store
 from bandwidth.launch.fdlimit import ensure_fd_limit
+from bandwidth.launch.environ import child_environ
 from bandwidth.launch.hostfile import LOCALHOST
+from bandwidth.launch.limits import check_startable, host_limits
 from bandwidth.launch.launchers import LAUNCHERS, check_config, check_programs
 from bandwidth.launch.plan import make_plan
+from bandwidth.launch.preflight import PREFLIGHT_MIN_PROCESSES, check_measure_command
 from bandwidth.launch.rendezvous import (JoinWatch, address_towards, bind_address, free_port,
                                          open_store)
 from bandwidth.launch.supervisor import Supervisor
@@ -36,7 +40,11 @@ def run(config: LaunchConfig, environ: Mapping[str, str]) -> None:
     ensure_fd_limit(placed_count, f"-n {config.num_workers} -s {config.num_servers}")
     hosts = config.hosts or (launcher.allocation(environ, placed_count)
                              if launcher.allocation is not None else (LOCALHOST,))
+    if hosts == (LOCALHOST,):              # every process on this host: can it start them?
+        check_startable(config.num_workers + config.num_servers + int(config.scheduler),
+                        config.num_workers + config.num_servers, host_limits())
     master_addr = config.master_addr or address_towards(hosts)
+    _preflight(config, launcher, environ, master_addr)
     # Lives as long as this call, on the address the job uses (see rendezvous.bind_address).
     # Behind a gate that serves only clients proving they know the secret (launch.storegate).
     secret = secrets.token_hex(16)
@@ -65,6 +73,22 @@ def _run(config: LaunchConfig, launcher, hosts, master_addr: str, hosted, secret
         # ConnectTimeout still bounds reaching each host.
         Supervisor(launcher.sync(plan), start_timeout_s=float("inf")).run()
     watch = JoinWatch(job_store(store, job.secret), [role.label for role, _ in plan.world],
-                      config.timeout_s, f"{master_addr}:{hosted.port}")
+                      config.timeout_s, f"{master_addr}:{hosted.port}",
+                      advice="raise launch.py --timeout" if config.timeout_given else
+                      "the default grew with the job; give launch.py --timeout for more")
     Supervisor(launcher.build(plan), start_timeout_s=launcher.start_timeout_s(config.timeout_s),
                check=watch).run()
+
+
+def _preflight(config: LaunchConfig, launcher, environ: Mapping[str, str],
+               master_addr: str) -> None:
+    """A measure.py command checked once, as worker 0 would run it (bandwidth.launch.preflight);
+    nothing connects to this job's rendezvous, which is not open yet."""
+    if config.num_workers + config.num_servers + int(config.scheduler) < PREFLIGHT_MIN_PROCESSES:
+        return
+    job = Job(config.num_workers, config.num_servers, master_addr, 1, 1, launcher.name,
+              "preflight")
+    env = child_environ(environ, config.env, same_host=True)
+    env.update(job.role(0, master_addr, (0, 1)).to_environ())
+    cwd = config.workdir if os.path.isdir(config.workdir) else os.getcwd()
+    check_measure_command(config.command, env, cwd)

@@ -1,7 +1,9 @@
 """Where each process of a job runs: the placement rule, written once for every launcher.
 
 Processes are numbered in rank order: workers ``0..n-1``, then servers ``n..n+s-1`` (then, for
-``--launcher mpi`` only, the scheduler). They are dealt one at a time to the hosts in file order,
+``--launcher mpi`` only, the scheduler). ``--placement`` chooses the policy
+(``bandwidth.launch.placement``: round-robin, servers-apart, count:N). Round-robin, the default:
+they are dealt one at a time to the hosts in file order,
 cycling, and a host whose ``slots=N`` are taken is skipped. Example, hosts ``a slots=1``, ``b``,
 ``c`` with ``-n 3 -s 2``: worker 0 -> a, worker 1 -> b, worker 2 -> c, server 0 -> b (a is full),
 server 1 -> c. With as many hosts as workers and servers each, every host gets one worker and one
@@ -18,28 +20,10 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from bandwidth.errors import ConfigError
 from bandwidth.launch.config import LaunchConfig
 from bandwidth.launch.contract import Job, Role
 from bandwidth.launch.hostfile import Host
-
-
-def deal(hosts: Sequence[Host], count: int) -> list[Host]:
-    """The host of each of ``count`` processes (see the module docstring)."""
-    capacity = [h.slots for h in hosts]
-    if all(c is not None for c in capacity) and sum(capacity) < count:
-        raise ConfigError(f"{count} processes do not fit in the hosts file's {sum(capacity)} "
-                          "slots: add hosts, raise slots=N, or drop slots= to lift the limit")
-    placed: list[Host] = []
-    used = Counter()
-    index = 0
-    while len(placed) < count:
-        host = hosts[index % len(hosts)]
-        index += 1
-        if host.slots is None or used[host] < host.slots:
-            used[host] += 1
-            placed.append(host)
-    return placed
+from bandwidth.launch.placement import deal, place
 
 
 def local_ranks(placed: Sequence[Host]) -> list[tuple[int, int]]:
@@ -85,7 +69,11 @@ def make_plan(config: LaunchConfig, job: Job, hosts: Sequence[Host], *, place_sc
     """Place the job on ``hosts``. The scheduler (``config.scheduler``) is dealt like the others
     when ``place_scheduler`` (mpi), else it runs on the launching host (``MASTER_ADDR``)."""
     count = job.world_size + (1 if config.scheduler and place_scheduler else 0)
-    placed = deal(hosts, count)
+    if config.placement == "round-robin":
+        placed = deal(hosts, count)
+    else:                                  # bandwidth.launch.placement; mpi's scheduler: host 1
+        placed = place(hosts, job.num_workers, job.num_servers, config.placement)
+        placed += list(hosts[:count - len(placed)])
     world = placed[:job.world_size]
     roles = [job.role(i, host.name, local)
              for i, (host, local) in enumerate(zip(world, local_ranks(world), strict=True))]

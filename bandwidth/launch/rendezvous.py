@@ -134,8 +134,10 @@ class JoinWatch:
     """Fails the launch when some ranks joined with ``contract.join_store`` and others have not
     within ``timeout_s`` of the start. Programs that never use ``join_store`` are not watched."""
 
-    def __init__(self, store, labels: Sequence[str], timeout_s: float, where: str):
+    def __init__(self, store, labels: Sequence[str], timeout_s: float, where: str,
+                 advice: str = "raise launch.py --timeout"):
         self.store, self.labels, self.timeout_s, self.where = store, list(labels), timeout_s, where
+        self.advice = advice
         self.done = not labels
 
     def __call__(self, elapsed_s: float) -> Failure | None:
@@ -152,4 +154,4 @@ class JoinWatch:
         names = ", ".join(f"{rank} ({self.labels[rank]})" for rank in missing)
         return Failure("rendezvous", f"rank{'s' if len(missing) > 1 else ''} {names} never "
                        f"joined the TCPStore at {self.where} within {self.timeout_s:g} s "
-                       f"({joined} of {len(self.labels)} did)", 1)
+                       f"({joined} of {len(self.labels)} did): {self.advice}", 1)

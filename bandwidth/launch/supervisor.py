@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from bandwidth.errors import WorkerError
 from bandwidth.launch.noise import NoiseFilter
+from bandwidth.launch.repeats import Repeats
 from bandwidth.processes.lifeline import describe_stopped
 
 TAIL_LINES = 20          # stderr lines kept per child for the report
@@ -88,6 +89,7 @@ class Child:
     grace_s = 5.0
     #: the launch's NoiseFilter, shared by its children (set by the Supervisor)
     noise: NoiseFilter | None = None
+    repeats: Repeats | None = None      # identical lines of many processes shown once
     #: False: SIGTERM goes to the process alone, a leader (mpirun, srun) that forwards it to
     #: processes in other groups and cleans up; True: to the process's whole group
     terminate_group = True
@@ -124,7 +126,8 @@ class Child:
             if note:
                 emit(sys.stderr, f"launch: note: {note}:\n")
             self.tail.append(line)
-            emit(sys.stderr, f"[{self.label}] {line}\n")
+            if self.repeats is None or self.repeats.show(self.label, line):
+                emit(sys.stderr, f"[{self.label}] {line}\n")
         else:
             emit(sys.stdout, line + "\n")
 
@@ -195,9 +198,9 @@ class Supervisor:
     def __init__(self, children: Sequence[Child], *, start_timeout_s: float,
                  max_starting: int = 8, check: Callable[[float], Failure | None] | None = None):
         self.children = list(children)
-        noise = NoiseFilter()
+        noise, self.repeats = NoiseFilter(), Repeats()
         for child in self.children:
-            child.noise = noise
+            child.noise, child.repeats = noise, self.repeats
         self.start_timeout_s = start_timeout_s
         self.max_starting = max_starting
         self.check = check
@@ -214,6 +217,8 @@ class Supervisor:
             stopped = self._stop()
             _restore_signals(previous)
             self.selector.close()
+            for line in self.repeats.summary():
+                emit(sys.stderr, line + "\n")
         if failure is not None:
             elapsed = time.monotonic() - self.t0
             raise LaunchFailed(failure, failure.report(elapsed, stopped))

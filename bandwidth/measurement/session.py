@@ -115,7 +115,10 @@ class Session:
         if check:
             for replica in self.replicas:
                 if replica.device not in self.references:
-                    self.references[replica.device] = Reference(numel, self.n, seed, replica.device)
+                    # A distributed worker computes it chunk by chunk at each check: its
+                    # memory stays within 2 x the network beyond its replicas (issue 27).
+                    self.references[replica.device] = Reference(
+                        numel, self.n, seed, replica.device, keep=cluster is None)
         self.steps = 0
         self.synchronize()
         # CPU devices: the torch threads of the steps (bandwidth.hardware.cputhreads).

@@ -15,7 +15,7 @@ import torch
 from bandwidth.plan.optimizers import Sgd
 
 SCALE = 64.0
-CHUNK_ELEMENTS = 1 << 22
+CHUNK_ELEMENTS = 1 << 20     # int64 temporaries of 8 MB each: a worker's transient stays small
 _MASK = 0xFFFFFFFF
 
 
@@ -51,19 +51,30 @@ def expected_sum(start: int, stop: int, replicas: int, seed: int, device) -> tor
 
 class Reference:
     """The exact sum over ``replicas`` replicas, built once on ``device`` from the closed form and
-    kept in float32 (exact: the values are multiples of 1/64 far below 2**24 / 64)."""
+    kept in float32 (exact: the values are multiples of 1/64 far below 2**24 / 64). With ``keep``
+    False (a distributed worker, where memory must not grow with the job: issue 27) each chunk is
+    computed again when checked instead, the same operations giving the same values."""
 
-    def __init__(self, numel: int, replicas: int, seed: int, device: torch.device):
-        self.sum = torch.empty(numel, dtype=torch.float32, device=device)
-        pairs = replicas * (replicas - 1) // 2
-        for start, stop in _chunks(numel):
-            base, delta = _base_delta(start, stop, seed, device)
-            self.sum[start:stop] = base.mul_(replicas).add_(delta, alpha=pairs).to(torch.float32)
-        self.sum.div_(SCALE)
+    def __init__(self, numel: int, replicas: int, seed: int, device: torch.device,
+                 keep: bool = True):
+        self.numel, self.replicas, self.seed, self.device = numel, replicas, seed, device
+        self.sum = torch.empty(numel, dtype=torch.float32, device=device) if keep else None
+        if keep:
+            for start, stop in _chunks(numel):
+                self.sum[start:stop] = self._computed(start, stop)
         # In chunks: a whole-array abs() in float64 would take twice the sum's own memory (60 GiB
         # for llama-8b), which check_memory does not count.
-        self.abs_total = sum(float(self.sum[start:stop].abs().sum(dtype=torch.float64))
+        self.abs_total = sum(float(self.chunk(start, stop).abs().sum(dtype=torch.float64))
                              for start, stop in _chunks(numel))
+
+    def _computed(self, start: int, stop: int) -> torch.Tensor:
+        base, delta = _base_delta(start, stop, self.seed, self.device)
+        pairs = self.replicas * (self.replicas - 1) // 2
+        return base.mul_(self.replicas).add_(delta, alpha=pairs).to(torch.float32).div_(SCALE)
+
+    def chunk(self, start: int, stop: int) -> torch.Tensor:
+        """The expected sum of elements [start, stop)."""
+        return self.sum[start:stop] if self.sum is not None else self._computed(start, stop)
 
     def error_terms(self, outputs: list[torch.Tensor], optimizer: Sgd | None,
                     steps: int) -> tuple[float, float]:
@@ -74,7 +85,8 @@ class Reference:
         wrong = 0.0
         for out in outputs:
             for start, stop in _chunks(out.numel()):
-                expected = self.sum[start:stop] * scale if scale != 1.0 else self.sum[start:stop]
+                expected = self.chunk(start, stop)
+                expected = expected * scale if scale != 1.0 else expected
                 diff = out[start:stop].to(torch.float32) - expected
                 wrong += float(diff.abs_().sum(dtype=torch.float64))
         return wrong, abs(scale) * self.abs_total

@@ -37,9 +37,11 @@ from bandwidth.processes.group import DistGroup, all_gather_json
 from bandwidth.processes.spawn import run_ranks
 from bandwidth.results.costs import step_costs
 from bandwidth.results.result import Result, WorkerTraffic
+from bandwidth.hardware import linkcounters
 from bandwidth.stores.dist import Cluster, messages, post_messages, ps_layout
 from bandwidth.schedules.runner import exchange_order
-from bandwidth.stores.psserver import serve
+from bandwidth.hardware.memory import job_memory, peak_rss_bytes
+from bandwidth.stores.psserver import echo, echo_slots, serve
 
 DIST_NCCL_PREFIX = "bandwidth/dist_nccl/"
 DIST_NCCL_WORKERS_PREFIX = "bandwidth/dist_nccl_workers/"
@@ -117,8 +119,10 @@ def _parameter_server(plan: Plan, role: Role, on_report) -> Result | None:
         everyone = list(range(role.world_size))
         cluster = Cluster(role.job.num_workers, role.job.num_servers,
                           role.task_id if role.name == WORKER else 0,
-                          push_group=dist.new_group(everyone), pull_group=dist.new_group(everyone))
+                          push_group=dist.new_group(everyone), pull_group=dist.new_group(everyone),
+                          max_in_flight=c.max_in_flight, server_order=c.server_order)
         raw = _raw_exchange(plan, cluster, role) if c.reference else None
+        counters_before = linkcounters.snapshot()
         if role.name == SERVER:
             serve(plan.shapes, cluster, role.task_id, devices=1, by_owner=False,
                   sync=plan.store_cls.sync, optimizer=optimizers.make(c.optimizer),
@@ -136,6 +140,15 @@ def _parameter_server(plan: Plan, role: Role, on_report) -> Result | None:
             result.server_hosts = hosts[role.job.num_workers:]
             if raw is not None:
                 result.ceiling = _raw_bound(plan, result.summary, group.max(raw))
+        counters: list = [None] * role.world_size
+        dist.all_gather_object(counters, linkcounters.difference(
+            counters_before, linkcounters.snapshot(), c.warmup + c.num_batches))
+        if result is not None and len(set(hosts)) > 1:     # one host: no link crossed
+            result.link_counters = per_host_counters(hosts, role.job.num_workers, counters)
+        peaks: list = [None] * role.world_size     # every process's peak RSS, to worker 0
+        dist.all_gather_object(peaks, peak_rss_bytes())
+        if result is not None:
+            result.memory = job_memory(peaks[:role.job.num_workers], peaks[role.job.num_workers:])
         dist.barrier()                   # every worker and server is done
         return result
     finally:
@@ -149,6 +162,16 @@ def _server_parts(plan: Plan) -> list | None:
         return None
     return [plan.schedule.part_shapes(plan.schedule.parts[i])
             for i in exchange_order(plan.schedule)]
+
+
+def per_host_counters(hosts: list, num_workers: int, counters: list) -> dict:
+    """One difference per host (its processes read the same counters), with its processes."""
+    out: dict = {}
+    for rank, (host, found) in enumerate(zip(hosts, counters)):
+        role = f"worker {rank}" if rank < num_workers else f"server {rank - num_workers}"
+        entry = out.setdefault(host, {**found, "processes": []})
+        entry["processes"].append(role)
+    return out
 
 
 def _raw_bound(plan: Plan, summary: Summary, raw_seconds: float) -> Bound:
@@ -170,31 +193,24 @@ def _raw_exchange(plan: Plan, cluster: Cluster, role: Role, repeats: int = 3) ->
     _, ranges = ps_layout(plan.shapes, cluster.num_servers, 1, by_owner=False)
     element = DTYPE_BYTES[plan.config.dtype]
     plan_messages = messages(ranges, element)
-    out = torch.ones(plan.numel, dtype=TORCH_DTYPES[plan.config.dtype])
-    back = torch.empty_like(out)
-    inboxes: list[torch.Tensor] = []
+    if role.name == WORKER:
+        out = torch.ones(plan.numel, dtype=TORCH_DTYPES[plan.config.dtype])
+        back = torch.empty_like(out)
+    else:                                         # a server's bound: 3 x its share (psserver)
+        mine = [(tag, s, e) for tag, (server, s, e) in enumerate(plan_messages)
+                if server == role.task_id]
+        a, b = ranges[role.task_id]
+        slots = echo_slots(b - a, max((e - s for _, s, e in mine), default=0),
+                           TORCH_DTYPES[plan.config.dtype])
     seconds = []
     for i in range(repeats + 1):                  # the first one is a warm-up
         dist.barrier()
         start = time.perf_counter()
         if role.name == WORKER:                   # posted as a step posts them
-            works = post_messages(cluster, plan_messages, out, back)
-        else:                                     # as a server: all receives posted at once
-            mine = [(tag, s, e) for tag, (server, s, e) in enumerate(plan_messages)
-                    if server == role.task_id]
-            inbox = inboxes or [torch.empty_like(out) for _ in range(cluster.num_workers)]
-            inboxes = inbox
-            arriving = {(w, tag): dist.irecv(inbox[w][s:e], src=w, tag=tag,
-                                             group=cluster.push_group)
-                        for tag, s, e in mine for w in range(cluster.num_workers)}
-            works = []
-            for tag, s, e in mine:
-                for w in range(cluster.num_workers):
-                    arriving[(w, tag)].wait()
-                    works.append(dist.isend(inbox[w][s:e], dst=w, tag=tag,
-                                            group=cluster.pull_group))
-        for work in works:
-            work.wait()
+            for work in post_messages(cluster, plan_messages, out, back):
+                work.wait()
+        else:
+            echo(slots, mine, cluster.num_workers, (cluster.push_group, cluster.pull_group))
         if i:
             seconds.append(time.perf_counter() - start)
     return statistics.median(seconds) if role.name == WORKER else None
@@ -229,6 +245,10 @@ def _dist_nccl(plan: Plan, role: Role, on_report) -> Result | None:
         result = _result(plan, out["measure"], DistGroup(torch.device("cpu")), replicas,
                          reference=out.get("reference"))
         result.worker_hosts = hosts               # dist_nccl's servers take no part
+        # A worker and its device ranks (each rank's peak taken as the largest one's).
+        peaks: list = [None] * role.job.num_workers
+        dist.all_gather_object(peaks, peak_rss_bytes() + per_worker * peak_rss_bytes(True))
+        result.memory = job_memory(peaks, [])
         return result
     finally:
         dist.destroy_process_group()
@@ -323,10 +343,14 @@ def _result(plan: Plan, measured: dict, group, replicas: int,
         traffic = plan.store_cls.network_nbytes(plan.nbytes, local, replicas)
         own = statistics.median(s.own_seconds for s in samples)
         mine = WorkerTraffic(group.rank, own, busbw_gbps(plan.nbytes, own, summary.bus_factor),
-                             traffic, tuple(measured.get("server_nbytes", ())))
+                             traffic, tuple(measured.get("server_nbytes", ())),
+                             tuple(s.own_seconds for s in samples),
+                             tuple(s.error for s in samples))
         workers = [WorkerTraffic(int(w["worker"]), float(w["seconds_median"]),
                                  float(w["busbw_median"]), float(w["network_nbytes"]),
-                                 tuple(int(n) for n in w["server_nbytes"]))
+                                 tuple(int(n) for n in w["server_nbytes"]),
+                                 tuple(float(x) for x in w["own_seconds"]),
+                                 tuple(float(x) for x in w["errors"]))
                    for w in group.gather(asdict(mine))]
         notes.append(f"network, per worker and step: {traffic / 1e6:.2f} MB "
                      f"{' and '.join(plan.store_cls.traffic_words)} (S = "

@@ -11,6 +11,7 @@ from dataclasses import asdict
 
 from bandwidth.ceiling.hostmatrix import ceiling_line
 from bandwidth.formulas import busbw_gbps
+from bandwidth.hardware.memory import memory_line
 from bandwidth.hardware.topology import pcie_text
 from bandwidth.plan.plan import Plan
 from bandwidth.report.table import ONE_DEVICE, gbps_3
@@ -182,6 +183,12 @@ def summary_lines(result: Result) -> list[str]:
         lines.append(result.link_bound.line())
     if result.costs is not None:
         lines += result.costs.lines()
+    if result.link_counters:
+        from bandwidth.hardware.linkcounters import summary_line
+        roles = {h: c["processes"] for h, c in result.link_counters.items()}
+        line = summary_line(result.link_counters, roles)
+        if line:
+            lines.append(line)
     return lines
 
 
@@ -255,6 +262,8 @@ def worker_lines(result: Result) -> list[str]:
         servers = ", ".join(f"{s}: {gbps:.3f}" for s, gbps in enumerate(row.server_gbps()))
         lines.append(f"#   {row.worker:>6}  {row.busbw_median:>14.3f}  {row.network_gbps:>12.3f}  "
                      f"{row.network_gbps:>13.3f}  {servers or 'n/a'}")
+    if result.memory is not None:
+        lines.append(memory_line(result.memory))
     return lines
 
 
@@ -310,6 +319,8 @@ def result_json(result: Result) -> dict:
         **({"link_bound": result.link_bound.to_dict()}
            if result.link_bound is not None else {}),
         **({"step_costs": result.costs.to_dict()} if result.costs is not None else {}),
+        **({"link_counters": result.link_counters} if result.link_counters else {}),
+        **({"memory": result.memory} if result.memory is not None else {}),
     }
 
 

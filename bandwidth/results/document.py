@@ -30,7 +30,10 @@ Document, schema version 1::
                     "not_a_bound": null | "fits in cache: ...",
                     "of": "busbw" | "algbw"} | null,  # the figure it bounds (algbw: one GPU)
         "workers": [{"worker", "seconds_median", "busbw_median", "network_nbytes",
-                     "server_nbytes"}]}]}   # distributed modes: one per worker, else []
+                     "server_nbytes", "own_seconds", "errors"}],   # distributed modes: one per
+                                    # worker (own_seconds, errors: every iteration's), else []
+        "memory": {"workers_peak_rss", "servers_peak_rss",
+                   "total_peak_rss"}}]}     # distributed modes: bytes (absent elsewhere)
 
 ``not_a_bound`` is set where the run beat its ceiling by more than 10 %
 (bandwidth.ceiling.bounds.judged):

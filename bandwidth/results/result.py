@@ -22,6 +22,8 @@ class WorkerTraffic:
     busbw_median: float                  # MXNet's GB/sec per gpu from that time
     network_nbytes: float                # sent per step, and as many received (KVStore's rule)
     server_nbytes: tuple[int, ...] = ()  # of which to and from each server (empty: no servers)
+    own_seconds: tuple[float, ...] = ()  # its own time of every iteration (its lines' figures)
+    errors: tuple[float, ...] = ()       # and its error on each
 
     @property
     def network_gbps(self) -> float:
@@ -48,8 +50,10 @@ class Result:
     launch: str | None = None          # how the steps were issued (None: as plan.launch says)
     graph_steps: int = 1               # graph launch: replays per timed iteration (--graph-steps)
     link_bound: object = None                           # --link-rate: a linkbound.LinkBound
+    link_counters: dict | None = None    # distributed: per host and step (hardware.linkcounters)
     cpu_threads: int | None = None     # CPU devices: the torch threads the steps ran with
     costs: StepCosts | None = None     # --compute: what the step cost (bandwidth.results.costs)
+    memory: dict | None = None         # distributed: every process's peak RSS (hardware.memory)
 
     @property
     def pct_of_ceiling(self) -> float | None:

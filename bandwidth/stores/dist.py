@@ -15,6 +15,7 @@ host memory. Start these modes with launch.py, which sets the roles:
 
 from __future__ import annotations
 
+import collections
 import itertools
 import math
 from dataclasses import dataclass
@@ -51,6 +52,8 @@ class Cluster:
     # group.
     push_group: object = None
     pull_group: object = None
+    max_in_flight: int | None = None  # messages per server awaiting their answer (None: all)
+    server_order: str = "same"        # "staggered": worker w starts each round at server w % S
 
     def server_rank(self, server: int) -> int:
         return self.num_workers + server
@@ -118,23 +121,47 @@ def messages(server_ranges, element_size: int) -> list[tuple[int, int, int]]:
     return [m for round_ in itertools.zip_longest(*per_server) for m in round_ if m is not None]
 
 
+def visit_order(plan: list[tuple[int, int, int]], cluster: Cluster) -> list[int]:
+    """The tags of ``plan`` in the order this worker posts them: round by round (a message of
+    every server), each round from server 0 up ("same") or from server ``worker % S`` up
+    ("staggered", so that the workers' first messages spread over the servers)."""
+    per_server: list[list[int]] = [[] for _ in range(cluster.num_servers)]
+    for tag, (server, _, _) in enumerate(plan):
+        per_server[server].append(tag)
+    if cluster.server_order == "staggered" and cluster.num_servers:
+        first = cluster.worker % cluster.num_servers
+        per_server = per_server[first:] + per_server[:first]
+    return [tag for round_ in itertools.zip_longest(*per_server) for tag in round_
+            if tag is not None]
+
+
 def post_messages(cluster: Cluster, plan: list[tuple[int, int, int]], push: torch.Tensor,
                   pull: torch.Tensor, tag_base: int = 0) -> list:
     """A worker's side of one exchange: for every message of ``plan`` (``messages``), the receive
-    of its answer into ``pull`` and then its push from ``push``, posted in order. Each pull goes
-    out just before its push because Gloo sends a message only once its receive is posted, so a
-    server's answer leaves at once (on the netlab at 2.5 Gbit/s, 2 x 2, resnet-50: 71 % of link
-    with every send posted first, 81-85 % with the receives first), and the first pushes leave
-    before the later pulls are posted. ``tag_base``: the first message's tag (a schedule's
-    later parts continue the numbering, bandwidth.schedules.runner). Returns the works, in the
-    order posted."""
-    works = []
-    for tag, (server, s, e) in enumerate(plan, start=tag_base):
-        works.append(dist.irecv(pull[s:e], src=cluster.server_rank(server), tag=tag,
-                                group=cluster.pull_group))
-        works.append(dist.isend(push[s:e], dst=cluster.server_rank(server), tag=tag,
+    of its answer into ``pull`` and then its push from ``push``, posted in ``visit_order``. Each
+    pull goes out just before its push because Gloo sends a message only once its receive is
+    posted, so a server's answer leaves at once (on the netlab at 2.5 Gbit/s, 2 x 2, resnet-50: 71
+    % of link with every send posted first, 81-85 % with the receives first), and the first
+    pushes leave before the later pulls are posted. With ``cluster.max_in_flight`` N, a message
+    to a server that already has N unanswered waits for the oldest answer first. Returns the
+    works not yet waited for, in the order posted. ``tag_base``: the first message's tag (a
+    schedule's later parts continue the numbering, bandwidth.schedules.runner)."""
+    limit = cluster.max_in_flight
+    waiting: dict[int, collections.deque] = collections.defaultdict(collections.deque)
+    works, done = [], set()
+    for tag in visit_order(plan, cluster):
+        server, s, e = plan[tag]
+        if limit is not None and len(waiting[server]) >= limit:
+            oldest = waiting[server].popleft()
+            oldest.wait()                  # a Gloo receive waited twice waits for another one
+            done.add(id(oldest))
+        answer = dist.irecv(pull[s:e], src=cluster.server_rank(server), tag=tag_base + tag,
+                            group=cluster.pull_group)
+        works.append(answer)
+        works.append(dist.isend(push[s:e], dst=cluster.server_rank(server), tag=tag_base + tag,
                                 group=cluster.push_group))
-    return works
+        waiting[server].append(answer)
+    return [work for work in works if id(work) not in done]
 
 
 def ramped_ranges(start: int, stop: int, limit: int, first: int) -> list[tuple[int, int]]:
@@ -217,8 +244,14 @@ class ParameterServerStore(KVStore):
     def notes(self):
         load = ", ".join(f"{s}: {nbytes / 1e6:.2f} MB" for s, nbytes
                          in enumerate(self.server_nbytes()))
+        flight = self.cluster.max_in_flight
+        order = ("servers visited in the same order by every worker"
+                 if self.cluster.server_order == "same"
+                 else "servers visited staggered (worker w starts each round at server w mod S)")
         return [f"per-server load: {load}; {len(self.messages)} messages of at most "
-                f"{MESSAGE_BYTES / 1e6:g} MB per push, all in flight",
+                f"{MESSAGE_BYTES / 1e6:g} MB per push, "
+                + ("all in flight" if flight is None else f"at most {flight} per server in flight")
+                + f"; {order}",
                 f"{'sync' if self.sync else 'async'} servers, local reduce on the "
                 f"{self._reducer()}"]
 

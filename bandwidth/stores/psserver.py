@@ -1,18 +1,26 @@
 """Parameter server: holds its share of the store in host memory and answers the workers' pushes
 and pulls (the server side of bandwidth/stores/dist.py), with MXNet's semantics.
 
-Sync: for every message (a run of its share), wait for one push from each worker, sum them, apply
-the optimizer to the stored weights (or store the sum), and answer every worker with the stored
-value. Receives for all workers and messages of an iteration are posted at once, so workers and
-keys are served concurrently; a message is answered as soon as all its pushes are in.
+Memory does not grow with the number of workers W: a server holds at most 3 x its share (the
+stored weights, a sum, and a pool of receive slots of one message each), whatever W
+(``slot_count``). Pushes land in a slot and are summed into the message's sum as they arrive; a
+slot is posted again for the next (message, worker) as soon as its push is added.
 
-Async: every push is applied at once with the optimizer and answered with the stored value at
-that moment (one thread per worker, its receives for a step all posted at once and its answers
-sent without waiting for each other; updates are serialised by a lock).
+Sync: for every message (a run of its share), the first worker's push lands in the sum itself,
+the others' in slots and are added; once all W are in, the optimizer updates the stored weights
+(or the sum is the stored value) and every worker is answered. Receives are posted message by
+message, worker by worker, as many at once as there are slots, so the first messages are answered
+while the later pushes are still arriving.
+
+Async: one thread per worker; every push is applied at once with the optimizer, and the answer
+(the stored value at that moment) is copied into the push's slot and sent from it, so the slot
+returns to the shared pool once the answer has left; updates are serialised by a lock.
 """
 
 from __future__ import annotations
 
+import collections
+import queue
 import threading
 
 import torch
@@ -22,6 +30,27 @@ from bandwidth.plan.layout import DTYPE_BYTES, TORCH_DTYPES
 from bandwidth.stores.dist import messages, ps_layout
 
 SERVER_THREADS = 1
+MEMORY_SHARES = 3          # a server's bytes beyond the process itself, in shares (issue 27)
+
+
+def slot_count(share: int, largest: int, held: int) -> int:
+    """Receive slots of ``largest`` elements that fit beside ``held`` shares of ``share``
+    elements within MEMORY_SHARES shares; at least one."""
+    if largest <= 0:
+        return 1
+    return max(1, (MEMORY_SHARES - held) * share // largest)
+
+
+def server_nbytes(share_bytes: int, largest_bytes: int, *, sync: bool, optimizer: bool) -> int:
+    """Bytes a server allocates for a share of ``share_bytes`` (stored weights, sum, slots)."""
+    held = held_shares(sync, optimizer)
+    return held * share_bytes + slot_count(share_bytes, largest_bytes, held) * largest_bytes
+
+
+def held_shares(sync: bool, optimizer: bool) -> int:
+    """Whole shares besides the slots: sync keeps a sum (plus the weights with an optimizer);
+    async keeps the weights only (every push goes through the optimizer)."""
+    return 2 if (sync and optimizer) else 1
 
 
 def serve(shapes, cluster, server: int, *, devices: int, by_owner: bool, sync: bool,
@@ -35,13 +64,18 @@ def serve(shapes, cluster, server: int, *, devices: int, by_owner: bool, sync: b
     torch.set_num_threads(SERVER_THREADS)
     mine, size = server_messages(parts or [shapes], cluster.num_servers, server, devices,
                                  by_owner, DTYPE_BYTES[dtype])
-    store = torch.zeros(size, dtype=TORCH_DTYPES[dtype])
-    inbox = [torch.empty(size, dtype=store.dtype) for _ in range(cluster.num_workers)]
+    largest = max((e - s for _, s, e in mine), default=0)
+    held = held_shares(sync, optimizer is not None)
+    torch_dtype = TORCH_DTYPES[dtype]
+    slots = [torch.empty(largest, dtype=torch_dtype)
+             for _ in range(slot_count(size, largest, held))]
+    store = torch.zeros(size, dtype=torch_dtype)
     groups = (cluster.push_group, cluster.pull_group)
     if sync:
-        _serve_sync(store, inbox, mine, optimizer, iterations, groups)
+        total = store if optimizer is None else torch.zeros(size, dtype=torch_dtype)
+        _serve_sync(store, total, slots, mine, optimizer, cluster.num_workers, iterations, groups)
     else:
-        _serve_async(store, inbox, mine, optimizer, iterations, groups)
+        _serve_async(store, slots, mine, optimizer, cluster.num_workers, iterations, groups)
 
 
 def server_messages(parts, num_servers: int, server: int, devices: int, by_owner: bool,
@@ -62,60 +96,143 @@ def server_messages(parts, num_servers: int, server: int, devices: int, by_owner
     return mine, size
 
 
-def _serve_sync(store, inbox, mine, optimizer, iterations: int, groups) -> None:
+def _serve_sync(store, total, slots, mine, optimizer, workers: int, iterations: int,
+                groups) -> None:
     push_group, pull_group = groups
-    workers = range(len(inbox))
+    order = [(tag, s, e, w) for tag, s, e in mine for w in range(workers)]
     for _ in range(iterations):
-        pushes = {(w, tag): dist.irecv(inbox[w][s:e], src=w, tag=tag, group=push_group)
-                  for tag, s, e in mine for w in workers}
+        free = collections.deque(slots)
+        pending = collections.deque()           # (tag, s, e, worker, slot or None, work)
         answers = []
-        for tag, s, e in mine:
-            for w in workers:
-                pushes[(w, tag)].wait()
-            merged = inbox[0][s:e]
-            for w in workers[1:]:
-                merged.add_(inbox[w][s:e])
-            if optimizer is None:
-                answer = merged        # the stored value is the sum: answer from it, no copy
-            else:
-                optimizer.apply(store[s:e], merged)
-                answer = store[s:e]
-            answers += [dist.isend(answer, dst=w, tag=tag, group=pull_group) for w in workers]
+        posted = _post_sync(order, 0, free, pending, total, push_group)
+        while pending:
+            tag, s, e, w, slot, work = pending.popleft()
+            work.wait()
+            if slot is not None:
+                total[s:e].add_(slot[:e - s])
+                free.append(slot)
+            posted = _post_sync(order, posted, free, pending, total, push_group)
+            if w == workers - 1:                 # every push of this message is in
+                if optimizer is not None:
+                    optimizer.apply(store[s:e], total[s:e])
+                answers += [dist.isend(store[s:e], dst=v, tag=tag, group=pull_group)
+                            for v in range(workers)]
         for work in answers:
             work.wait()
 
 
-def _serve_async(store, inbox, mine, optimizer, iterations: int, groups) -> None:
+def _post_sync(order, posted: int, free, pending, total, group) -> int:
+    """Post receives in (message, worker) order from ``order[posted]`` while a slot is free;
+    worker 0's push of each message lands in the sum itself and needs none. Returns how many of
+    ``order`` are posted."""
+    while posted < len(order):
+        tag, s, e, w = order[posted]
+        if w == 0:
+            slot, into = None, total[s:e]
+        elif free:
+            slot = free.popleft()
+            into = slot[:e - s]
+        else:
+            break
+        pending.append((tag, s, e, w, slot, dist.irecv(into, src=w, tag=tag, group=group)))
+        posted += 1
+    return posted
+
+
+def _serve_async(store, slots, mine, optimizer, workers: int, iterations: int, groups) -> None:
     push_group, pull_group = groups
     lock = threading.Lock()
+    pool: queue.SimpleQueue = queue.SimpleQueue()
+    for slot in slots:
+        pool.put(slot)
     failures: list[BaseException] = []
 
     def serve_worker(w: int) -> None:
-        reply = torch.empty_like(store)
         try:
             for _ in range(iterations):
-                # Every receive of the step is posted at once (Gloo moves a message only once its
-                # receive is posted), and answers leave without waiting: a blocking recv/send per
-                # message let the worker's pushes to this server stop while each answer went out.
-                pushes = [dist.irecv(inbox[w][s:e], src=w, tag=tag, group=push_group)
-                          for tag, s, e in mine]
-                answers = []
-                for (tag, s, e), push in zip(mine, pushes):
-                    push.wait()
-                    with lock:
-                        optimizer.apply(store[s:e], inbox[w][s:e])
-                        reply[s:e].copy_(store[s:e])
-                    answers.append(dist.isend(reply[s:e], dst=w, tag=tag, group=pull_group))
-                for work in answers:
-                    work.wait()
+                _serve_async_step(w, store, pool, mine, optimizer, lock, push_group, pull_group)
         except BaseException as exc:          # reported by the main thread, never lost
             failures.append(exc)
 
     threads = [threading.Thread(target=serve_worker, args=(w,), name=f"serve-worker-{w}")
-               for w in range(len(inbox))]
+               for w in range(workers)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     if failures:
         raise failures[0]
+
+
+def _serve_async_step(w, store, pool, mine, optimizer, lock, push_group, pull_group) -> None:
+    """One step of worker ``w``: its receives are posted while this thread holds a slot for
+    them (Gloo moves a message only once its receive is posted); each push is applied, the stored
+    value copied into its slot and sent back from it; a slot returns to the pool once its answer
+    has left. A thread holding no slot waits for one: every held slot's push is already on its
+    way, so the pool refills."""
+    pushes = collections.deque()
+    answers = collections.deque()
+    posted = 0
+    while posted < len(mine) or pushes:
+        while posted < len(mine):
+            slot = _take(pool, block=not pushes and not answers)
+            if slot is None:
+                if answers:                        # an answer that has left frees its slot
+                    answer, done = answers.popleft()
+                    done.wait()
+                    pool.put(answer)
+                    continue
+                break
+            tag, s, e = mine[posted]
+            pushes.append((tag, s, e, slot, dist.irecv(slot[:e - s], src=w, tag=tag,
+                                                       group=push_group)))
+            posted += 1
+        tag, s, e, slot, work = pushes.popleft()
+        work.wait()
+        with lock:
+            optimizer.apply(store[s:e], slot[:e - s])
+            slot[:e - s].copy_(store[s:e])
+        answers.append((slot, dist.isend(slot[:e - s], dst=w, tag=tag, group=pull_group)))
+    for slot, done in answers:
+        done.wait()
+        pool.put(slot)
+
+
+def _take(pool, block: bool):
+    try:
+        return pool.get(block=block)
+    except queue.Empty:
+        return None
+
+
+def echo_slots(share: int, largest: int, dtype) -> list:
+    """The receive slots of ``echo`` (the same bound as a server's: MEMORY_SHARES shares)."""
+    return [torch.empty(largest, dtype=dtype) for _ in range(slot_count(share, largest, 0))]
+
+
+def echo(slots, mine, workers: int, groups) -> None:
+    """The transport alone, as a server: every worker's push of each of ``mine`` lands in a slot
+    and is sent straight back from it (the raw exchange that is a run's ceiling); receives are
+    posted in (message, worker) order while a slot is free, and a slot is free again once its
+    answer has left."""
+    push_group, pull_group = groups
+    order = [(tag, s, e, w) for tag, s, e in mine for w in range(workers)]
+    free = collections.deque(slots)
+    pushes, answers = collections.deque(), collections.deque()
+    posted = 0
+    while posted < len(order) or pushes:
+        while posted < len(order) and (free or answers):
+            if not free:
+                slot, done = answers.popleft()
+                done.wait()
+                free.append(slot)
+            tag, s, e, w = order[posted]
+            slot = free.popleft()
+            pushes.append((tag, w, slot[:e - s], slot,
+                           dist.irecv(slot[:e - s], src=w, tag=tag, group=push_group)))
+            posted += 1
+        tag, w, view, slot, work = pushes.popleft()
+        work.wait()
+        answers.append((slot, dist.isend(view, dst=w, tag=tag, group=pull_group)))
+    for _, done in answers:
+        done.wait()

@@ -1,0 +1,5 @@
+import sys
+
+from bandwidth.predict.cli import main
+
+sys.exit(main())

@@ -1,0 +1,164 @@
+"""The seed's scale, run for real (issue 27): W workers x S servers on loopback or across a lab.
+
+    flock /tmp/heavy.lock python3 benchmarks/scale.py --cells 50x5:dist_sync,100x10:dist_sync
+    flock /tmp/heavy.lock python3 benchmarks/scale.py --cells 50x5:dist_sync:resnet-50
+    flock /tmp/heavy.lock python3 benchmarks/scale.py --lab 25 --rate 100mbit --cells 50x5:dist_sync
+
+A cell is ``WxS:MODE[:NETWORK]`` (network default: mlp on 1x28x28 images, 0.4 MB; ``resnet-50``
+and the others at their own sizes). ``dist_async`` runs with ``--optimizer sgd``; ``dist_nccl``
+takes W ranks and no servers (S is ignored). Every cell runs launch.py with its default timeouts
+(no ``--timeout``), one CPU device per worker, ``--json``; with ``--lab N`` on a
+``bandwidth.netlab`` lab of N hosts (``--name``, removed on every exit path) with every link
+shaped to ``--rate``, through the ssh launcher, round-robin (``--placement`` to choose).
+
+Prints per cell: exact (every worker's every iteration has error 0, read from the JSON's
+``workers``; async modes: the largest error), the wall time of the whole launch, the median step,
+the job's memory (the sum of every process's peak RSS from the JSON, and the machine's own peak:
+MemAvailable before the launch less its lowest value during it, sampled every 0.2 s), and the
+load average (1 min) before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+SMALL = ["--network", "mlp", "--image-shape", "1,28,28", "--num-classes", "10"]
+
+
+def mem_available() -> int:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no MemAvailable")
+
+
+class MemoryWatch(threading.Thread):
+    """The lowest MemAvailable while it runs."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.before = mem_available()
+        self.lowest = self.before
+        self.stop = threading.Event()
+
+    def run(self):
+        while not self.stop.wait(0.2):
+            self.lowest = min(self.lowest, mem_available())
+
+    def peak_used(self) -> int:
+        return self.before - self.lowest
+
+
+def cell_argv(cell: str, batches: int, out: Path, lab, placement: str) -> list[str]:
+    shape, mode, *net = cell.split(":")
+    workers, servers = (int(x) for x in shape.split("x"))
+    if mode == "dist_nccl":
+        servers = 0
+    network = SMALL if not net else net_flags(net[0])
+    launch = [sys.executable, str(ROOT / "launch.py"), "-n", str(workers), "-s", str(servers),
+              "--placement", placement]
+    if lab is not None:
+        launch += ["-H", str(lab.state_dir / "hosts"), "--ssh-config",
+                   str(lab.state_dir / "ssh_config")]
+    extra = ["--optimizer", "sgd"] if mode.startswith("dist_async") else []
+    return [*launch, "python3", "bandwidth/measure.py", "--kv-store", mode, "--cpus", "1",
+            *network, *extra, "--num-batches", str(batches), "--json", str(out)]
+
+
+def net_flags(network: str) -> list[str]:
+    name, _, layers = network.rpartition("-")
+    return ["--network", name, "--num-layers", layers] if layers.isdigit() else \
+        ["--network", network]
+
+
+def run_cell(cell: str, batches: int, lab, placement: str) -> dict:
+    with tempfile.TemporaryDirectory(prefix="bandwidth-scale-") as tmp:
+        out = Path(tmp, "result.json")
+        argv = cell_argv(cell, batches, out, lab, placement)
+        load_before = os.getloadavg()[0]
+        watch = MemoryWatch()
+        watch.start()
+        start = time.monotonic()
+        proc = subprocess.run(argv, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                              capture_output=True, text=True, timeout=1800)
+        wall = time.monotonic() - start
+        watch.stop.set()
+        watch.join()
+        row = {"cell": cell, "wall_s": wall, "machine_peak": watch.peak_used(),
+               "load_before": load_before, "load_after": os.getloadavg()[0],
+               "returncode": proc.returncode, "stderr_lines": len(proc.stderr.splitlines())}
+        if proc.returncode != 0 or not out.exists():
+            row["error"] = (proc.stderr.strip().splitlines() or ["?"])[-1][:300]
+            return row
+        result = json.loads(out.read_text())["results"][0]
+    errors = [e for w in result["workers"] for e in w["errors"]]
+    row.update(error=None, workers=len(result["workers"]), max_error=max(errors),
+               exact=len(errors) == batches * len(result["workers"]) and max(errors) == 0.0,
+               seconds=result["summary"]["seconds_median"],
+               rss_total=result.get("memory", {}).get("total_peak_rss"),
+               nbytes=result["summary"]["nbytes"])
+    return row
+
+
+def line(row: dict) -> str:
+    if row.get("error"):
+        return (f"| {row['cell']} | FAIL ({row['error']}) | {row['wall_s']:.0f} | | | "
+                f"{row['machine_peak'] / 1e9:.1f} | {row['load_before']:.1f} / "
+                f"{row['load_after']:.1f} |")
+    exact = "yes" if row["exact"] else f"no (max error {row['max_error']:.2g})"
+    rss = "n/a" if row["rss_total"] is None else f"{row['rss_total'] / 1e9:.1f}"
+    return (f"| {row['cell']} | {exact}, {row['workers']} workers | {row['wall_s']:.0f} | "
+            f"{row['seconds']:.3f} | {rss} | {row['machine_peak'] / 1e9:.1f} | "
+            f"{row['load_before']:.1f} / {row['load_after']:.1f} |")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cells", default="50x5:dist_sync,100x10:dist_sync")
+    parser.add_argument("--num-batches", type=int, default=3)
+    parser.add_argument("--lab", type=int, default=None, metavar="HOSTS",
+                        help="across a netlab lab of this many hosts (needs root)")
+    parser.add_argument("--rate", default="100mbit", help="the lab's link rate, each way")
+    parser.add_argument("--name", default="h6scale")
+    parser.add_argument("--subnet", default="198.18.126.0/24")
+    parser.add_argument("--placement", default="round-robin")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    lab = None
+    if args.lab:
+        from bandwidth.netlab import lab as labmod
+        from bandwidth.netlab.cli import up
+        labmod.remove(args.name)
+        lab = up(args.name, args.lab, args.rate, subnet=args.subnet)
+    rows = []
+    try:
+        print(f"# {'lab of ' + str(args.lab) + ' hosts at ' + args.rate if lab else 'loopback'}"
+              f", {args.num_batches} iterations, placement {args.placement}", flush=True)
+        print("| cell | exact on every worker | launch wall s | median step s | sum of peak "
+              "RSS GB | machine peak GB | load 1 min before / after |")
+        print("|---|---|---|---|---|---|---|", flush=True)
+        for cell in args.cells.split(","):
+            rows.append(run_cell(cell, args.num_batches, lab, args.placement))
+            print(line(rows[-1]), flush=True)
+    finally:
+        if lab is not None:
+            labmod.remove(args.name)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
+    return 0 if all(not r.get("error") for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

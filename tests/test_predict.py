@@ -1,0 +1,159 @@
+"""The model of a step (bandwidth/predict, docs/formulas.md "A model of a step"): its formulas on
+hand-computed cases, the fit that calibrates it, and its command line's refusals."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import networks
+from bandwidth.errors import ConfigError
+from bandwidth.predict.calibrate import solve
+from bandwidth.predict.jobs import make_job, place, server_shares
+from bandwidth.predict.model import Job, predict
+from bandwidth.predict.params import Params, fanin_efficiency, load_dict
+from bandwidth.predict.plan import imbalance, servers_stop_binding
+
+FLAT = networks.get_shapes("flat:2500000")          # 10 MB, one array: split evenly
+PLAIN = Params(eff_one=1.0, eff_several=1.0)         # links carry their rate, nothing else costs
+
+
+def test_fanin_interpolates_in_log2_and_extrapolates_down_to_half():
+    p = Params(eff_one=0.9, fanin={2: 0.8, 8: 0.5})
+    assert fanin_efficiency(p, 1) == 0.9
+    assert fanin_efficiency(p, 2) == pytest.approx(0.8)
+    assert fanin_efficiency(p, 4) == pytest.approx(0.65)         # half way from 2 to 8 in log2
+    assert fanin_efficiency(p, 16) == pytest.approx(0.35)        # the slope goes on
+    assert fanin_efficiency(p, 1024) == pytest.approx(0.25)      # but never below half of 0.5
+
+
+def test_one_worker_one_server_is_the_link_bound_plus_the_tail():
+    job = make_job("dist_sync", FLAT, 1, 1, rate_bits=8e6, placement="separate")  # 1 MB/s
+    assert (job.worker_hosts, job.server_hosts) == (("h1",), ("h2",))
+    found = predict(job, PLAIN)
+    count, last = job.messages[0]
+    assert found.resources[found.binding] == pytest.approx(10.0)    # 10 MB out and in at once
+    assert found.seconds == pytest.approx(10.0 + last / 1e6)     # + the last answer
+    assert count == 13 and last == 256 * 1024        # 256K, 512K, 8 of 1 MB (or less), 512K, 256K
+
+
+def test_one_message_in_flight_overlaps_a_servers_directions_less():
+    many = make_job("dist_sync", FLAT, 2, 1, rate_bits=8e6, placement="separate")
+    one = make_job("dist_sync", FLAT, 2, 1, rate_bits=8e6, placement="separate", in_flight=1)
+    link = "server link in of h3"
+    assert predict(many, PLAIN).resources[link] == pytest.approx(20.0)
+    found = predict(one, PLAIN)
+    assert found.binding == "server link of h3 (one message in flight)"
+    assert found.resources[found.binding] == pytest.approx(30.0)     # 20 + 20 / 2 workers
+    single = make_job("dist_sync", FLAT, 1, 1, rate_bits=8e6, placement="separate", in_flight=1)
+    assert predict(single, PLAIN).resources[found.binding.replace("h3", "h2")] == \
+        pytest.approx(20.0)                                          # in, then out
+
+
+def test_ring_of_four_hosts():
+    job = make_job("dist_nccl", FLAT, 4, 0, rate_bits=8e6)
+    found = predict(job, PLAIN)
+    assert found.resources["ring link of h1"] == pytest.approx(2 * 3 / 4 * 10.0)
+
+
+def test_cpu_binds_when_summing_is_slow():
+    job = make_job("dist_sync", FLAT, 4, 1, rate_bits=8e9, placement="separate")
+    found = predict(job, Params(eff_one=1.0, eff_several=1.0, sum_bytes_per_s=1e6))
+    assert found.binding == "server cpu of server 0"
+    assert found.resources[found.binding] == pytest.approx(40.0)     # 4 pushes of 10 MB
+
+
+def test_placements():
+    assert place(3, 2, "round-robin") == (("h1", "h2", "h3"), ("h1", "h2"))
+    assert place(3, 2, "round-robin", hosts=2) == (("h1", "h2", "h1"), ("h2", "h1"))
+    assert place(3, 2, "separate") == (("h1", "h2", "h3"), ("h4", "h5"))
+    with pytest.raises(ConfigError):
+        place(1, 1, "scattered")
+
+
+def test_shares_follow_mxnets_key_rule():
+    shapes = networks.get_shapes("mobilenet")
+    held = server_shares(shapes, 5, 4)
+    assert sum(nbytes for nbytes, _ in held) == networks.num_elements(shapes) * 4
+    assert imbalance([nbytes for nbytes, _ in held]) > 1.05   # small keys land unevenly
+    assert imbalance([5.0, 5.0]) == 1.0
+
+
+def test_servers_stop_binding_where_their_links_carry_no_more_than_a_workers():
+    # servers apart: each carries W x S / n each way, a worker S: n = W with even links
+    assert servers_stop_binding("dist_sync", FLAT, 4, params=PLAIN, rate_bits=8e6) == 4
+    slower = Params(eff_one=1.0, eff_several=1.0, fanin={2: 0.5, 4: 0.5})
+    assert servers_stop_binding("dist_sync", FLAT, 4, params=slower, rate_bits=8e6) == 8
+
+
+def test_solve_recovers_a_parameter():
+    truth = Params(eff_one=0.9, eff_several=0.85, fanin={2: 0.7}, step_s=0.01, message_s=0.0025)
+    job = make_job("dist_sync", FLAT, 2, 1, rate_bits=8e6, placement="separate")
+    measured = predict(job, truth).seconds
+    start = Params(eff_one=0.9, eff_several=0.85, step_s=0.01, message_s=0.0025)
+    assert solve(start, "fanin", job, measured, key=2).fanin[2] == pytest.approx(0.7, rel=1e-4)
+
+
+def test_params_round_trip_and_refusals():
+    p = Params(fanin={2: 0.8}, step_s=0.01)
+    assert load_dict(json.loads(json.dumps(p.to_dict()))) == p
+    with pytest.raises(ConfigError):
+        load_dict({**p.to_dict(), "eff_one": 1.5})
+    with pytest.raises(ConfigError):
+        make_job("local", FLAT, 2, 1, rate_bits=1e9)
+    with pytest.raises(ConfigError):
+        make_job("dist_sync", FLAT, 2, 0, rate_bits=1e9)
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "bandwidth.predict", *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_cli_predicts_plans_and_refuses():
+    done = run_cli("--network", "flat:2500000", "-n", "8", "-s", "8", "--link-rate", "1gbit",
+                   "--plan")
+    assert done.returncode == 0, done.stderr
+    assert "busiest link: h1" in done.stdout and "# better placement: " in done.stdout
+    done = run_cli("--kv-store", "nccl", "--network", "mlp")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert "does not cover --kv-store nccl" in done.stderr
+    done = run_cli("-n", "0")
+    assert done.returncode == 2 and "-n 0" in done.stderr
+
+
+def test_link_counters_per_step_and_the_summary_line():
+    from bandwidth.hardware.linkcounters import difference, snapshot, summary_line
+
+    def snap(tx, rx, drops, out, retrans):
+        return {"interfaces": {"eth0": {"rx_bytes": rx, "tx_bytes": tx, "rx_dropped": 0,
+                                        "tx_dropped": 0}},
+                "tcp": {"out_segs": out, "retrans_segs": retrans}, "qdisc_drops": {"eth0": drops}}
+
+    server = difference(snap(0, 0, 0, 0, 0), snap(400, 800, 2160, 1000, 0), steps=2)
+    assert server == {"bytes_out": 200, "bytes_in": 400, "drops": 1080, "out_segs": 500,
+                      "retrans_segs": 0, "steps": 2}
+    worker = difference(snap(0, 0, 0, 0, 0), snap(10, 10, 0, 1000, 62), steps=2)
+    line = summary_line({"h3": server, "h5": worker},
+                        {"h3": ["server 0"], "h5": ["worker 4"]})
+    assert line == ("#   link counters: incast: 1,080 drops per step at h3 (server 0); h5 "
+                    "(worker 4) retransmits 6.2 % of its segments (31 per step)")
+    assert summary_line({"h1": difference(snap(0, 0, 0, 0, 0), snap(5, 5, 0, 10, 0), 1)},
+                        {}) is None
+    real = snapshot()                       # this host's own: readable, never negative
+    assert difference(real, snapshot(), 1)["bytes_out"] >= 0
+
+
+def test_host_matrix_gives_each_host_its_slowest_cell(tmp_path):
+    from bandwidth.predict.cli import matrix_rates
+
+    path = tmp_path / "hosts.json"
+    path.write_text(json.dumps({"network": {"hosts": ["0@a", "1@b", "2@c"], "gbps": [
+        [None, 0.1, 0.2], [0.1, None, 0.05], [0.2, 0.06, None]]}}))
+    hosts, rates = matrix_rates(str(path))
+    assert hosts == 3
+    assert rates == pytest.approx({"h1": 0.8e9, "h2": 0.4e9, "h3": 0.4e9})
+    done = run_cli("--network", "flat:2500000", "-n", "2", "-s", "1", "--host-matrix", str(path),
+                   "--plan")
+    assert "busiest link: h3, 20.00 MB per step, 0.4000 s at 0.4 Gbit/s" in done.stdout
