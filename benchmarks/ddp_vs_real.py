@@ -9,7 +9,8 @@ times (what the all-reduce adds to a backward that is otherwise the same), the t
 step. The rounds interleave the three, so that each sees the host as the others do; medians.
 First it checks that DDP's rebuilt buckets are the schedule's.
 
-    PYTHONPATH=. flock /tmp/heavy.lock python benchmarks/ddp_vs_real.py --network resnet --num-layers 50
+    PYTHONPATH=. flock /tmp/heavy.lock python benchmarks/ddp_vs_real.py --network resnet \
+        --num-layers 50
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@ network at caps of 1, 25 and 100 MiB and at DDP's default.
 
 One pair of Gloo processes (CPU devices) runs real DDP, with a backward that produces the
 gradients last layer first (bandwidth/schedules/realddp.py), for every network whose parameters
-fit this host's memory several times over (``REAL_DDP_BYTES``), at the three explicit caps; its rebuilt
-buckets (sizes from ``_get_ddp_logging_data()``, and the members, in order) must equal the
+fit this host's memory several times over (``REAL_DDP_BYTES``), at the three explicit caps; its
+rebuilt buckets (sizes from ``_get_ddp_logging_data()``, and the members, in order) must equal the
 schedule's for the same dtype (float16: half the memory and CPU time of float32; the rule counts
 bytes, so float32's plans are those of float16 at twice the caps, and the reducer test below
 checks float32 at every cap and DDP's default). The larger

@@ -113,8 +113,9 @@ def make_plan(config: Config, with_devices: bool = True) -> Plan:
     if reason:
         raise UnsupportedError(reason)
     if config.schedule != "flat" and config.backend != "toolkit":
-        raise UnsupportedError(f"--schedule {config.schedule} runs on the toolkit's modes only, not "
-                               f"--backend {config.backend} (MXNet's kvstore pushes as it pleases)")
+        raise UnsupportedError(f"--schedule {config.schedule} runs on the toolkit's modes only, "
+                               f"not --backend {config.backend} (MXNet's kvstore pushes as it "
+                               "pleases)")
     if config.schedule != "flat" and config.launch == "graph":
         raise UnsupportedError(f"--schedule {config.schedule} issues its steps eagerly; --launch "
                                "graph is the flat schedule's")
