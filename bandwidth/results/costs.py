@@ -45,9 +45,11 @@ class StepCosts:
     def of(cls, measured: dict, exchange_s: float, batch_size: int, devices: int) -> "StepCosts":
         compute_s = statistics.median(s["seconds"] for s in measured["compute_samples"])
         step_s = statistics.median(s["seconds"] for s in measured["step_samples"])
-        inside = [e for e in measured["timeline"] if e["lane"] == "compute"]
-        compute_in_step = (max(e["end_s"] for e in inside) - min(e["start_s"] for e in inside)
-                           if inside else compute_s)
+        busy: dict[str, float] = {}       # each device's compute time inside the traced step
+        for e in measured["timeline"]:
+            if e["lane"] == "compute":
+                busy[e["device"]] = busy.get(e["device"], 0.0) + e["end_s"] - e["start_s"]
+        compute_in_step = max(busy.values()) if busy else compute_s
         return cls(batch_size=batch_size, devices=devices, compute_s=compute_s,
                    exchange_s=exchange_s, step_s=step_s,
                    exposed_s=exposed_s(step_s, compute_s),
