@@ -16,6 +16,8 @@ from collections.abc import Mapping
 
 from bandwidth.launch.config import LaunchConfig
 from bandwidth.launch.contract import Job, job_store
+from bandwidth.launch.ending import write_report
+from bandwidth.launch.heartbeat import HeartbeatWatch
 from bandwidth.launch.hostfile import LOCALHOST
 from bandwidth.launch.launchers import LAUNCHERS, check_config, check_programs
 from bandwidth.launch.plan import make_plan
@@ -39,7 +41,7 @@ def run(config: LaunchConfig, environ: Mapping[str, str]) -> None:
     store = open_store(config.port, config.timeout_s, bind_address(hosts, config.master_addr))
     ps_root_port = free_port() if config.scheduler else store.port
     job = Job(config.num_workers, config.num_servers, master_addr, store.port, ps_root_port,
-              launcher.name, secrets.token_hex(16))
+              launcher.name, secrets.token_hex(16), heartbeat_s=config.heartbeat_s)
     plan = make_plan(config, job, hosts, place_scheduler=launcher.place_scheduler,
                      environ=environ)
     log.info("%s launcher: %d workers, %d servers%s on %d hosts; rendezvous at %s:%d",
@@ -52,5 +54,22 @@ def run(config: LaunchConfig, environ: Mapping[str, str]) -> None:
         Supervisor(launcher.sync(plan), start_timeout_s=float("inf")).run()
     watch = JoinWatch(job_store(store, job.secret), [role.label for role, _ in plan.world],
                       config.timeout_s, f"{master_addr}:{store.port}")
-    Supervisor(launcher.build(plan), start_timeout_s=launcher.start_timeout_s(config.timeout_s),
-               check=watch).run()
+    beats = HeartbeatWatch(job_store(store, job.secret), range(job.world_size),
+                           config.heartbeat_s, config.heartbeat_misses) \
+        if config.heartbeat_s > 0 else None
+    supervisor = Supervisor(launcher.build(plan), check=watch, heartbeat=beats,
+                            start_timeout_s=launcher.start_timeout_s(config.timeout_s))
+    try:
+        supervisor.run()
+    finally:
+        if config.report_path:
+            _write_report(config.report_path, supervisor)
+
+
+def _write_report(path: str, supervisor: Supervisor) -> None:
+    doc = supervisor.report_doc()
+    doc["exit_code"] = supervisor.failure.exit_code if supervisor.failure is not None else 0
+    try:
+        write_report(path, doc)
+    except OSError as err:
+        log.error("--report %s: cannot write it: %s", path, err.strerror or err)
