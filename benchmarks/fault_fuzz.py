@@ -57,7 +57,7 @@ class Case:
         return f"{self.mode:<10} {who:<16} {self.sig:<8} +{self.delay_s:.1f}s"
 
 
-def draw(rng: random.Random, index: int, modes=MODES) -> Case:
+def draw(rng: random.Random, index: int, modes=MODES, max_delay_s: float = 4.0) -> Case:
     mode = rng.choice(modes)
     if mode == "dist_nccl":
         role = rng.choice(("worker", "device"))
@@ -66,7 +66,7 @@ def draw(rng: random.Random, index: int, modes=MODES) -> Case:
         role, task, device_rank = rng.choice(("worker", "server")), 0, 0
         task = rng.randrange(2) if role == "worker" else 0
     return Case(index, mode, role, task, device_rank, rng.choice(SIGNALS),
-                round(rng.uniform(0.0, 4.0), 1))
+                round(rng.uniform(0.0, max_delay_s), 1))
 
 
 def command(case: Case, marker: str, report: str, lab_flags: list[str]) -> list[str]:
@@ -222,6 +222,8 @@ def main(argv=None) -> int:
     parser.add_argument("--cases", type=int, default=100)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--max-delay", type=float, default=4.0, metavar="SECONDS",
+                        help="the moment: up to this long after the process appears")
     parser.add_argument("--lab", action="store_true", help="across a netlab lab (root)")
     parser.add_argument("--json", metavar="FILE", help="write every case's outcome")
     args = parser.parse_args(argv)
@@ -229,7 +231,7 @@ def main(argv=None) -> int:
     if args.cases < 1 or not set(modes) <= set(MODES):
         parser.error(f"--cases >= 1 and --modes among {','.join(MODES)}")
     rng = random.Random(args.seed)
-    cases = [draw(rng, i, modes) for i in range(args.cases)]
+    cases = [draw(rng, i, modes, args.max_delay) for i in range(args.cases)]
     if args.lab:
         from fault_lab import lab_hosts
         with lab_hosts() as (flags, lab):
