@@ -123,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"measure.py: error: {line}", file=sys.stderr)
         return 1
     except Stopped as stop:
+        _tell_launcher(f"stopped by {signal.Signals(stop.signum).name}", consequence=False)
         print(f"measure.py: stopped by {signal.Signals(stop.signum).name}", file=sys.stderr)
         return 128 + stop.signum
 

@@ -117,6 +117,7 @@ def main(argv=None):
             was_stopped = stopped
     if not _exited(proc.pid):
         _kill_group(proc.pid, signal.SIGTERM)
+        _kill_group(proc.pid, signal.SIGCONT)      # a stopped process handles it now
         deadline = time.monotonic() + grace_s
         while not _exited(proc.pid) and time.monotonic() < deadline:
             time.sleep(0.05)
