@@ -24,7 +24,8 @@ pytestmark = pytest.mark.timeout(120)
 
 def child(subject, at_s, failed=True, consequence=False, by_launcher=False, status=1):
     ending = Ending()
-    ending.at_s, ending.failed, ending.by_launcher, ending.status = at_s, failed, by_launcher, status
+    ending.at_s, ending.failed, ending.by_launcher = at_s, failed, by_launcher
+    ending.status = status
     if consequence:
         ending.said = {"consequence": True, "reason": "a peer process is gone"}
     return SimpleNamespace(subject=subject, ending=ending)
