@@ -78,6 +78,16 @@ def main(argv: list[str] | None = None) -> int:
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _stop_on_signal)
     try:
+        return _main(args)
+    except Stopped as stop:
+        # A signal that arrived while an error was being handled (a collective blocked in C++
+        # runs the handler only when it returns, often with its own timeout error): one line.
+        print(f"measure.py: stopped by {signal.Signals(stop.signum).name}", file=sys.stderr)
+        return 128 + stop.signum
+
+
+def _main(args) -> int:
+    try:
         if args.list_networks:
             status = list_networks()
         else:

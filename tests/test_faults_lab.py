@@ -189,7 +189,8 @@ def test_sshd_killed_mid_run_names_the_process_on_that_host(lab, tmp_path):
         time.sleep(4)
         for pid in labmod.pids_in(host.namespace):        # the daemon and the sessions
             try:
-                if b"sshd" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                program = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+                if os.path.basename(program).startswith(b"sshd"):
                     os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
