@@ -208,8 +208,12 @@ class Supervisor:
         context = root.context
         if self.root is not first:
             context = f"found when {first.subject} {first.failure_found.what}"
+        # a process of the job (not a host that could not be reached, not mpirun or srun for
+        # many ranks): its pid and its own words go on the FAIL line
+        named = self.root.role is not None and not root.context
         return Failure(root.subject, root.what, root.exit_code, root.tail_label, root.tail,
-                       context=context, pid=self.root.pid, detail=self.root.ending.reason)
+                       context=context, pid=self.root.pid if named else None,
+                       detail=self.root.ending.reason if named else "")
 
     def _start(self, child: Child) -> Failure | None:
         try:
