@@ -17,7 +17,7 @@ from bandwidth.launch.hostfile import Host
 
 DEFAULT_TIMEOUT_S = 60
 DEFAULT_HEARTBEAT_S = 2.0
-DEFAULT_HEARTBEAT_MISSES = 3.0
+DEFAULT_HEARTBEAT_MISSES = 2.5
 MAX_TIMEOUT_S = 7 * 24 * 3600
 _ADDRESS = re.compile(r"^(?:[A-Za-z0-9_][A-Za-z0-9._-]{0,252}|[0-9A-Fa-f:.]{2,45})$")
 _SSH_OPTION = re.compile(r"^[A-Za-z][A-Za-z0-9]*(=|\s+)\S")

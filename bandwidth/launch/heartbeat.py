@@ -34,7 +34,7 @@ ALIVE_KEY_PREFIX = "launch/alive/"
 ENDED_KEY_PREFIX = "launch/ended/"
 INTERVAL_VARIABLE = "BANDWIDTH_HEARTBEAT_S"
 DEFAULT_INTERVAL_S = 1.0
-DEFAULT_MISSES = 3.0          # silent for this many intervals: named as stopped answering
+DEFAULT_MISSES = 2.5          # silent for this many intervals: named as stopped answering
 LAUNCHER_GONE_BEATS = 5       # beats that could not reach the store: the launcher is gone
 
 _current: Heartbeat | None = None
