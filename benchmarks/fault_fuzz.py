@@ -232,13 +232,30 @@ def main(argv=None) -> int:
         parser.error(f"--cases >= 1 and --modes among {','.join(MODES)}")
     rng = random.Random(args.seed)
     cases = [draw(rng, i, modes, args.max_delay) for i in range(args.cases)]
-    if args.lab:
-        from fault_lab import lab_hosts
-        with lab_hosts() as (flags, lab):
-            outcomes = [_show(run_case(case, flags, lab)) for case in cases]
-    else:
-        outcomes = [_show(run_case(case, [])) for case in cases]
-    return summarize(outcomes, args.json)
+    outcomes: list[dict] = []
+    # SIGTERM (a `timeout` around the run): stop after the case in progress, remove the lab,
+    # and print the table of the cases run so far
+    signal.signal(signal.SIGTERM, _stop)
+    try:
+        if args.lab:
+            from fault_lab import lab_hosts
+            with lab_hosts() as (flags, lab):
+                for case in cases:
+                    outcomes.append(_show(run_case(case, flags, lab)))
+        else:
+            for case in cases:
+                outcomes.append(_show(run_case(case, [])))
+    except Interrupted:
+        print(f"interrupted after {len(outcomes)} of {len(cases)} cases")
+    return summarize(outcomes, args.json) if outcomes else 1
+
+
+class Interrupted(Exception):
+    pass
+
+
+def _stop(signum, frame):
+    raise Interrupted()
 
 
 def _show(outcome: dict) -> dict:
