@@ -140,34 +140,43 @@ def run_case(case: Case, lab_flags: list[str], lab=None) -> dict:
         proc = subprocess.Popen(command(case, marker, report, lab_flags), cwd=ROOT,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                 env=dict(os.environ, PYTHONPATH=str(ROOT)))
-        seen: set[int] = set()
-        target, deadline = None, time.monotonic() + 90
-        while target is None and proc.poll() is None and time.monotonic() < deadline:
-            job_pids(marker, seen)
-            target = find_target(case, marker)
-            time.sleep(0.05)
-        hurt_at = time.monotonic() + case.delay_s
-        while proc.poll() is None and time.monotonic() < hurt_at:
-            job_pids(marker, seen)
-            time.sleep(0.05)
-        if target is not None and proc.poll() is None:
-            try:
-                os.kill(target, getattr(signal, case.sig))
-            except ProcessLookupError:
-                target = None
         try:
-            _, err = proc.communicate(timeout=120)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            _, err = proc.communicate()
-        time.sleep(1.0)
-        left = [pid for pid in seen | job_pids(marker, set()) if _alive(pid)]
-        for pid in left:
-            _kill(pid)
-        if lab is not None:
-            from fault_lab import leftovers
-            left += leftovers(lab)
-        doc = json.loads(Path(report).read_text()) if Path(report).exists() else {}
+            return _hurt_and_judge(case, proc, marker, report, lab)
+        except BaseException:
+            proc.terminate()              # the launcher stops the job (and ends with 143)
+            proc.wait(30)
+            raise
+
+
+def _hurt_and_judge(case: Case, proc: subprocess.Popen, marker: str, report: str, lab) -> dict:
+    seen: set[int] = set()
+    target, deadline = None, time.monotonic() + 90
+    while target is None and proc.poll() is None and time.monotonic() < deadline:
+        job_pids(marker, seen)
+        target = find_target(case, marker)
+        time.sleep(0.05)
+    hurt_at = time.monotonic() + case.delay_s
+    while proc.poll() is None and time.monotonic() < hurt_at:
+        job_pids(marker, seen)
+        time.sleep(0.05)
+    if target is not None and proc.poll() is None:
+        try:
+            os.kill(target, getattr(signal, case.sig))
+        except ProcessLookupError:
+            target = None
+    try:
+        _, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+    time.sleep(1.0)
+    left = [pid for pid in seen | job_pids(marker, set()) if _alive(pid)]
+    for pid in left:
+        _kill(pid)
+    if lab is not None:
+        from fault_lab import leftovers
+        left += leftovers(lab)
+    doc = json.loads(Path(report).read_text()) if Path(report).exists() else {}
     return judge(case, target, proc.returncode, err, doc, left)
 
 
