@@ -91,6 +91,17 @@ def program_pid(host, role: str, device_rank: int | None = None, timeout_s: floa
     raise AssertionError(f"no {role} on {host.address}")
 
 
+def measuring(proc, timeout_s: float = 120) -> None:
+    """Return once the job prints its second iteration (every process joined and beats)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        assert line, "the job ended before measuring"
+        if "iter 2," in line:
+            return
+    raise AssertionError("the job did not start measuring")
+
+
 def finish(proc, timeout_s: float = 90) -> tuple[int, str]:
     try:
         _, err = proc.communicate(timeout=timeout_s)
@@ -124,7 +135,7 @@ def test_a_signal_to_a_remote_process_names_it(lab, tmp_path, role, sig):
     proc = start(lab, tmp_path, "dist_sync")
     try:
         pid = program_pid(host, role)
-        time.sleep(4)                                     # measuring by now
+        measuring(proc)
         os.kill(pid, getattr(signal, sig))
         code, err = finish(proc)
     finally:
@@ -142,6 +153,7 @@ def test_a_signal_to_a_remote_process_names_it(lab, tmp_path, role, sig):
     doc = json.loads((tmp_path / "r.json").read_text())
     assert doc["root_cause"]["rank"] == rank
     if sig == "SIGSTOP":
+        assert doc["root_cause"]["silent_s"] is not None, err[-3000:]      # the heartbeat saw it
         assert doc["root_cause"]["silent_s"] <= 3 * HEARTBEAT_S + 0.5
     assert_clean(lab)
 
@@ -151,7 +163,7 @@ def test_a_killed_per_device_rank_is_named(lab, tmp_path):
     proc = start(lab, tmp_path, "dist_nccl")
     try:
         rank_pid = program_pid(host, "worker", device_rank=1)
-        time.sleep(4)
+        measuring(proc)
         os.kill(rank_pid, signal.SIGKILL)
         code, err = finish(proc)
     finally:
@@ -169,7 +181,7 @@ def test_a_link_set_down_names_the_host_behind_it(lab, tmp_path):
     proc = start(lab, tmp_path, "dist_sync")
     try:
         program_pid(host, "worker")
-        time.sleep(4)
+        measuring(proc)
         labmod.sh("ip", "-n", host.namespace, "link", "set", host.interface, "down")
         code, err = finish(proc)
     finally:
@@ -186,7 +198,7 @@ def test_sshd_killed_mid_run_names_the_process_on_that_host(lab, tmp_path):
     proc = start(lab, tmp_path, "dist_sync")
     try:
         program_pid(host, "server")
-        time.sleep(4)
+        measuring(proc)
         for pid in labmod.pids_in(host.namespace):        # the daemon and the sessions
             try:
                 program = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
