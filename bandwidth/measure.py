@@ -148,7 +148,8 @@ def _peer_failure(exc: Exception, first: str) -> bool:
         return False
     return isinstance(exc, dist.DistError) or any(
         word in first for word in ("gloo", "Timed out", "Connection closed by peer",
-                                   "Connection reset by peer", "a peer process is gone"))
+                                   "Connection reset by peer", "a peer process is gone",
+                                   "DistStoreError", "wait timeout"))
 
 
 def _tell_launcher(reason: str, consequence: bool) -> None:
