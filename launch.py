@@ -4,9 +4,23 @@
     python launch.py -H hosts -n 4 --launcher mpi python3 train.py
 """
 
+import signal
 import sys
 
-from bandwidth.launch.cli import main
+
+def _early_stop(signum, frame):
+    # SIGTERM or SIGHUP while the launcher's own modules (and torch) still import: nothing runs
+    # yet; one line and 128 + N, as at any later moment (bandwidth/launch/cli.py takes over).
+    sys.stderr.write(f"launch.py: interrupted by {signal.Signals(signum).name} (no process was "
+                     "running)\n")
+    sys.exit(128 + signum)
+
+
+if __name__ == "__main__":
+    for _signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(_signum, _early_stop)
+
+from bandwidth.launch.cli import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -88,6 +88,16 @@ def main(argv: list[str] | None = None) -> int:
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _stop_on_signal)
     try:
+        return _main(args)
+    except Stopped as stop:
+        # A signal that arrived while an error was being handled (a collective blocked in C++
+        # runs the handler only when it returns, often with its own timeout error): one line.
+        print(f"measure.py: stopped by {signal.Signals(stop.signum).name}", file=sys.stderr)
+        return 128 + stop.signum
+
+
+def _main(args) -> int:
+    try:
         cliexit.restore_interrupt()
         if args.list_networks:
             status = list_networks()
@@ -107,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         # (bandwidth.cliexit says why).
         return cliexit.broken_pipe()
     except BandwidthError as exc:
+        _tell_launcher(str(exc), _peer_failure(exc, str(exc)))
         cliexit.error(f"measure.py: error: {exc}")
         return exc.exit_code
     except torch.OutOfMemoryError as exc:
@@ -124,22 +135,35 @@ def main(argv: list[str] | None = None) -> int:
             raise
         # Another process of the job is gone or stopped answering (a Gloo or store timeout, a
         # closed connection): one line; the launcher names the process at fault.
-        cliexit.error(f"measure.py: error: a peer process is gone or stopped answering: "
-                      f"{first[:300]}")
+        line = f"a peer process is gone or stopped answering: {first[:300]}"
+        _tell_launcher(line, consequence=True)
+        cliexit.error(f"measure.py: error: {line}")
         return 1
     except Stopped as stop:
+        _tell_launcher(f"stopped by {signal.Signals(stop.signum).name}", consequence=False)
         print(f"measure.py: stopped by {signal.Signals(stop.signum).name}", file=sys.stderr)
         return 128 + stop.signum
 
 
-def _peer_failure(exc: RuntimeError, first: str) -> bool:
+def _peer_failure(exc: Exception, first: str) -> bool:
     """torch.distributed's errors for a peer that is gone or hung (DistError, or Gloo's
-    RuntimeError), as opposed to a bug."""
+    RuntimeError), as opposed to a bug; for a failed per-device rank (WorkerError), whether it
+    failed that way rather than being killed or stopped itself."""
     import torch.distributed as dist
 
+    if any(word in first for word in ("was killed by", "stopped answering")):
+        return False
     return isinstance(exc, dist.DistError) or any(
         word in first for word in ("gloo", "Timed out", "Connection closed by peer",
-                                   "Connection reset by peer"))
+                                   "Connection reset by peer", "a peer process is gone",
+                                   "DistStoreError", "wait timeout"))
+
+
+def _tell_launcher(reason: str, consequence: bool) -> None:
+    """Under launch.py: say why this process fails (a consequence: another failed first)."""
+    from bandwidth.launch.heartbeat import report_end
+
+    report_end(reason.splitlines()[0] if reason else "", consequence)
 
 
 def list_networks() -> int:

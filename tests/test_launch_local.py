@@ -102,8 +102,9 @@ def test_a_failing_worker_stops_the_rest_with_one_report_and_no_orphans():
     assert time.monotonic() - start < 20
     report = result.stderr[result.stderr.index("FAIL:"):].splitlines()
     assert report[0].startswith("FAIL: worker 1 (rank 1) on 127.0.0.1: exited with status 3")
-    assert report[1] == "  last stderr lines of worker 1@127.0.0.1:"
-    assert report[2:4] == ["    about to fail: first line",
+    assert report[1] == "  then: no other process failed"
+    assert report[2] == "  last stderr lines of worker 1@127.0.0.1:"
+    assert report[3:5] == ["    about to fail: first line",
                            f"    rank 1 failing on purpose ({mark})"]
     assert report[-1] == "  stopped 4 running processes"
     assert result.stderr.count("FAIL:") == 1

@@ -46,7 +46,7 @@ def started(monkeypatch):
 
 def test_a_failing_rank_is_named_with_its_status_and_message():
     config = Config(network="no-such-net", cpus=2).to_dict()
-    with pytest.raises(WorkerError, match=r"rank \d exited with status 2: error: unknown network"):
+    with pytest.raises(WorkerError, match=r"rank \d \(pid \d+\) exited with status 2: error: unknown network"):
         run_ranks({"config": config, "tasks": ["measure"]}, 2, timeout_s=60)
 
 

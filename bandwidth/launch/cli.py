@@ -32,7 +32,8 @@ from collections.abc import Mapping, Sequence
 
 from bandwidth.cliparse import OneLineParser
 from bandwidth.errors import BandwidthError
-from bandwidth.launch.config import DEFAULT_TIMEOUT_S, LaunchConfig
+from bandwidth.launch.config import (DEFAULT_HEARTBEAT_MISSES, DEFAULT_HEARTBEAT_S,
+                                     DEFAULT_TIMEOUT_S, LaunchConfig)
 from bandwidth.launch.driver import run
 from bandwidth.launch.environ import parse_env_flags
 from bandwidth.launch.hostfile import parse_hostfile
@@ -78,6 +79,16 @@ def build_parser() -> argparse.ArgumentParser:
                         help="MASTER_PORT, the rendezvous TCPStore's port (default: a free one)")
     parser.add_argument("--master-addr", metavar="ADDR",
                         help="MASTER_ADDR (default: this host's address towards the first host)")
+    parser.add_argument("--heartbeat-interval", type=float, default=DEFAULT_HEARTBEAT_S,
+                        metavar="SECONDS",
+                        help="every process that joins the rendezvous tells the launcher it is "
+                        f"alive this often (default {DEFAULT_HEARTBEAT_S:g}; 0: no heartbeat)")
+    parser.add_argument("--heartbeat-misses", type=float, default=DEFAULT_HEARTBEAT_MISSES,
+                        metavar="N",
+                        help="a process silent for N intervals is named as having stopped "
+                        f"answering and the job ends (default {DEFAULT_HEARTBEAT_MISSES:g})")
+    parser.add_argument("--report", metavar="FILE",
+                        help="write how every process ended and the root cause as JSON")
     parser.add_argument("--ssh-config", metavar="FILE", help="ssh: use this ssh config (ssh -F)")
     parser.add_argument("--ssh-option", action="append", default=[], metavar="KEY=VALUE",
                         help="ssh: an option for ssh -o; repeatable")
@@ -101,14 +112,36 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str],
                                 else args.num_workers) + args.scheduler),
         timeout_given=args.timeout is not None, placement=args.placement, port=args.port, master_addr=args.master_addr,
         sync_dst_dir=args.sync_dst_dir, ssh_config=args.ssh_config,
-        ssh_options=tuple(args.ssh_option), workdir=workdir)
+        ssh_options=tuple(args.ssh_option), workdir=workdir,
+        heartbeat_s=args.heartbeat_interval, heartbeat_misses=args.heartbeat_misses,
+        report_path=args.report)
+
+
+class Interrupted(BaseException):
+    """SIGTERM or SIGHUP to the launcher while no process runs."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _interrupt(signum, frame):
+    raise Interrupted(signum)
 
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="launch: %(levelname)s: %(message)s")
+    # SIGTERM or SIGHUP before the supervisor takes over (torch importing, the store opening):
+    # nothing runs yet, so end with one line and 128 + N, as the supervisor would.
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _interrupt)
     args = build_parser().parse_args(argv)
     try:
         run(config_from_args(args, os.environ, os.getcwd()), dict(os.environ))
+    except Interrupted as stop:
+        print(f"launch.py: interrupted by {signal.Signals(stop.signum).name} (no process was "
+              "running)", file=sys.stderr)
+        return 128 + stop.signum
     except BandwidthError as err:
         print(err if str(err).startswith("FAIL:") else f"launch.py: error: {err}",
               file=sys.stderr)

@@ -17,6 +17,8 @@ from bandwidth.launch.hostfile import Host
 from bandwidth.launch.placement import parse_policy
 
 DEFAULT_TIMEOUT_S = 60
+DEFAULT_HEARTBEAT_S = 2.0
+DEFAULT_HEARTBEAT_MISSES = 2.5
 MAX_TIMEOUT_S = 7 * 24 * 3600
 _ADDRESS = re.compile(r"^(?:[A-Za-z0-9_][A-Za-z0-9._-]{0,252}|[0-9A-Fa-f:.]{2,45})$")
 _SSH_OPTION = re.compile(r"^[A-Za-z][A-Za-z0-9]*(=|\s+)\S")
@@ -45,6 +47,9 @@ class LaunchConfig:
     workdir: str = field(default_factory=os.getcwd)   # where processes run (ssh: remotely too)
     placement: str = "round-robin"                 # bandwidth.launch.placement's policy
     timeout_given: bool = True                     # False: timeout_s grew with the job
+    heartbeat_s: float = DEFAULT_HEARTBEAT_S       # 0: no heartbeat
+    heartbeat_misses: float = DEFAULT_HEARTBEAT_MISSES
+    report_path: str | None = None                 # --report FILE (JSON)
 
     def __post_init__(self):
         if self.num_servers is None:
@@ -75,5 +80,11 @@ def _check(config: LaunchConfig) -> None:
     if config.master_addr is not None and not _ADDRESS.match(config.master_addr):
         raise ConfigError(f"--master-addr {config.master_addr[:60]!r}: expected a host name or "
                           "an IPv4 or IPv6 address (at most 253 characters)")
+    if not (config.heartbeat_s == 0 or 0.1 <= config.heartbeat_s <= 3600):
+        raise ConfigError(f"--heartbeat-interval {str(config.heartbeat_s)[:20]}: give 0 (no "
+                          "heartbeat) or 0.1 to 3600 seconds")
+    if not 1.5 <= config.heartbeat_misses <= 1000:
+        raise ConfigError(f"--heartbeat-misses {str(config.heartbeat_misses)[:20]}: give 1.5 to "
+                          "1000 intervals")
     if not 0 <= config.port < 65536:
         raise ConfigError(f"--port {str(config.port)[:20]}: expected 0 (any free port) to 65535")

@@ -33,6 +33,9 @@ Variables (all launchers; values are decimal strings where numeric):
 ``TORCHELASTIC_USE_AGENT_STORE``  ``True``, as torchrun sets it: ``init_process_group(
                        init_method="env://")`` then joins the launcher's store instead of
                        making rank 0 host one on ``MASTER_PORT`` (which is taken)
+``BANDWIDTH_HEARTBEAT_S``  the heartbeat interval (``--heartbeat-interval``):
+                       ``join_store`` beats that often (``bandwidth.launch.heartbeat``);
+                       unset: no heartbeat
 ``BANDWIDTH_JOB_SECRET``  a random secret of this launch (128 bits, hex), sent through the
                        environment only (over ssh: on the ssh client's stdin; mpirun: ``-x``
                        by name), never on a command line. The store's gate serves only
@@ -55,6 +58,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from bandwidth.errors import ConfigError
+from bandwidth.launch.heartbeat import INTERVAL_VARIABLE, Heartbeat, interval_from_environ
 
 WORKER, SERVER, SCHEDULER = "worker", "server", "scheduler"
 ROLES = (WORKER, SERVER, SCHEDULER)
@@ -69,7 +73,8 @@ SECRET_VARIABLE = "BANDWIDTH_JOB_SECRET"
 VARIABLES = ("DMLC_ROLE", "DMLC_TASK_ID", "DMLC_NUM_WORKER", "DMLC_NUM_SERVER",
              "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT", "DMLC_NODE_HOST", "DMLC_JOB_CLUSTER",
              "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK",
-             "LOCAL_WORLD_SIZE", "TORCHELASTIC_USE_AGENT_STORE", SECRET_VARIABLE)
+             "LOCAL_WORLD_SIZE", "TORCHELASTIC_USE_AGENT_STORE", SECRET_VARIABLE,
+             INTERVAL_VARIABLE)
 
 
 class ContractError(ConfigError):
@@ -106,6 +111,7 @@ class Job:
     cluster: str                    # local | ssh | mpi | slurm (launch.py); torchrun | env
     secret: str = ""                # BANDWIDTH_JOB_SECRET ("" from a launcher without one)
     store_on_rank0: bool = False    # rank 0 hosts the store (no launcher does: torchenv.py)
+    heartbeat_s: float = 0.0        # BANDWIDTH_HEARTBEAT_S: beat interval (0: no heartbeat)
 
     @property
     def world_size(self) -> int:
@@ -128,7 +134,8 @@ class Job:
         text, number = _reader(environ)
         job = cls(number("DMLC_NUM_WORKER"), number("DMLC_NUM_SERVER"), text("MASTER_ADDR"),
                   number("MASTER_PORT"), number("DMLC_PS_ROOT_PORT"), text("DMLC_JOB_CLUSTER"),
-                  environ.get(SECRET_VARIABLE, ""))
+                  environ.get(SECRET_VARIABLE, ""),
+                  heartbeat_s=interval_from_environ(environ))
         if number("WORLD_SIZE") != job.world_size:
             raise ContractError(f"WORLD_SIZE={environ['WORLD_SIZE']} but DMLC_NUM_WORKER + "
                                 f"DMLC_NUM_SERVER = {job.world_size}")
@@ -146,6 +153,8 @@ class Job:
                "TORCHELASTIC_USE_AGENT_STORE": "True"}
         if self.secret:
             env[SECRET_VARIABLE] = self.secret
+        if self.heartbeat_s > 0:
+            env[INTERVAL_VARIABLE] = f"{self.heartbeat_s:g}"
         return {key: str(value) for key, value in env.items()}
 
     def role_at(self, index: int) -> tuple[str, int]:
@@ -289,6 +298,8 @@ def join_store(role: Role, timeout_s: float = 300.0):
                     import time
                     time.sleep(1.0)
                 raise
+        Heartbeat.start(role.master_addr, role.master_port, role.job.secret, role.rank,
+                        role.job.heartbeat_s, gated=role.job.gated)
     return store
 
 

@@ -19,6 +19,8 @@ from bandwidth.launch.config import LaunchConfig
 from bandwidth.launch.contract import Job, job_store
 from bandwidth.launch.fdlimit import ensure_fd_limit
 from bandwidth.launch.environ import child_environ
+from bandwidth.launch.ending import write_report
+from bandwidth.launch.heartbeat import HeartbeatWatch
 from bandwidth.launch.hostfile import LOCALHOST
 from bandwidth.launch.limits import check_startable, host_limits
 from bandwidth.launch.launchers import LAUNCHERS, check_config, check_programs
@@ -61,7 +63,7 @@ def _run(config: LaunchConfig, launcher, hosts, master_addr: str, hosted, secret
     store = hosted.store
     ps_root_port = free_port() if config.scheduler else hosted.port
     job = Job(config.num_workers, config.num_servers, master_addr, hosted.port, ps_root_port,
-              launcher.name, secret)
+              launcher.name, secret, heartbeat_s=config.heartbeat_s)
     plan = make_plan(config, job, hosts, place_scheduler=launcher.place_scheduler,
                      environ=environ)
     log.info("%s launcher: %d workers, %d servers%s on %d hosts; rendezvous at %s:%d",
@@ -76,8 +78,25 @@ def _run(config: LaunchConfig, launcher, hosts, master_addr: str, hosted, secret
                       config.timeout_s, f"{master_addr}:{hosted.port}",
                       advice="raise launch.py --timeout" if config.timeout_given else
                       "the default grew with the job; give launch.py --timeout for more")
-    Supervisor(launcher.build(plan), start_timeout_s=launcher.start_timeout_s(config.timeout_s),
-               check=watch).run()
+    beats = HeartbeatWatch(job_store(store, job.secret), range(job.world_size),
+                           config.heartbeat_s, config.heartbeat_misses) \
+        if config.heartbeat_s > 0 else None
+    supervisor = Supervisor(launcher.build(plan), check=watch, heartbeat=beats,
+                            start_timeout_s=launcher.start_timeout_s(config.timeout_s))
+    try:
+        supervisor.run()
+    finally:
+        if config.report_path:
+            _write_report(config.report_path, supervisor)
+
+
+def _write_report(path: str, supervisor: Supervisor) -> None:
+    doc = supervisor.report_doc()
+    doc["exit_code"] = supervisor.failure.exit_code if supervisor.failure is not None else 0
+    try:
+        write_report(path, doc)
+    except OSError as err:
+        log.error("--report %s: cannot write it: %s", path, err.strerror or err)
 
 
 def _preflight(config: LaunchConfig, launcher, environ: Mapping[str, str],

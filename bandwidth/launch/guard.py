@@ -17,7 +17,9 @@ SIGTERM, SIGHUP and SIGINT to the guard do the same. Whatever ends the command, 
 process group that are still running afterwards are killed too, so nothing is left behind.
 
 Protocol lines on stderr, read by the launcher and not shown to the user:
-``bandwidth-guard: started PID`` once the command runs, and last ``bandwidth-guard: exit N`` or
+``bandwidth-guard: started PID`` once the command runs, ``bandwidth-guard: stopped PID`` when a
+process of its group is stopped by a signal (SIGSTOP) and ``bandwidth-guard: running`` when it
+runs again, and last ``bandwidth-guard: exit N`` or
 ``bandwidth-guard: signal NAME``. The guard exits with the command's status (128+N for signal N).
 """
 
@@ -48,6 +50,25 @@ def _exited(pid):
     """True once ``pid`` has exited; it stays a zombie (WNOWAIT), so its process-group id
     cannot be reused before the group is killed."""
     return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+
+
+def _stopped(pgid):
+    """The pid of a process of group ``pgid`` stopped by a signal (SIGSTOP), or 0."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return 0
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] in ("T", "t"):
+            return int(entry)
+    return 0
 
 
 def main(argv=None):
@@ -83,13 +104,20 @@ def main(argv=None):
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, lambda signum, frame: stop_signals.append(signum))
     stdin_open = True
+    was_stopped, polls = 0, 0
     while not stop_signals and not _exited(proc.pid):
         # Poll both the command and stdin every 0.2 s; a read of b"" is end-of-file.
         ready = select.select([0] if stdin_open else [], [], [], 0.2)[0]
         if ready and not os.read(0, 4096):
             break
+        polls += 1
+        stopped = _stopped(proc.pid) if polls % 3 == 0 else was_stopped     # every 0.6 s
+        if stopped != was_stopped:      # the launcher names a stopped process as the cause
+            _say(f"stopped {stopped}" if stopped else "running")
+            was_stopped = stopped
     if not _exited(proc.pid):
         _kill_group(proc.pid, signal.SIGTERM)
+        _kill_group(proc.pid, signal.SIGCONT)      # a stopped process handles it now
         deadline = time.monotonic() + grace_s
         while not _exited(proc.pid) and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -18,7 +18,9 @@ def local_child(plan: Plan, role: Role) -> Child:
     """``role``'s process on this host."""
     env = child_environ(plan.environ, plan.config.env, same_host=True)
     env.update(role.to_environ())
-    return Child(role.label, role.title, plan.config.command, env, cwd=plan.config.workdir)
+    child = Child(role.label, role.title, plan.config.command, env, cwd=plan.config.workdir)
+    child.role = role
+    return child
 
 
 def build(plan: Plan) -> list[Child]:

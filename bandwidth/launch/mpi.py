@@ -95,6 +95,7 @@ class MpiChild(Child):
     # mpirun, not its process group: the ranks are in their own groups, and mpirun forwards
     # SIGTERM to them and cleans up.
     terminate_group = False
+    die_with_launcher = False    # a SIGKILL would keep it from stopping what it started
 
     def __init__(self, argv: Sequence[str], env: dict[str, str], labels: Sequence[str],
                  subjects: Sequence[str], hosts: Sequence[Host] = (),

@@ -15,6 +15,9 @@ KNOWN = (
     (re.compile(r"\[c10d\] The hostname of the client socket cannot be retrieved"),
      "torch's c10d could not look up a name for a peer's address (no reverse DNS or /etc/hosts "
      "entry for it); harmless, the job connects by address; further such lines are hidden"),
+    (re.compile(r"\[c10d\] waitForInput: (poll for )?socket .*(returned 0|timed out)"),
+     "torch's c10d store client gave up waiting on a peer (the process that stopped answering "
+     "is named in the FAIL: line); further such lines are hidden"),
 )
 
 

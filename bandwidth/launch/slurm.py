@@ -115,6 +115,7 @@ class SrunChild(Child):
     # srun, not its process group: the tasks run under slurmstepd, and srun forwards the signal
     # to all of them and waits for the step to end.
     terminate_group = False
+    die_with_launcher = False    # a SIGKILL would keep it from stopping what it started
 
     def __init__(self, argv: Sequence[str], env: dict[str, str], labels: Sequence[str],
                  subjects: Sequence[str], hosts: Sequence[Host], cwd: str, job_id: str = "?"):

@@ -127,6 +127,7 @@ class SshChild(Child):
         self.remote_env = env_line(remote_env)
         self.remote_pid: int | None = None
         self.remote_end: tuple[str, str] | None = None   # ("exit", "3") or ("signal", "SIGKILL")
+        self.remote_stopped = ""        # the pid the guard found stopped by a signal, or ""
 
     @property
     def running(self) -> bool:
@@ -145,10 +146,36 @@ class SshChild(Child):
             kind, _, value = line[len(guard.PREFIX):].strip().partition(" ")
             if kind == "started":
                 self.remote_pid = int(value)
-            else:
+            elif kind in ("stopped", "running"):
+                self.remote_stopped = value if kind == "stopped" else ""
+            elif kind in ("exit", "signal"):
                 self.remote_end = (kind, value)
+                self._remote_ended(kind, value)
             return
         super().on_line(stream, line)
+
+    @property
+    def pid(self) -> int | None:
+        return self.remote_pid
+
+    def stopped(self) -> str:
+        """What the remote guard said: a process of the command's group is stopped."""
+        if not self.remote_stopped:
+            return ""
+        which = "" if self.remote_stopped == str(self.remote_pid) else \
+            f" (its process {self.remote_stopped})"
+        return f"stopped by a signal (SIGSTOP or SIGTSTP){which}"
+
+    def _remote_ended(self, kind: str, value: str) -> None:
+        """The guard's word that the command ended: the ending's time and status."""
+        ending = self.ending
+        if ending.failed:
+            return
+        ending.at_s = self.clock()
+        if kind == "signal":
+            ending.signal = value
+        elif value.lstrip("-").isdigit():
+            ending.status = int(value)
 
     def failure(self) -> Failure | None:
         if self.remote_end is not None and self.remote_pid is None:
@@ -261,8 +288,9 @@ def build(plan: Plan) -> list[Child]:
         env = child_environ(plan.environ, config.env, same_host=False)
         env.update(role.to_environ())
         remote = remote_command(workdir, config.command)
-        children.append(SshChild(role.label, role.title, host, ssh, remote, dict(plan.environ),
-                                 env))
+        child = SshChild(role.label, role.title, host, ssh, remote, dict(plan.environ), env)
+        child.role = role
+        children.append(child)
     if plan.scheduler is not None:
         children.append(local_child(plan, plan.scheduler))
     return children

@@ -7,6 +7,14 @@ exited non-zero or by a signal, a child that did not start within the start time
 launcher. Everything runs on the calling thread: one ``select`` loop reads every child's output,
 so no helper thread can fail unnoticed.
 
+Every child's end is recorded on the launcher's clock (``bandwidth.launch.ending``): at the
+first failure the supervisor keeps listening for ``SETTLE_S`` more, so that a process that failed
+earlier but was seen later (its report still on its way over ssh) is not missed, and then names
+the root cause: the earliest failure that is not a consequence of another. With a heartbeat
+(``bandwidth.launch.heartbeat``) a process silent for the threshold is a failure too, dated at
+its last beat. Local children also die with the launcher (``PR_SET_PDEATHSIG``), even when it is
+killed with SIGKILL.
+
 Every child runs in its own session (``start_new_session``): a terminal's Ctrl-C reaches only
 the launcher, which then stops the children, and a child's whole process group can be signalled.
 Stopping is SIGTERM, then SIGKILL after the grace period. When a child's first process exits,
@@ -20,169 +28,18 @@ import collections
 import os
 import selectors
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
-from bandwidth.errors import WorkerError
+from bandwidth.launch.child import (Child, Failure, LaunchFailed, emit,  # noqa: F401 - re-exported
+                                    status_failure)
+from bandwidth.launch.ending import consequence_line, pick_root, record
 from bandwidth.launch.noise import NoiseFilter
 from bandwidth.launch.repeats import Repeats
-from bandwidth.processes.lifeline import describe_stopped
 
-TAIL_LINES = 20          # stderr lines kept per child for the report
-REPORT_LINES = 12        # of which the report shows the last
 POLL_S = 0.05
-
-
-@dataclass(frozen=True)
-class Failure:
-    """The root cause of a failed launch, and the launcher's exit status for it."""
-
-    subject: str                    # "worker 1 (rank 1) on node2", or a host for ssh errors
-    what: str                       # "exited with status 1", "was killed by SIGKILL", ...
-    exit_code: int
-    tail_label: str = ""
-    tail: tuple[str, ...] = ()
-    # What the launcher was doing ("while starting worker 1@node2"). Given, it goes on a line of
-    # its own with the elapsed time, so that the first line is the cause alone, exactly
-    # "FAIL: node2: connection timed out after 60 s".
-    context: str = ""
-
-    def report(self, elapsed_s: float | None = None, stopped: int = 0) -> str:
-        when = "" if elapsed_s is None else f"after {elapsed_s:.1f} s"
-        if self.context:
-            lines = [f"FAIL: {self.subject}: {self.what}",
-                     "  " + ", ".join(filter(None, (self.context, when)))]
-        else:
-            lines = [f"FAIL: {self.subject}: {self.what}" + (f" {when}" if when else "")]
-        if self.tail:
-            lines.append(f"  last stderr lines of {self.tail_label}:")
-            lines += [f"    {line}" for line in self.tail[-REPORT_LINES:]]
-        if stopped:
-            lines.append(f"  stopped {stopped} running process{'es' if stopped > 1 else ''}")
-        return "\n".join(lines)
-
-
-class LaunchFailed(WorkerError):
-    """A launch that failed; ``str()`` is the report, ``exit_code`` the launcher's status."""
-
-    def __init__(self, failure: Failure, report: str):
-        super().__init__(report)
-        self.failure = failure
-        self.exit_code = failure.exit_code
-
-
-def status_failure(subject: str, returncode: int, tail_label: str, tail: Sequence[str]) -> Failure:
-    """Failure for a process that ended with ``returncode`` (negative: killed by a signal)."""
-    if returncode < 0:
-        return Failure(subject, f"was killed by {signal.Signals(-returncode).name}",
-                       128 - returncode, tail_label, tuple(tail))
-    return Failure(subject, f"exited with status {returncode}", returncode, tail_label, tuple(tail))
-
-
-class Child:
-    """One process the launcher starts. Subclasses say how its output reads and how it stops."""
-
-    #: seconds between SIGTERM (or its equivalent) and SIGKILL
-    grace_s = 5.0
-    #: the launch's NoiseFilter, shared by its children (set by the Supervisor)
-    noise: NoiseFilter | None = None
-    repeats: Repeats | None = None      # identical lines of many processes shown once
-    #: False: SIGTERM goes to the process alone, a leader (mpirun, srun) that forwards it to
-    #: processes in other groups and cleans up; True: to the process's whole group
-    terminate_group = True
-
-    def __init__(self, label: str, subject: str, argv: Sequence[str], env: dict[str, str],
-                 cwd: str | None = None, capture_stdout: bool = False, stdin_pipe: bool = False):
-        self.label = label          # output prefix: "worker 0@node1"
-        self.subject = subject      # report wording: "worker 0 (rank 0) on node1"
-        self.argv, self.env, self.cwd = list(argv), env, cwd
-        self.capture_stdout, self.stdin_pipe = capture_stdout, stdin_pipe
-        self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
-        self.proc: subprocess.Popen | None = None
-        self.started_at = 0.0
-        self.finished = False
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            self.argv, env=self.env, cwd=self.cwd, start_new_session=True,
-            stdin=subprocess.PIPE if self.stdin_pipe else subprocess.DEVNULL,
-            stdout=subprocess.PIPE if self.capture_stdout else None, stderr=subprocess.PIPE)
-        self.started_at = time.monotonic()
-
-    @property
-    def running(self) -> bool:
-        """Whether the program itself has started (an ssh child: once the remote side says so)."""
-        return self.proc is not None
-
-    def on_line(self, stream: str, line: str) -> None:
-        """One line of the child's ``stream`` ("stdout" or "stderr"), without its newline."""
-        if stream == "stderr":
-            note = self.noise.explain(line) if self.noise is not None else None
-            if note == "":
-                return
-            if note:
-                emit(sys.stderr, f"launch: note: {note}:\n")
-            self.tail.append(line)
-            if self.repeats is None or self.repeats.show(self.label, line):
-                emit(sys.stderr, f"[{self.label}] {line}\n")
-        else:
-            emit(sys.stdout, line + "\n")
-
-    def failure(self) -> Failure | None:
-        """After exit: None for success, else why it failed."""
-        code = self.proc.returncode
-        return None if code == 0 else status_failure(self.subject, code, self.label, self.tail)
-
-    def start_timeout(self, timeout_s: float) -> Failure:
-        return Failure(self.subject, f"did not start within {timeout_s:g} s", 1)
-
-    def exited(self) -> bool:
-        """True once the child's first process exited. It is left a zombie (WNOWAIT) until
-        ``reap``, so its process-group id stays ours until the group has been killed."""
-        if self.proc.returncode is not None:
-            return True
-        return os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
-
-    def reap(self) -> None:
-        _signal_group(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
-
-    def stopped(self) -> str:
-        """Why this running child does not answer, if a signal stopped it (or a process of its
-        group) on this host; "" otherwise (an ssh child's remote side is not looked at)."""
-        return describe_stopped(self.proc.pid, group=True)
-
-    def terminate(self) -> None:
-        if not self.terminate_group:
-            try:
-                self.proc.send_signal(signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            return
-        _signal_group(self.proc.pid, signal.SIGTERM)
-        _signal_group(self.proc.pid, signal.SIGCONT)     # a stopped process handles it now
-
-    def kill(self) -> None:
-        _signal_group(self.proc.pid, signal.SIGKILL)
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def emit(stream, text: str) -> None:
-    """Write ``text`` to the launcher's ``stream`` at once (children's lines arrive live)."""
-    try:
-        stream.write(text)
-        stream.flush()
-    except BrokenPipeError:
-        pass  # the launcher's own output was closed (e.g. piped into head); keep supervising
+SETTLE_S = 1.0           # after the first failure, how long other failures are still collected
+CONSEQUENCE_SETTLE_S = 5.0   # as long while every failure so far says another failed first
 
 
 class Supervisor:
@@ -193,20 +50,30 @@ class Supervisor:
     drops unauthenticated connections beyond 10 by default).
     ``check``: called about every 0.5 s with the seconds since the start; a Failure it returns
     fails the launch (the rendezvous watch).
+    ``heartbeat``: a ``HeartbeatWatch``; a child whose rank stops beating for its threshold fails.
     """
 
     def __init__(self, children: Sequence[Child], *, start_timeout_s: float,
-                 max_starting: int = 8, check: Callable[[float], Failure | None] | None = None):
+                 max_starting: int = 8, check: Callable[[float], Failure | None] | None = None,
+                 heartbeat=None):
         self.children = list(children)
         noise, self.repeats = NoiseFilter(), Repeats()
+        self.t0 = time.monotonic()
         for child in self.children:
             child.noise, child.repeats = noise, self.repeats
+            child.clock = self.clock
         self.start_timeout_s = start_timeout_s
         self.max_starting = max_starting
         self.check = check
+        self.heartbeat = heartbeat
         self.selector = selectors.DefaultSelector()
         self.partial: dict[int, bytearray] = {}
         self.signals: list[int] = []
+        self.root: Child | None = None
+        self.failure: Failure | None = None
+
+    def clock(self) -> float:
+        return time.monotonic() - self.t0
 
     def run(self) -> None:
         self.t0 = time.monotonic()
@@ -219,17 +86,27 @@ class Supervisor:
             self.selector.close()
             for line in self.repeats.summary():
                 emit(sys.stderr, line + "\n")
+        self.failure = failure
         if failure is not None:
-            elapsed = time.monotonic() - self.t0
-            raise LaunchFailed(failure, failure.report(elapsed, stopped))
+            elapsed = self.clock() if self.root is None else self.root.ending.at_s
+            consequences = consequence_line(self.root, self.children) \
+                if self.root is not None and len(self.children) > 1 else ""
+            raise LaunchFailed(failure, failure.report(elapsed, stopped, consequences))
+
+    def report_doc(self) -> dict:
+        """Every child's ending and the root cause (the ``--report`` file's body)."""
+        root = record(self.root, self.root) if self.root is not None else None
+        if root is None and self.failure is not None:
+            root = {"subject": self.failure.subject, "reason": self.failure.what}
+        return {"elapsed_s": round(self.clock(), 3), "root_cause": root,
+                "processes": [record(c, self.root) for c in self.children]}
 
     def _loop(self) -> Failure | None:
         pending = collections.deque(self.children)
         next_check = 0.0
         while True:
             if self.signals:
-                name = signal.Signals(self.signals[0]).name
-                return Failure("launcher", f"interrupted by {name}", 128 + self.signals[0])
+                return self._interrupted()
             started = [c for c in self.children if c.proc is not None]
             starting = sum(1 for c in started if not c.finished and not c.running)
             while pending and starting < self.max_starting:
@@ -239,15 +116,8 @@ class Supervisor:
                 starting += 1
             self._pump(POLL_S)
             now = time.monotonic()
-            for child in started:
-                if child.finished or not child.exited():
-                    continue
-                self._drain(child)
-                child.reap()
-                child.finished = True
-                failure = child.failure()
-                if failure is not None:
-                    return self._stopped_instead(failure, child)
+            if self._collect() or self._silent():
+                return self._settle()
             for child in started:
                 if not child.finished and not child.running \
                         and now - child.started_at > self.start_timeout_s:
@@ -260,18 +130,93 @@ class Supervisor:
             if not pending and all(c.finished for c in self.children):
                 return None
 
-    def _stopped_instead(self, failure: Failure, failed: Child) -> Failure:
-        """A process that failed because another stopped answering (its timeout ran out while
-        waiting): name the stopped one, with the failed one's words as the context."""
+    def _interrupted(self) -> Failure:
+        name = signal.Signals(self.signals[0]).name
+        return Failure("launcher", f"interrupted by {name}", 128 + self.signals[0])
+
+    def _collect(self) -> list[Child]:
+        """Reap the children that exited; return those that failed."""
+        failed = []
         for child in self.children:
-            if child is failed or child.proc is None or child.finished:
+            if child.proc is None or child.finished or not child.exited():
                 continue
-            state = child.stopped()
-            if state:
-                return Failure(child.subject, f"stopped answering: {state}", failure.exit_code,
-                               failure.tail_label, failure.tail,
-                               context=f"found when {failure.subject} {failure.what}")
-        return failure
+            self._drain(child)
+            child.reap()
+            child.finished = True
+            ending = child.ending
+            if ending.at_s is None:
+                ending.at_s = self.clock()
+            failure = child.failure()
+            if ending.status is None and ending.signal is None:
+                ending.set_returncode(child.proc.returncode)
+            if failure is not None and not ending.failed:
+                ending.failed = True
+                child.failure_found = failure
+                if self.heartbeat is not None and child.role is not None \
+                        and child.role.rank is not None:
+                    ending.said = self.heartbeat.ended(child.role.rank)
+                failed.append(child)
+        return failed
+
+    def _silent(self) -> list[Child]:
+        """Children whose heartbeat stopped for the threshold (they still run)."""
+        if self.heartbeat is None:
+            return []
+        watched = [c for c in self.children if c.proc is not None and not c.finished
+                   and not c.ending.failed and c.role is not None and c.role.rank is not None]
+        now = self.clock()
+        self.heartbeat.poll(now, [c.role.rank for c in watched])
+        silent = []
+        for child in watched:
+            quiet = self.heartbeat.silent_for(child.role.rank, now)
+            if quiet > self.heartbeat.threshold_s:
+                self._mark_stopped(child, child.stopped() or "no heartbeat", quiet)
+                silent.append(child)
+        return silent
+
+    def _mark_stopped(self, child: Child, state: str, quiet: float | None) -> None:
+        ending = child.ending
+        ending.failed, ending.silent_s = True, quiet
+        rank = child.role.rank if child.role is not None else None
+        last = self.heartbeat.last_change.get(rank) if self.heartbeat is not None else None
+        ending.at_s = last if last is not None else 0.0
+        ago = f" (last heartbeat {quiet:.1f} s ago)" if quiet is not None else ""
+        child.failure_found = Failure(child.subject, f"stopped answering: {state}{ago}", 1,
+                                      child.label, tuple(child.tail))
+
+    def _settle(self) -> Failure | None:
+        """After the first failure: collect the others for ``SETTLE_S``, name the root cause."""
+        first = min((c for c in self.children if c.ending.failed),
+                    key=lambda c: c.ending.at_s or 0.0)
+        start = time.monotonic()
+        while not all(c.finished or c.ending.failed for c in self.children if c.proc is not None):
+            cause_seen = any(c.ending.failed and not c.ending.consequence for c in self.children)
+            if time.monotonic() - start > (SETTLE_S if cause_seen else CONSEQUENCE_SETTLE_S):
+                break
+            if self.signals:
+                return self._interrupted()
+            self._pump(POLL_S)
+            self._collect()
+            self._silent()
+        for child in self.children:       # stopped by a signal on this host: it is the cause
+            if child.proc is not None and not child.finished and not child.ending.failed:
+                state = child.stopped()
+                if state:
+                    rank = child.role.rank if child.role is not None else None
+                    quiet = self.heartbeat.silent_for(rank, self.clock()) \
+                        if self.heartbeat is not None and rank is not None else None
+                    self._mark_stopped(child, state, quiet or None)
+        self.root = pick_root(self.children) or first
+        root = self.root.failure_found
+        context = root.context
+        if self.root is not first:
+            context = f"found when {first.subject} {first.failure_found.what}"
+        # a process of the job (not a host that could not be reached, not mpirun or srun for
+        # many ranks): its pid and its own words go on the FAIL line
+        named = self.root.role is not None and not root.context
+        return Failure(root.subject, root.what, root.exit_code, root.tail_label, root.tail,
+                       context=context, pid=self.root.pid if named else None,
+                       detail=self.root.ending.reason if named else "")
 
     def _start(self, child: Child) -> Failure | None:
         try:
@@ -326,6 +271,7 @@ class Supervisor:
         """Stop every child still running; return how many there were."""
         alive = [c for c in self.children if c.proc is not None and not c.finished]
         for child in alive:
+            child.ending.by_launcher = not child.ending.failed
             child.terminate()
         deadline = time.monotonic() + max((c.grace_s for c in alive), default=0.0)
         while time.monotonic() < deadline and not all(c.exited() for c in alive):
@@ -336,6 +282,11 @@ class Supervisor:
             self._drain(child)
             child.reap()
             child.finished = True
+            if child.ending.at_s is None or not child.ending.failed:
+                child.ending.at_s = self.clock()
+            if child.ending.status is None and child.ending.signal is None \
+                    and child.ending.silent_s is None:
+                child.ending.set_returncode(child.proc.returncode)
         for key in list(self.selector.get_map().values()):
             self.selector.unregister(key.fileobj)
             key.fileobj.close()

@@ -67,14 +67,15 @@ def watch_lifeline(fd: int) -> threading.Thread:
                 pass
         except OSError:
             pass
-        _kill_own_group()
+        kill_own_group()
 
     thread = threading.Thread(target=watch, name="lifeline", daemon=True)
     thread.start()
     return thread
 
 
-def _kill_own_group() -> None:
+def kill_own_group() -> None:
+    """Kill this process's group if it leads one (its helpers with it), then exit 1."""
     try:
         if os.getpgrp() == os.getpid():         # a group of our own: take helpers with us
             os.killpg(os.getpid(), signal.SIGKILL)
@@ -109,10 +110,12 @@ class Watchdog:
     def _watch(self) -> None:
         while not self.stopped.wait(min(1.0, max(0.01, self.seconds / 10))):
             if time.monotonic() > self.deadline and not self.stopped.is_set():
+                line = (f"{self.who}: no progress for {self.seconds:g} s in {self.what} "
+                        "(--timeout): stopped as hung")
                 try:
-                    print(f"{self.prog}: error: {self.who}: no progress for {self.seconds:g} s "
-                          f"in {self.what} (--timeout): stopped as hung", file=sys.stderr,
-                          flush=True)
+                    from bandwidth.launch.heartbeat import report_end
+                    report_end(line, consequence=True)      # waiting on another process
+                    print(f"{self.prog}: error: {line}", file=sys.stderr, flush=True)
                 finally:
                     os._exit(1)
 

@@ -173,7 +173,8 @@ class _Rank:
         how = (f"was killed by {signal.Signals(-code).name}" if code < 0
                else f"exited with status {code}")
         last = next((line for line in reversed(self.tail) if line.strip()), "")
-        return f"rank {self.rank} {how}" + (f": {last.strip()}" if last else "")
+        return (f"rank {self.rank} (pid {self.proc.pid}) {how}"
+                + (f": {last.strip()}" if last else ""))
 
 
 def _supervise(ranks: list[_Rank], timeout_s: float, total_s: float | None = None) -> None:

@@ -1,0 +1,149 @@
+"""Faults under the local launcher: the root cause (the earliest failure that is not a
+consequence), the heartbeat naming a stopped process within its threshold, ``--report``, the
+launcher killed with SIGKILL taking its processes with it, and SIGTERM to the launcher at any
+moment of its start-up ending in 143. The random fault fuzz runs 20 of its cases here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from types import SimpleNamespace
+
+import pytest
+from launch_support import ROOT, alive, launch, marker, program, start_launch, wait_until
+
+from bandwidth.launch.ending import Ending, consequence_line, pick_root
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def child(subject, at_s, failed=True, consequence=False, by_launcher=False, status=1):
+    ending = Ending()
+    ending.at_s, ending.failed, ending.by_launcher = at_s, failed, by_launcher
+    ending.status = status
+    if consequence:
+        ending.said = {"consequence": True, "reason": "a peer process is gone"}
+    return SimpleNamespace(subject=subject, ending=ending)
+
+
+def test_the_root_cause_is_the_earliest_failure_that_is_not_a_consequence():
+    peer = child("worker 0", 1.0, consequence=True)
+    culprit = child("server 0", 1.4, status=137)
+    later = child("worker 1", 2.0)
+    stopped = child("worker 2", 0.5, failed=False, by_launcher=True)
+    assert pick_root([peer, culprit, later, stopped]) is culprit
+    assert pick_root([peer]) is peer                     # only consequences: the earliest
+    assert pick_root([stopped]) is None
+    line = consequence_line(culprit, [peer, culprit, later, stopped])
+    assert line == ("  then, as a consequence: worker 0 exited with status 1 at 1.0 s; "
+                    "worker 1 exited with status 1 at 2.0 s")
+
+
+def _joined(proc, count, timeout_s=60):
+    """Pids of the beat.py processes once ``count`` of them said they joined."""
+    lines = []
+    deadline = time.monotonic() + timeout_s
+    while len(lines) < count and time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        if " joined " in line:
+            lines.append(line)
+    assert len(lines) == count, lines
+    return {int(line.split()[-2]): int(line.split()[-1]) for line in lines}
+
+
+def test_a_stopped_process_is_named_within_three_heartbeat_intervals(tmp_path):
+    report = tmp_path / "report.json"
+    proc = start_launch("-n", "3", "-s", "0", "--heartbeat-interval", "0.5", "--report",
+                        str(report), sys.executable, program("beat.py"), "60")
+    try:
+        pids = _joined(proc, 3)
+        os.kill(pids[1], signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        _, err = proc.communicate(timeout=60)
+        took = time.monotonic() - stopped_at
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, err
+    fail = [line for line in err.splitlines() if line.startswith("FAIL:")]
+    assert len(fail) == 1 and fail[0].startswith(
+        "FAIL: worker 1 (rank 1) on 127.0.0.1: stopped answering: stopped by a signal"), err
+    assert f"(pid {pids[1]})" in fail[0]
+    doc = json.loads(report.read_text())
+    assert doc["exit_code"] == 1 and doc["root_cause"]["rank"] == 1
+    assert doc["root_cause"]["silent_s"] <= 3 * 0.5 + 0.5
+    assert took < 20                  # the threshold and the stop, not a timeout of 60 s
+    assert "Traceback" not in err
+    assert wait_until(lambda: not any(alive_pid(pid) for pid in pids.values()), 10)
+
+
+def test_the_report_holds_every_process_and_the_root_cause(tmp_path):
+    report = tmp_path / "report.json"
+    result = launch("-n", "2", "-s", "1", "--report", str(report), sys.executable,
+                    program("fail.py"), marker(), "--rank", "1", "--exit", "3")
+    assert result.returncode == 3, result.stderr
+    doc = json.loads(report.read_text())
+    assert doc["exit_code"] == 3
+    assert doc["root_cause"]["subject"] == "worker 1 (rank 1) on 127.0.0.1"
+    assert doc["root_cause"]["status"] == 3 and doc["root_cause"]["pid"] > 0
+    assert [p["rank"] for p in doc["processes"]] == [0, 1, 2]
+    assert sum(p["root_cause"] for p in doc["processes"]) == 1
+    lines = result.stderr[result.stderr.index("FAIL:"):].splitlines()
+    assert lines[1].startswith("  then")
+
+
+def test_a_launcher_killed_with_sigkill_takes_its_processes_with_it():
+    proc = start_launch("-n", "2", "-s", "1", sys.executable, program("beat.py"), "600")
+    try:
+        pids = _joined(proc, 3)
+        proc.kill()
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert wait_until(lambda: not any(alive_pid(pid) for pid in pids.values()), 10)
+
+
+def alive_pid(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("after_s", [0.2, 0.4, 0.8, 1.5])
+def test_sigterm_to_the_launcher_at_any_moment_of_its_start_is_143(after_s):
+    mark = marker()
+    proc = start_launch("-n", "2", "-s", "1", sys.executable, program("beat.py"), "600", mark)
+    time.sleep(after_s)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert "Traceback" not in err
+    assert wait_until(lambda: not alive(mark), 10)
+
+
+@pytest.mark.timeout(400)
+def test_twenty_random_faults_are_each_named(tmp_path):
+    """benchmarks/fault_fuzz.py, 20 cases on loopback: random process, signal and moment (the
+    parameter-server modes, 3 processes a case, to stay near 3 minutes on 2 cores; the benchmark
+    itself also runs dist_nccl and its per-device ranks)."""
+    out = tmp_path / "fuzz.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "fault_fuzz.py"),
+                           "--cases", "20", "--seed", "29", "--max-delay", "1.5",
+                           "--modes", "dist_sync,dist_async",
+                           "--json", str(out)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=380, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    outcomes = json.loads(out.read_text())
+    assert len(outcomes) == 20
+    broke = [o for o in outcomes if not o["held"]]
+    assert broke == [], proc.stdout
+    assert proc.returncode == 0

@@ -1,0 +1,229 @@
+"""Faults across lab hosts, each asserting that the launcher names the process the test hurt:
+SIGKILL, SIGTERM and SIGSTOP of a remote worker and a remote server (``dist_sync``), SIGKILL of
+a remote per-device rank (``dist_nccl``), a host's link set down, a host's sshd killed mid-run,
+and SIGTERM to the launcher while ssh still connects. No process may be left on any host.
+
+A ``bandwidth.netlab`` lab of 3 namespace hosts (name ``h3fl``), removed on every exit path;
+skipped without root, ip, tc or sshd.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from launch_support import lab_leftovers
+
+from bandwidth.netlab import lab as labmod
+from bandwidth.netlab.cli import up
+from bandwidth.netlab.lab import NetlabError
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+NAME = "h3fl"
+SUBNET = "198.18.134.0/24"
+HEARTBEAT_S = 1.0
+
+pytestmark = pytest.mark.timeout(150)
+
+
+@pytest.fixture(scope="module")
+def lab():
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the lab needs Linux network namespaces")
+    missing = labmod.missing_prerequisites()
+    if missing:
+        pytest.skip(f"the lab needs {', '.join(missing)}")
+    labmod.remove(NAME)
+    try:
+        made = up(NAME, 3, None, {}, SUBNET)
+    except NetlabError as err:
+        labmod.remove(NAME)
+        pytest.skip(f"cannot make the lab on this machine: {err}")
+    try:
+        yield made
+    finally:
+        labmod.remove(NAME)
+
+
+def start(lab, tmp_path, mode: str, *extra: str) -> subprocess.Popen:
+    servers = "0" if mode == "dist_nccl" else "1"
+    cpus = "2" if mode == "dist_nccl" else "1"
+    argv = [PYTHON, str(ROOT / "launch.py"), "-H", str(lab.state_dir / "hosts"), "--ssh-config",
+            str(lab.state_dir / "ssh_config"), "-n", "2", "-s", servers, "--timeout", "30",
+            "--heartbeat-interval", f"{HEARTBEAT_S:g}", "--report", str(tmp_path / "r.json"),
+            *extra, PYTHON, "bandwidth/measure.py", "--kv-store", mode, "--cpus", cpus,
+            "--network", "mlp", "--num-batches", "100000000", "--timeout", "20",
+            "--no-reference"]
+    return subprocess.Popen(argv, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def program_pid(host, role: str, device_rank: int | None = None, timeout_s: float = 90) -> int:
+    """The measure.py of ``role`` on ``host`` (not the guard above it), or its per-device rank."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for pid in labmod.pids_in(host.namespace):
+            try:
+                environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if f"DMLC_ROLE={role}".encode() in environ and argv[1:2] == [b"bandwidth/measure.py"]:
+                if device_rank is None:
+                    return pid
+                for child in labmod.pids_in(host.namespace):
+                    try:
+                        stat = Path(f"/proc/{child}/stat").read_text()
+                        cmd = Path(f"/proc/{child}/cmdline").read_bytes()
+                    except OSError:
+                        continue
+                    if stat.rpartition(")")[2].split()[1] == str(pid) and \
+                            f"--rank\0{device_rank}\0".encode() in cmd:
+                        return child
+        time.sleep(0.2)
+    raise AssertionError(f"no {role} on {host.address}")
+
+
+def measuring(proc, timeout_s: float = 120) -> None:
+    """Return once the job prints its second iteration (every process joined and beats)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        assert line, "the job ended before measuring"
+        if "iter 2," in line:
+            return
+    raise AssertionError("the job did not start measuring")
+
+
+def finish(proc, timeout_s: float = 90) -> tuple[int, str]:
+    try:
+        _, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+        raise AssertionError(f"still running {timeout_s} s after the fault: {err[-3000:]}")
+    return proc.returncode, err
+
+
+def assert_clean(lab, within_s: float = 15.0) -> None:
+    deadline = time.monotonic() + within_s
+    while lab_leftovers(lab) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert lab_leftovers(lab) == []
+
+
+def fail_line(err: str) -> str:
+    return next((line for line in err.splitlines() if line.startswith("FAIL:")), err[-2000:])
+
+
+# (role, rank, host index): worker 1 runs on host 2, server 0 (rank 2) on host 3
+TARGETS = {"worker": (1, 1), "server": (2, 2)}
+
+
+@pytest.mark.parametrize("sig", ["SIGKILL", "SIGTERM", "SIGSTOP"])
+@pytest.mark.parametrize("role", ["worker", "server"])
+def test_a_signal_to_a_remote_process_names_it(lab, tmp_path, role, sig):
+    rank, index = TARGETS[role]
+    host = lab.hosts[index]
+    proc = start(lab, tmp_path, "dist_sync")
+    try:
+        pid = program_pid(host, role)
+        measuring(proc)
+        os.kill(pid, getattr(signal, sig))
+        code, err = finish(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (OSError, UnboundLocalError):
+            pass
+    task = 1 if role == "worker" else 0
+    assert fail_line(err).startswith(f"FAIL: {role} {task} (rank {rank}) on {host.address}: "), err
+    assert code == {"SIGKILL": 137, "SIGTERM": 143, "SIGSTOP": 1}[sig], err[-3000:]
+    assert f"(pid {pid})" in fail_line(err)
+    assert "Traceback" not in err
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["root_cause"]["rank"] == rank
+    if sig == "SIGSTOP":
+        assert doc["root_cause"]["silent_s"] is not None, err[-3000:]      # the heartbeat saw it
+        assert doc["root_cause"]["silent_s"] <= 3 * HEARTBEAT_S + 0.5
+    assert_clean(lab)
+
+
+def test_a_killed_per_device_rank_is_named(lab, tmp_path):
+    host = lab.hosts[1]                                   # worker 1's host
+    proc = start(lab, tmp_path, "dist_nccl")
+    try:
+        rank_pid = program_pid(host, "worker", device_rank=1)
+        measuring(proc)
+        os.kill(rank_pid, signal.SIGKILL)
+        code, err = finish(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    line = fail_line(err)
+    assert line.startswith(f"FAIL: worker 1 (rank 1) on {host.address}: "), err[-3000:]
+    assert f"rank 1 (pid {rank_pid}) was killed by SIGKILL" in line
+    assert code == 1 and "Traceback" not in err
+    assert_clean(lab)
+
+
+def test_a_link_set_down_names_the_host_behind_it(lab, tmp_path):
+    host = lab.hosts[1]
+    proc = start(lab, tmp_path, "dist_sync")
+    try:
+        program_pid(host, "worker")
+        measuring(proc)
+        labmod.sh("ip", "-n", host.namespace, "link", "set", host.interface, "down")
+        code, err = finish(proc)
+    finally:
+        labmod.sh("ip", "-n", host.namespace, "link", "set", host.interface, "up")
+        if proc.poll() is None:
+            proc.kill()
+    assert fail_line(err).startswith(f"FAIL: worker 1 (rank 1) on {host.address}: "), err[-3000:]
+    assert code != 0 and "Traceback" not in err
+    assert_clean(lab, within_s=30)
+
+
+def test_sshd_killed_mid_run_names_the_process_on_that_host(lab, tmp_path):
+    host = lab.hosts[2]                                   # server 0's host
+    proc = start(lab, tmp_path, "dist_sync")
+    try:
+        program_pid(host, "server")
+        measuring(proc)
+        for pid in labmod.pids_in(host.namespace):        # the daemon and the sessions
+            try:
+                program = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+                if os.path.basename(program).startswith(b"sshd"):
+                    os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        code, err = finish(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        from bandwidth.netlab import sshd as labsshd
+        labsshd.start_sshd(lab, host)
+        labsshd.wait_ready(lab, host)
+    assert fail_line(err).startswith(f"FAIL: server 0 (rank 2) on {host.address}: "), err[-3000:]
+    assert code != 0 and "Traceback" not in err
+    assert_clean(lab, within_s=30)
+
+
+@pytest.mark.parametrize("after_s", [0.3, 1.0, 2.5])
+def test_sigterm_to_the_launcher_during_start_up_is_143(lab, tmp_path, after_s):
+    proc = start(lab, tmp_path, "dist_sync")
+    time.sleep(after_s)
+    proc.send_signal(signal.SIGTERM)
+    code, err = finish(proc, 60)
+    assert code == 143, err[-3000:]
+    assert "Traceback" not in err
+    assert_clean(lab)
