@@ -109,6 +109,13 @@ CASES = (
          append=SHORT, needs="mxnet"),
     Case("--json toolkit.json", "run", (NET50,), append=SHORT),
     Case("python -m bandwidth.compare toolkit.json mxnet.json", "run", needs="mxnet"),
+    Case("--link-rate 25gbit   # step, what binds", "run"),
+    Case("--link-rate 25gbit --max-in-flight 1", "run"),
+    Case("python -m bandwidth.predict --plan", "run"),
+    Case("--host-matrix hosts.json", "run"),
+    Case("--kv-store dist_sync --link-rate 1gbit --predict", "run", append=f" {CPU_SIZED}{SHORT}"),
+    Case("benchmarks/predict_check.py", "skip",
+         why="builds a netlab of many hosts and runs for minutes (a benchmark)"),
 )
 
 
