@@ -47,8 +47,9 @@ def open_session(plan: Plan, indices: list[int], group, *, cluster=None, first_r
                       first_replica=first_replica, replicas=replicas, launch=plan.launch,
                       owners=c.owners, graph_steps=1 if plan.compute else c.graph_steps,
                       schedule=plan.schedule)
-    notes = session.store.notes() + [n for n in (session.graph_failure, session.launch_trial,
-                                                 session.graph_note, session.threads_note) if n]
+    notes = session.store.notes() + [n for n in (session.schedule_note, session.graph_failure,
+                                                 session.launch_trial, session.graph_note,
+                                                 session.threads_note) if n]
     return session, notes
 
 
