@@ -368,5 +368,5 @@ def schedule_launch_note(schedule, store_cls, devices: DeviceSet, requested: str
     elif requested != "graph" and not store_cls.auto_graph:
         why = f"{store_cls.name} runs eager under --launch auto; --launch graph to capture"
     else:
-        why = "see the launch note"
+        why = "launch auto's trial steps chose it, or the capture failed: see the next note"
     return f"launch: eager, each of the {parts} parts' exchanges issued from the host ({why})"

@@ -40,6 +40,10 @@ def exchange_order(schedule: Schedule) -> list[int]:
 
 
 class ScheduledStore:
+    # A part's store may consume what ``prepare`` wrote (nccl's bucket): the session replays one
+    # step per prepare (session.py reads it as ``KVStore.prepared_steps``).
+    prepared_steps = True
+
     def __init__(self, schedule: Schedule, store_cls, spans, replicas: list[Replica], optimizer,
                  group, chunk_elements, cpu_threads=None, compute=None, on_event=None, **extra):
         """``compute(event)``: runs a FORWARD or BACKWARD slot (None: empty slots);
