@@ -38,22 +38,24 @@ class PartGraphs:
         # ready[p][d]: device d's compute reached part p's EXCHANGE; done[p]: p's replay ended.
         self.ready = [[torch.cuda.Event() for _ in self.devices] for _ in range(count)]
         self.done = [torch.cuda.Event() for _ in range(count)]
+        self.compute = []      # each device's current stream, read once per step (replay)
         for device in self.devices:
             torch.cuda.synchronize(device)
 
     def replay(self) -> None:
         """One step: the schedule's events, each part's exchange a replay of its graph."""
+        self.compute = [torch.cuda.current_stream(device) for device in self.devices]
         self.store.run_events(self._start, self._finish)
 
     def _start(self, event) -> None:
         part = event.part
-        for device, ready in zip(self.devices, self.ready[part]):
-            ready.record(torch.cuda.current_stream(device))
+        for stream, ready in zip(self.compute, self.ready[part]):
+            ready.record(stream)
             self.side.wait_event(ready)
         with torch.cuda.device(self.home), torch.cuda.stream(self.side):
             self.graphs[part].replay()
         self.done[part].record(self.side)
 
     def _finish(self, event) -> None:
-        for device in self.devices:
-            torch.cuda.current_stream(device).wait_event(self.done[event.part])
+        for stream in self.compute:
+            stream.wait_event(self.done[event.part])
