@@ -247,9 +247,13 @@ def test_how_a_scheduled_step_is_launched():
                                                       False)
 
 
-def test_a_scheduled_session_on_cpu_devices_runs_eager():
+def test_a_scheduled_step_on_cpu_devices_runs_eager_and_says_so(cli):
     s = scheduled_session("device", 2, "backward")
     assert s.launch == "eager" and s.graph is None
-    assert s.schedule_note.endswith("issued from the host (CPU devices)")
     assert errors(s, iterations=1) == [0.0]
     s.close()
+    proc = cli("--kv-store", "device", "--cpus", "2", "--network", "mlp", "--schedule",
+               "backward", "--num-batches", "1", "--no-reference")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "# note: launch: eager, each of the 3 parts' exchanges issued from the host (CPU " \
+        "devices)" in proc.stdout

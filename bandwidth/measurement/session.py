@@ -152,8 +152,6 @@ class Session:
             graph_s = self._choose_launch()
         if self.graph is not None:
             self._add_sets(graph_steps, graph_s)
-        self.schedule_note = None if schedule is None else schedule_launch_note(
-            schedule, store_cls, devices, launch, optimizer, self.graph is not None)
         self._new_set = None     # the closure refers to self: no cycle to outlive the session
         self.synchronize()
 
@@ -352,7 +350,8 @@ def launch_of(store_cls, devices: DeviceSet, requested: str | None,
 
 def schedule_launch_note(schedule, store_cls, devices: DeviceSet, requested: str | None,
                          optimizer: str, graphed: bool) -> str:
-    """How a scheduled step is issued, for the summary's notes."""
+    """How a scheduled step is issued, for the summary's notes: ``requested`` is the user's
+    --launch (None: the default), ``graphed`` whether the session replays a graph per part."""
     parts = len(schedule.parts)
     if graphed:
         return (f"launch: each of the {parts} parts' exchanges replayed from a CUDA graph of its "
