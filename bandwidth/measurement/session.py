@@ -28,6 +28,10 @@ place) gets a set per replay. ``graph_steps=None`` ("auto") chooses the count fr
 replays: enough for an iteration of ``GRAPH_ITERATION_S``, at most ``GRAPH_MAX_STEPS``, a whole
 number of turns over the sets; the sets take at most ``GRAPH_MEMORY_SHARE`` of the free GPU memory,
 and every process takes the smallest counts. Every set's outputs are checked after every iteration.
+
+A schedule other than flat (``schedule``) follows the same launch rule with one CUDA graph per
+part (bandwidth.schedules.graphs.PartGraphs, its ``replay`` one step), one step per timed
+iteration (one set of buffers); ``fsdp``'s sharded parts and modes that cannot capture run eager.
 """
 
 from __future__ import annotations
