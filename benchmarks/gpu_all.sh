@@ -50,6 +50,14 @@ log="$OUT/gpu.log"
       python3 bandwidth/measure.py --kv-store "$mode" --gpus 0,0 --schedule backward "${R200[@]}" \
         --compute-ms 10,20 --no-reference --json "$OUT/overlap_$mode.json"
     done
+    echo "== scheduled steps: a CUDA graph per part against eager (resnet-50 backward, issue 26)"
+    for launch in eager graph; do
+      python3 bandwidth/measure.py --kv-store device --gpus 0,0 --network resnet --num-layers 50 \
+        --schedule backward --num-batches 10 --launch "$launch" --no-reference
+      python3 bandwidth/measure.py --kv-store device --gpus 0,0 --network resnet --num-layers 50 \
+        --schedule backward --num-batches 10 --launch "$launch" --compute flops --no-reference \
+        --json "$OUT/graph_parts_$launch.json"
+    done
     python3 -m pytest -q -p no:cacheprovider tests/test_compute.py
   fi
   if ! part extra; then

@@ -218,3 +218,42 @@ def test_the_document_lists_ddps_buckets(cli, tmp_path):
     assert [p["arrays"] for p in parts] == [[shapes[k][0] for k in p.keys] for p in expected]
     assert result["summary"]["error_max"] == 0.0
     assert "nccl ddp 0.1/1MiB" in proc.stdout or "schedule ddp" in proc.stdout
+
+
+def test_how_a_scheduled_step_is_launched():
+    """backward and ddp follow the flat rule with a graph per part on GPUs; fsdp and CPU devices
+    stay eager; the note says which and why (tests/test_schedules_gpu.py runs the graphs)."""
+    from bandwidth.measurement.session import launch_of, schedule_launch_note
+    from bandwidth.stores.registry import KVSTORES
+    gpu, gpus, cpus = DeviceSet("cuda", (0, 0)), DeviceSet("cuda", (0,)), DeviceSet("cpu", (0, 1))
+    device, local, nccl = KVSTORES["device"], KVSTORES["local"], KVSTORES["nccl"]
+    backward, fsdp = schedule("backward"), schedule("fsdp")
+    assert launch_of(device, gpu, None, "none", backward) == "auto"
+    assert launch_of(device, gpu, "graph", "sgd", backward) == "graph"
+    assert launch_of(device, gpu, "eager", "none", backward) == "eager"
+    assert launch_of(local, gpus, None, "none", backward) == "eager"        # auto_graph False
+    assert launch_of(local, gpus, "graph", "none", backward) == "graph"
+    assert launch_of(nccl, gpus, "graph", "none", schedule("ddp")) == "graph"
+    assert launch_of(nccl, gpus, "graph", "none", fsdp) == "eager"
+    assert launch_of(device, cpus, None, "none", backward) == "eager"
+    note = schedule_launch_note(backward, device, gpu, "graph", "none", True)
+    assert note.startswith(f"launch: each of the {len(backward.parts)} parts' exchanges "
+                           "replayed from a CUDA graph")
+    assert "(local runs eager under --launch auto" in schedule_launch_note(
+        backward, local, gpus, None, "none", False)
+    assert "(fsdp's parts are not captured)" in schedule_launch_note(
+        fsdp, nccl, gpus, "auto", "none", False)
+    assert "(--launch eager)" in schedule_launch_note(backward, device, gpu, "eager", "none",
+                                                      False)
+
+
+def test_a_scheduled_step_on_cpu_devices_runs_eager_and_says_so(cli):
+    s = scheduled_session("device", 2, "backward")
+    assert s.launch == "eager" and s.graph is None
+    assert errors(s, iterations=1) == [0.0]
+    s.close()
+    proc = cli("--kv-store", "device", "--cpus", "2", "--network", "mlp", "--schedule",
+               "backward", "--num-batches", "1", "--no-reference")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "# note: launch: eager, each of the 3 parts' exchanges issued from the host (CPU " \
+        "devices)" in proc.stdout

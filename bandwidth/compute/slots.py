@@ -1,7 +1,14 @@
 """The compute stage's side of a schedule (bandwidth.schedules): ``Slots(runners)`` is the
 ``compute`` function a schedule's executor calls with each FORWARD/BACKWARD event (that unit's
 work on every device of this process, in turn) and its ``on_event`` hook, which stamps when each
-exchange starts and when its WAIT ends, on every device's clock, for the step's timeline."""
+exchange starts and when its WAIT ends, on every device's clock, for the step's timeline.
+
+On GPUs both stamps are events on the device's current stream, where the products run. With a
+CUDA graph per part (bandwidth.schedules.graphs) the exchange itself runs on a side stream: it
+starts once the compute stream reaches the EXCHANGE stamp (the side stream waits for an event
+recorded there), and the compute stream waits for the part's completion at its WAIT, before the
+end stamp, so an exchange's bar ends when its arrays are back or when compute reached its WAIT,
+whichever is later, and the next compute slot starts after it."""
 
 from __future__ import annotations
 

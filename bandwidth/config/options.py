@@ -288,7 +288,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "device and nccl modes) or 'eager' (every copy, kernel and collective "
                          "launched by the host each step, as a framework without graphs does) or "
                          "'auto' (capture, then keep the graph unless a few untimed trial steps "
-                         "show the eager step faster) (default: auto on GPUs, eager on CPU devices)")
+                         "show the eager step faster); with --schedule backward or ddp, one graph "
+                         "per part, replayed on a side stream (fsdp: eager) (default: auto on "
+                         "GPUs, eager on CPU devices)")
     ex.add_argument("--graph-steps", default="auto",
                     help="with the graph launch: how many replays of the captured step each timed "
                          "iteration queues back to back, taking turns over a few sets of buffers "

@@ -28,6 +28,10 @@ place) gets a set per replay. ``graph_steps=None`` ("auto") chooses the count fr
 replays: enough for an iteration of ``GRAPH_ITERATION_S``, at most ``GRAPH_MAX_STEPS``, a whole
 number of turns over the sets; the sets take at most ``GRAPH_MEMORY_SHARE`` of the free GPU memory,
 and every process takes the smallest counts. Every set's outputs are checked after every iteration.
+
+A schedule other than flat (``schedule``) follows the same launch rule with one CUDA graph per
+part (bandwidth.schedules.graphs.PartGraphs, its ``replay`` one step), one step per timed
+iteration (one set of buffers); ``fsdp``'s sharded parts and modes that cannot capture run eager.
 """
 
 from __future__ import annotations
@@ -66,9 +70,13 @@ class Session:
         modes that take one (``KVStore.takes_owners``); ``graph_steps``: replays per timed
         iteration with the graph (module docstring; None: auto). ``schedule``: a
         bandwidth.schedules Schedule other than flat (None: the mode's one flat step), run by
-        ``runner.ScheduledStore`` with ``compute`` and ``on_event`` (see there), eagerly."""
+        ``runner.ScheduledStore`` with ``compute`` and ``on_event`` (see there); its "graph" is
+        one CUDA graph per part (schedules.graphs.PartGraphs), one step per timed iteration
+        (``graph_steps`` is 1)."""
         store_cls = KVSTORES[kv_store]
         self.store_cls = store_cls
+        if schedule is not None:
+            graph_steps = 1       # a scheduled step: one step (its parts' replays) per iteration
         self.threads_before = torch.get_num_threads()      # restored at close on CPU devices
         self.devices = devices
         self.n = replicas or devices.n
@@ -127,8 +135,7 @@ class Session:
         if not devices.is_cuda:
             self._set_cpu_threads(cpu_threads)
             self.cpu_threads_used = torch.get_num_threads()
-        self.launch = "eager" if schedule is not None else launch_of(store_cls, devices, launch,
-                                                                      optimizer)
+        self.launch = launch_of(store_cls, devices, launch, optimizer, schedule)
         self.graph, self.graph_failure, self.launch_trial = None, None, None
         auto = self.launch == "auto"
         if auto:
@@ -327,11 +334,15 @@ def _allocated(devices: DeviceSet) -> int:
 
 
 def launch_of(store_cls, devices: DeviceSet, requested: str | None,
-              optimizer: str = "none") -> str:
+              optimizer: str = "none", schedule=None) -> str:
     """How ``store_cls``'s steps are issued on ``devices``: "graph" or "auto" where asked for (or,
     for "auto", by default) on GPUs by a mode that can capture its step there (``can_capture``;
     "auto" only where the mode's ``auto_graph`` says a graph can help), otherwise "eager". The
-    session resolves "auto" to "graph" or "eager" (``Session.launch``)."""
+    session resolves "auto" to "graph" or "eager" (``Session.launch``). A ``schedule`` other than
+    flat follows the same rule with one graph per part, where its parts allow graphs
+    (``Schedule.graph_parts``: not fsdp's)."""
+    if schedule is not None and not schedule.graph_parts:
+        return "eager"
     wanted = requested or ("auto" if devices.is_cuda else "eager")
     if wanted == "auto" and not store_cls.auto_graph:
         return "eager"
@@ -339,3 +350,26 @@ def launch_of(store_cls, devices: DeviceSet, requested: str | None,
                                                                                  optimizer):
         return wanted
     return "eager"
+
+
+def schedule_launch_note(schedule, store_cls, devices: DeviceSet, requested: str | None,
+                         optimizer: str, graphed: bool) -> str:
+    """How a scheduled step is issued, for the summary's notes: ``requested`` is the user's
+    --launch (None: the default), ``graphed`` whether the session replays a graph per part."""
+    parts = len(schedule.parts)
+    if graphed:
+        return (f"launch: each of the {parts} parts' exchanges replayed from a CUDA graph of its "
+                "own on a side stream at its EXCHANGE, compute waiting on its event at its WAIT")
+    if not devices.is_cuda:
+        why = "CPU devices"
+    elif not schedule.graph_parts:
+        why = f"{schedule.name}'s parts are not captured"
+    elif requested == "eager":
+        why = "--launch eager"
+    elif not store_cls.can_capture(devices, optimizer):
+        why = f"{store_cls.name} cannot capture its step here"
+    elif requested != "graph" and not store_cls.auto_graph:
+        why = f"{store_cls.name} runs eager under --launch auto; --launch graph to capture"
+    else:
+        why = "launch auto's trial steps chose it, or the capture failed: see the next note"
+    return f"launch: eager, each of the {parts} parts' exchanges issued from the host ({why})"

@@ -10,7 +10,7 @@ from typing import Callable
 from bandwidth.measurement import protocol
 from bandwidth.measurement.costs import measure_costs
 from bandwidth.measurement.protocol import Report, Sample, Summary
-from bandwidth.measurement.session import Session, launch_of
+from bandwidth.measurement.session import Session, launch_of, schedule_launch_note
 from bandwidth.plan.plan import Plan
 from bandwidth.processes.lifeline import Watchdog
 from bandwidth.stores.registry import KVSTORES
@@ -47,8 +47,12 @@ def open_session(plan: Plan, indices: list[int], group, *, cluster=None, first_r
                       first_replica=first_replica, replicas=replicas, launch=plan.launch,
                       owners=c.owners, graph_steps=1 if plan.compute else c.graph_steps,
                       schedule=plan.schedule)
-    notes = session.store.notes() + [n for n in (session.graph_failure, session.launch_trial,
-                                                 session.graph_note, session.threads_note) if n]
+    schedule_note = None if plan.schedule is None else schedule_launch_note(
+        plan.schedule, plan.store_cls, plan.devices, c.launch, c.optimizer,
+        session.graph is not None)
+    notes = session.store.notes() + [n for n in (schedule_note, session.graph_failure,
+                                                 session.launch_trial, session.graph_note,
+                                                 session.threads_note) if n]
     return session, notes
 
 

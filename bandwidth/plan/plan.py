@@ -64,11 +64,10 @@ class Plan:
 
     @property
     def launch(self) -> str:
-        """How the mode's steps are issued here: "graph" or "eager" (session.launch_of); a
-        schedule other than flat issues its steps eagerly."""
-        if self.schedule is not None:
-            return "eager"
-        return launch_of(self.store_cls, self.devices, self.config.launch, self.config.optimizer)
+        """How the mode's steps are issued here: "graph", "auto" or "eager" (session.launch_of;
+        a schedule other than flat: one graph per part where its parts and the mode allow)."""
+        return launch_of(self.store_cls, self.devices, self.config.launch, self.config.optimizer,
+                         self.schedule)
 
     def bus_factor(self, n: int) -> float:
         """The bus factor of this run's step over ``n`` counted devices: the mode's, or the
@@ -119,9 +118,9 @@ def make_plan(config: Config, with_devices: bool = True) -> Plan:
         raise UnsupportedError(f"--schedule {config.schedule} runs on the toolkit's modes only, "
                                f"not --backend {config.backend} (MXNet's kvstore pushes as it "
                                "pleases)")
-    if config.schedule != "flat" and config.launch == "graph":
-        raise UnsupportedError(f"--schedule {config.schedule} issues its steps eagerly; --launch "
-                               "graph is the flat schedule's")
+    if config.launch == "graph" and not schedule_cls.graph_parts:
+        raise UnsupportedError(f"--schedule {config.schedule} issues its parts eagerly (no CUDA "
+                               "graph); leave --launch out or use --launch eager")
     devices, notes = one_gpu(config, devices, store_cls) if with_devices else (devices, ())
     reason = store_cls.unavailable(devices, config.dtype)
     if reason:
@@ -136,7 +135,12 @@ def make_plan(config: Config, with_devices: bool = True) -> Plan:
             raise UnsupportedError("--graph-steps counts replays of a CUDA graph, and this run "
                                    "is on CPU devices (no GPU visible), which run eager: drop "
                                    "--graph-steps")
-        if plan.launch == "eager":     # local, the parameter-server modes, an optimizer...
+        if plan.schedule is not None:
+            plan = replace(plan, notes=notes + (
+                f"--graph-steps {config.graph_steps} does nothing here: a --schedule "
+                f"{config.schedule} step is one step per timed iteration (its parts' graphs "
+                "replayed once each)",))
+        elif plan.launch == "eager":   # local, the parameter-server modes, an optimizer...
             plan = replace(plan, notes=notes + (
                 f"--graph-steps {config.graph_steps} does nothing here: {config.kv_store} on "
                 f"{devices.describe()} runs eager with these settings (no CUDA graph to "
@@ -207,6 +211,8 @@ def compute_bytes(plan: Plan) -> int:
 def _sets(plan: Plan) -> int:
     """Sets of buffers a run keeps: --graph-steps N where steps are graph replays."""
     steps = plan.config.graph_steps
+    if plan.schedule is not None:      # one step per iteration (measurement/session.py)
+        return 1
     return steps if steps and plan.launch in ("graph", "auto") else 1
 
 

@@ -234,7 +234,10 @@ def launch_line(result: Result) -> str:
     """How the steps were issued, and the host's time per step beside the step's own."""
     plan, s = result.plan, result.summary
     launch = result.launch or plan.launch
-    if launch == "graph":
+    if launch == "graph" and plan.schedule is not None:
+        how = (f"graph (each of the step's {len(plan.schedule.parts)} parts one replay of its own "
+               "CUDA graph captured at set-up)")
+    elif launch == "graph":
         how = "graph (each step one replay of a CUDA graph captured at set-up)"
     elif plan.devices.is_cuda and plan.config.launch == "graph":
         how = f"eager ({plan.config.kv_store} has no graph path: the host issues every step)"

@@ -138,6 +138,9 @@ class Schedule:
     modes: ClassVar[tuple[str, ...] | None] = None
     # What ``modes`` lists in words, for the error of a mode it cannot run.
     modes_why: ClassVar[str] = ""
+    # True: on GPUs each part's operation can be a CUDA graph of its own where the mode can capture
+    # its step (runner.ScheduledStore.capture, graphs.PartGraphs); False: always issued eagerly.
+    graph_parts: ClassVar[bool] = True
 
     def __init__(self, shapes: Shapes, element_bytes: int, **options):
         self.shapes = list(shapes)

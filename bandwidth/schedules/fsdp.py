@@ -41,6 +41,7 @@ class Fsdp(Schedule):
                "after backward, one block of prefetch")
     modes = ("nccl", "dist_nccl")
     modes_why = "FSDP all-gathers and reduce-scatters through torch.distributed"
+    graph_parts = False       # its sharded halves (sharded.ShardedPart) are issued eagerly
 
     def make_units(self) -> list[Unit]:
         units: list[Unit] = []

@@ -8,13 +8,16 @@ buffers (views: the replicas' gradients and outputs of those arrays, laid out by
 ``fsdp``'s parts are ``sharded.ShardedPart`` instead (all-gather and reduce-scatter). A step runs
 the events in order: EXCHANGE starts the part's operation (``KVStore.start``), WAIT completes it
 (``KVStore.finish``), FORWARD and BACKWARD call the compute stage's function if there is one.
-Steps are issued eagerly (no CUDA graph).
+That is the eager step (``step``); on GPUs, where the mode can capture its operation, ``capture``
+records each part's as a CUDA graph and returns a ``graphs.PartGraphs`` whose ``replay`` runs the
+same events with a replay per EXCHANGE (the session treats it as the flat step's graph).
 """
 
 from __future__ import annotations
 
 from bandwidth.plan.layout import Layout, Replica
 from bandwidth.schedules.base import ALL_GATHER, EXCHANGE, REDUCE, WAIT, Schedule
+from bandwidth.schedules.graphs import PartGraphs
 from bandwidth.schedules.sharded import ShardedPart
 
 
@@ -37,6 +40,10 @@ def exchange_order(schedule: Schedule) -> list[int]:
 
 
 class ScheduledStore:
+    # A part's store may consume what ``prepare`` wrote (nccl's bucket): the session replays one
+    # step per prepare (session.py reads it as ``KVStore.prepared_steps``).
+    prepared_steps = True
+
     def __init__(self, schedule: Schedule, store_cls, spans, replicas: list[Replica], optimizer,
                  group, chunk_elements, cpu_threads=None, compute=None, on_event=None, **extra):
         """``compute(event)``: runs a FORWARD or BACKWARD slot (None: empty slots);
@@ -67,7 +74,7 @@ class ScheduledStore:
         sizes = sorted(p.nbytes for p in parts)
         lines = [f"schedule {self.schedule.name}: {len(parts)} part(s) over "
                  f"{len(self.schedule.units)} unit(s), {sizes[0] / 1e6:.3g}-{sizes[-1] / 1e6:.3g} "
-                 "MB each, eager steps (no CUDA graph)"]
+                 "MB each"]
         if not isinstance(self.stores[0], ShardedPart):
             lines += self.stores[-1].notes()
         return lines
@@ -85,13 +92,19 @@ class ScheduledStore:
             store.prepare()
 
     def step(self) -> None:
+        """One step issued eagerly: every part's operation from the host."""
+        self.run_events(self._start, self._finish)
+
+    def run_events(self, start, finish) -> None:
+        """The step's events in order: ``start(event)`` at each EXCHANGE, ``finish(event)`` at
+        each WAIT, the compute function at FORWARD and BACKWARD, ``on_event`` around each."""
         for event in self.events:
             if self.on_event is not None:
                 self.on_event(event, "start")
             if event.kind == EXCHANGE:
-                self._start(event)
+                start(event)
             elif event.kind == WAIT:
-                self._finish(event)
+                finish(event)
             elif self.compute is not None:
                 self.compute(event)
             if self.on_event is not None:
@@ -121,8 +134,12 @@ class ScheduledStore:
         for store in self.stores:
             store.reset_weights()
 
-    def capture(self):
-        raise RuntimeError("a scheduled step is issued eagerly (no CUDA graph)")
+    def capture(self) -> PartGraphs:
+        """Each part's operation captured as a CUDA graph of its own (GPUs, a mode that can
+        capture; fsdp's sharded parts cannot): see graphs.PartGraphs."""
+        if any(isinstance(store, ShardedPart) for store in self.stores):
+            raise RuntimeError("fsdp's sharded parts are issued eagerly (no CUDA graph)")
+        return PartGraphs(self)
 
     def close(self) -> None:
         for store in self.stores:
