@@ -28,6 +28,7 @@ import collections
 import os
 import selectors
 import signal
+import sys
 import time
 from collections.abc import Callable, Sequence
 
