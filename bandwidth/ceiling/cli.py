@@ -13,7 +13,7 @@ import torch
 from bandwidth import cliexit
 from bandwidth.ceiling import render
 from bandwidth.ceiling.suite import PARTS, CeilingOptions, measure_ceilings
-from bandwidth.config.options import check_timeout, parse_gpus, parse_size, size_sweep
+from bandwidth.config.values import check_timeout, parse_gpus, parse_size, size_sweep
 from bandwidth.errors import BandwidthError, ConfigError
 from bandwidth.hardware.devices import resolve
 from bandwidth.results.files import write_atomic

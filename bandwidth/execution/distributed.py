@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 
 from bandwidth.backends import engines
-from bandwidth.config.options import Job
+from bandwidth.config.job import Job
 from bandwidth.errors import ConfigError
 from bandwidth.hardware.environment import describe as describe_environment
 from bandwidth.launch.preflight import PREFLIGHT_ENV

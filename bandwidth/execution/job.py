@@ -11,7 +11,7 @@ import time
 from bandwidth.backends import engines
 from bandwidth.ceiling.bounds import BoundCache
 from bandwidth.compute.layers import describe as describe_compute
-from bandwidth.config.options import Job
+from bandwidth.config.job import Job
 from bandwidth.errors import ConfigError
 from bandwidth.execution.distributed import execute_distributed, preflight
 from bandwidth.execution.measuring import measure_all, merged, plan_label

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from bandwidth.ceiling.bounds import BoundCache
-from bandwidth.config.options import Job
+from bandwidth.config.job import Job
 from bandwidth.measurement.protocol import Summary
 from bandwidth.plan.plan import Plan, size_line
 from bandwidth.report.progress import Progress

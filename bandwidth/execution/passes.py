@@ -9,7 +9,7 @@ from collections import Counter
 from dataclasses import replace
 
 from bandwidth.ceiling.bounds import BoundCache
-from bandwidth.config.options import Job
+from bandwidth.config.job import Job
 from bandwidth.execution.measuring import measure_one, merged, plan_label
 from bandwidth.measurement.fresh import fresh_pass
 from bandwidth.plan.plan import Plan
