@@ -169,7 +169,7 @@ def _expect(ceilings, pct: float, junit: str | None, summary_md: str | None,
     """The --expect-links gate on the measured ceilings: table, verdict, reports; 0 or 1."""
     from bandwidth.ceiling.expect import link_gates
     from bandwidth.report import gatereport
-    from bandwidth.report.table import render as render_table
+    from bandwidth.report.cells import render as render_table
 
     doc = ceilings.to_dict()
     if ceilings.topology is None:
