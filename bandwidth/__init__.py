@@ -16,7 +16,8 @@ kvstore does the exchange (this toolkit's or MXNet's) behind one interface; ``me
 protocol (warm-up, timing, error check) on one process's replicas; ``processes`` the processes of a
 run (one per device, or the roles of a launch) and what they share; ``results`` the result of a
 run and the document it is written as; ``report`` text, tables, CSV, plots, baselines and gates;
-``hardware`` facts about this machine; ``ceiling`` what the hardware allows; ``launch`` the
+``execution`` what measure.py does with a parsed job (repeats, gates, outputs, a distributed
+role); ``hardware`` facts about this machine; ``ceiling`` what the hardware allows; ``launch`` the
 distributed launcher; ``netlab`` a laboratory of hosts. ``run.py`` is the pipeline, top to bottom.
 
 Modules at this level: the entry points (``measure``, ``compare``, ``__main__``), ``run``, and the

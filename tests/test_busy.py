@@ -79,7 +79,7 @@ def test_states_are_read_through_nvml(monkeypatch):
 
 
 def test_a_gate_refuses_a_busy_gpu_unless_forced(monkeypatch):
-    from bandwidth import measure
+    from bandwidth.execution import job as measure
     from bandwidth.hardware.devices import DeviceSet
 
     facts = {0: {"procs": [(77, 3 << 30)], "app": 1980, "mask": 0}}

@@ -16,7 +16,7 @@ from bandwidth.ceiling.collectives import COLLECTIVES, aligned_numel, figures
 from bandwidth.ceiling.model import MATRICES, Ceilings, Matrix
 from bandwidth.ceiling.suite import CeilingOptions, measure_ceilings
 from bandwidth.ceiling.timing import median_seconds
-from bandwidth.config.options import parse_size, size_sweep
+from bandwidth.config.values import parse_size, size_sweep
 from bandwidth.errors import ConfigError
 from bandwidth.hardware.devices import DeviceSet
 from bandwidth.hardware.topology import Topology, normalise_bus_id, read_topology

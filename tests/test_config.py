@@ -3,8 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from bandwidth.config.options import (build_parser, job_from_args, parse_gpus, parse_image_shape,
-                                      parse_size, size_sweep)
+from bandwidth.config.options import build_parser, job_from_args
+from bandwidth.config.values import parse_gpus, parse_image_shape, parse_size, size_sweep
 from bandwidth.errors import ConfigError
 from bandwidth.report.baseline import parse_tolerance
 

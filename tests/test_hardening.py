@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bandwidth.config.options import MAX_SWEEP_SIZES, parse_size, size_sweep
+from bandwidth.config.values import MAX_SWEEP_SIZES, parse_size, size_sweep
 from bandwidth.errors import ConfigError
 from bandwidth.processes.distributed import gpu_shares
 

@@ -8,14 +8,15 @@ import torch
 
 from bandwidth.config.options import Config
 from bandwidth.hardware import devices as dev
-from bandwidth.hardware.devices import DeviceSet
+from bandwidth.hardware.devices import DeviceSet, peer_warning
 from bandwidth.measurement import protocol
 from bandwidth.measurement.session import Session
 from bandwidth.plan.data import expected_sum, fill_gradient
 from bandwidth.plan.layout import Layout
 from bandwidth.processes.group import LocalGroup
 from bandwidth.run import run
-from bandwidth.stores.device import DeviceStore, assign_owners, peer_warning
+from bandwidth.stores.device import DeviceStore
+from bandwidth.stores.owners import assign_owners
 
 SHAPES = [("fc1_weight", (64, 100)), ("fc1_bias", (64,)), ("fc2_weight", (300, 64)),
           ("fc2_bias", (300,)), ("odd", (7, 3))]

@@ -14,7 +14,7 @@ from bandwidth.measurement.session import Session
 from bandwidth.plan.data import expected_sum
 from bandwidth.processes.group import LocalGroup
 from bandwidth.run import run
-from bandwidth.stores.device import SPLIT_BOUND, assign_owners, owner_pieces, water_fill
+from bandwidth.stores.owners import SPLIT_BOUND, assign_owners, owner_pieces, water_fill
 
 # Keys on both sides of the bound: two above it (split by the balanced rule), one exactly at it
 # and three below (kept whole by both rules).

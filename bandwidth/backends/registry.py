@@ -1,6 +1,6 @@
 """The class that describes each kvstore mode under each backend (``store_class``): the toolkit's
 own from the stores' registry, MXNet's from bandwidth.backends.mxnet_backend (imported only when
-asked for). The backends' names are the configuration's (config.options.BACKENDS)."""
+asked for). The backends' names are the configuration's (config.values.BACKENDS)."""
 
 from __future__ import annotations
 

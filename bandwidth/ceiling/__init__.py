@@ -25,9 +25,9 @@ judged against, measured quickly in the same run), ``hostmatrix`` (the host-to-h
 distributed modes, ``--network-ceiling``), ``linkbound`` (the full-duplex link bound,
 ``--link-rate``), ``expect`` (what NVML says each link should carry, ``--expect-links``).
 
-May import: hardware, config (the sweep's sizes and flags' values), processes and launch.contract
-(Gloo ranks on CPU devices, the host-to-host matrix's roles), launch.placement (what crosses each
-host's link), report.table, report.baseline and
+May import: hardware, config.values (the sweep's sizes and flags' values), processes and
+launch.contract (Gloo ranks on CPU devices, the host-to-host matrix's roles), launch.placement
+(what crosses each host's link), report.cells, report.baseline and
 report.gatereport (its tables, thresholds and gate reports), the vocabulary. Not the stores, the
 measurement or the run.
 """

@@ -13,7 +13,7 @@ import torch
 from bandwidth import cliexit
 from bandwidth.ceiling import render
 from bandwidth.ceiling.suite import PARTS, CeilingOptions, measure_ceilings
-from bandwidth.config.options import check_timeout, parse_gpus, parse_size, size_sweep
+from bandwidth.config.values import check_timeout, parse_gpus, parse_size, size_sweep
 from bandwidth.errors import BandwidthError, ConfigError
 from bandwidth.hardware.devices import resolve
 from bandwidth.results.files import write_atomic
@@ -169,7 +169,7 @@ def _expect(ceilings, pct: float, junit: str | None, summary_md: str | None,
     """The --expect-links gate on the measured ceilings: table, verdict, reports; 0 or 1."""
     from bandwidth.ceiling.expect import link_gates
     from bandwidth.report import gatereport
-    from bandwidth.report.table import render as render_table
+    from bandwidth.report.cells import render as render_table
 
     doc = ceilings.to_dict()
     if ceilings.topology is None:

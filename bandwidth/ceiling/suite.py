@@ -26,7 +26,7 @@ import torch
 from bandwidth.ceiling import collectives, host, p2p
 from bandwidth.ceiling.model import (MATRICES, Ceilings, CollectiveSweep, HostLink, HostMemory,
                                      Matrix)
-from bandwidth.config.options import size_sweep
+from bandwidth.config.values import size_sweep
 from bandwidth.errors import BandwidthError, ConfigError
 from bandwidth.hardware import rawcopy
 from bandwidth.hardware.devices import DeviceSet

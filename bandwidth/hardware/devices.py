@@ -88,6 +88,31 @@ def peer_matrix(devices: list[torch.device]) -> list[list[bool]]:
     return [[a == b or torch.cuda.can_device_access_peer(a, b) for b in devices] for a in devices]
 
 
+def peer_warning(peers: list[list[bool]], ids: list[int]) -> str | None:
+    """The warning for GPU pairs without direct access (None: every pair has it, or no GPUs).
+
+    ``peers[i][j]``: device ``ids[i]`` can access device ``ids[j]`` directly. Pairs are named by
+    GPU id: ``0<->2`` neither way, ``0->2`` only 0 cannot access 2.
+    """
+    n = len(peers)
+    pairs = n * (n - 1)
+    enabled = sum(peers[i][j] for i in range(n) for j in range(n) if i != j)
+    if enabled == pairs:
+        return None
+    lacking = []
+    for i in range(n):
+        for j in range(i + 1, n):
+            if not peers[i][j] and not peers[j][i]:
+                lacking.append(f"{ids[i]}<->{ids[j]}")
+            elif not peers[i][j]:
+                lacking.append(f"{ids[i]}->{ids[j]}")
+            elif not peers[j][i]:
+                lacking.append(f"{ids[j]}->{ids[i]}")
+    return (f"only {enabled} out of {pairs} GPU pairs have direct (peer-to-peer) access; the "
+            f"others are staged through host memory (a->b: GPU a cannot access GPU b): "
+            f"{', '.join(lacking)}")
+
+
 def free_bytes(devices: DeviceSet) -> list[int]:
     """Free memory of each participant; CPU devices share the host's available memory."""
     if devices.is_cuda:

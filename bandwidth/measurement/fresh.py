@@ -28,8 +28,8 @@ from bandwidth.errors import BandwidthError
 
 
 def fresh_pass(auto_pass: Callable, job, plans: list, environment: dict, tag: str) -> list:
-    """``auto_pass(job, plans, bounds, environment, tag)`` (measure.py's, passed in: this module
-    does not import measure.py) in a fresh process: its repeats' results (a list of lists of
+    """``auto_pass(job, plans, bounds, environment, tag)`` (bandwidth.execution.passes's, passed in:
+    this module does not import it) in a fresh process: its repeats' results (a list of lists of
     Result). Its output (the pass's progress and summary line) goes to this process's stdout and
     stderr."""
     import torch

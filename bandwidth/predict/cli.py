@@ -93,7 +93,7 @@ def question(args) -> dict:
     hosts = args.hosts
     if args.host_matrix:
         hosts, rate_of = matrix_rates(args.host_matrix)
-    from bandwidth.config.options import parse_image_shape
+    from bandwidth.config.values import parse_image_shape
     try:
         shapes = networks.get_shapes(args.network, image_shape=parse_image_shape(args.image_shape),
                                      num_classes=args.num_classes, num_layers=args.num_layers)

@@ -1,5 +1,5 @@
 """Everything that renders or judges results: text (preamble, MXNet's lines, summary: ``text``),
-fixed-width tables and CSV (``table``), plots (``plot``), progress on stderr (``progress``),
+fixed-width tables and CSV (``table``, their cells and column layout: ``cells``), plots (``plot``), progress on stderr (``progress``),
 and the gates: baselines and thresholds (``baseline``), their statistics (``stats``), per-host
 gates (``hostgate``) and the JUnit / markdown reports CI systems show (``gatereport``).
 

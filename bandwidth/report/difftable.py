@@ -6,7 +6,7 @@ from collections import defaultdict
 
 from bandwidth.report import stats
 from bandwidth.report.rowcompare import exit_code
-from bandwidth.report.table import render
+from bandwidth.report.cells import render
 from bandwidth.report.verdicts import Diff
 
 def _num(value: float | None, fmt: str) -> str:

@@ -20,7 +20,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from bandwidth.errors import ConfigError, UnsupportedError
-from bandwidth.report.table import format_bytes, gbps_3, scaling_series, sources_text, total_gbps
+from bandwidth.report.cells import format_bytes, gbps_3, sources_text
+from bandwidth.report.table import scaling_series, total_gbps
 from bandwidth.results.document import Row
 
 KINDS = ("bars", "scaling", "sweep")

@@ -24,6 +24,9 @@ from collections import defaultdict
 from pathlib import Path
 
 from bandwidth.errors import ConfigError
+from bandwidth.report.cells import (busbw_cells, column_widths, error_cell, format_bytes, gbps_3,
+                                    gbps_cell, identity_columns, pct_cell, render, sources_text,
+                                    varies)
 from bandwidth.results.document import Row
 
 CSV_COLUMNS = ("source", "kv_store", "network", "devices", "n", "dtype", "optimizer", "nbytes",
@@ -34,87 +37,6 @@ CSV_COLUMNS = ("source", "kv_store", "network", "devices", "n", "dtype", "optimi
 
 
 # ---------------------------------------------------------------------------------------------
-# cells
-
-
-def format_bytes(nbytes: int) -> str:
-    """Exact binary multiples as nccl-tests' sizes (``1 MiB``); network sizes in MB of 10^6 bytes
-    as MXNet's size line (``257.99 MB``)."""
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if nbytes >= scale and nbytes % scale == 0:
-            return f"{nbytes // scale} {unit}"
-    if nbytes >= 10**6:
-        return f"{nbytes / 1e6:.2f} MB"
-    if nbytes >= 10**3:
-        return f"{nbytes / 1e3:.2f} kB"
-    return f"{nbytes} B"
-
-
-def _gbps(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.3f}"
-
-
-def _error(value: float) -> str:
-    return "not checked" if value < 0 else f"{value:.6f}"
-
-
-def _pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.1f}"
-
-
-def gbps_3(value: float) -> str:
-    """A rate with 3 significant digits, as ceilings are labelled: 385, 1.18, 0.0532."""
-    return f"{value:.3g}"
-
-
-ONE_DEVICE = "n/a (1 device)"     # busbw is 0 by definition with one device: nothing to show
-
-
-def _busbw_cells(r: Row) -> list[str]:
-    """GB/s per GPU, min and max: the busbw, or n/a with one device (its algbw is still shown)."""
-    if r.n < 2:
-        return [ONE_DEVICE, "-", "-"]
-    return [_gbps(r.busbw_gbps), _gbps(r.busbw_min), _gbps(r.busbw_max)]
-
-
-def render(headers: list[str], cells: list[list[str]], right: set[int]) -> list[str]:
-    """Columns as wide as their widest cell, two spaces apart; columns in ``right`` right-aligned
-    (numbers), the others left-aligned (names)."""
-    widths = column_widths(headers, cells)
-
-    def line(values: list[str]) -> str:
-        parts = [v.rjust(w) if i in right else v.ljust(w)
-                 for i, (v, w) in enumerate(zip(values, widths))]
-        return "  ".join(parts).rstrip()
-
-    return [line(headers)] + [line(row) for row in cells]
-
-
-def column_widths(headers: list[str], cells: list[list[str]]) -> list[int]:
-    return [max([len(h)] + [len(row[i]) for row in cells]) for i, h in enumerate(headers)]
-
-
-def sources_text(rows: list[Row]) -> str:
-    return ", ".join(dict.fromkeys(r.source for r in rows))
-
-
-def _varies(rows: list[Row], attr: str) -> bool:
-    return len({getattr(r, attr) for r in rows}) > 1
-
-
-def _identity_columns(rows: list[Row]) -> list[tuple[str, str]]:
-    """(header, Row attribute) of the columns that name a row; source, dtype and optimizer only
-    where they differ between rows, so that a single run's table stays narrow; the backend
-    wherever a row is not the toolkit's (an MXNet-only table says so too)."""
-    columns = [("source", "source")] if _varies(rows, "source") else []
-    columns += [("backend", "backend")] if any(r.backend != "toolkit" for r in rows) else []
-    columns += [("mode", "kv_store"), ("network", "network"), ("GPUs", "devices")]
-    columns += [(h, a) for h, a in (("dtype", "dtype"), ("optimizer", "optimizer"))
-                if _varies(rows, a)]
-    return columns
-
-
-# ---------------------------------------------------------------------------------------------
 # tables
 
 
@@ -122,11 +44,11 @@ def sweep_table(rows: list[Row], title: str | None = None) -> list[str]:
     """The main table: one line per row, numbered from 1 (the numbers --baseline-row takes)."""
     if not rows:
         return ["# no results"]
-    ident = _identity_columns(rows)
+    ident = identity_columns(rows)
     headers = ["row"] + [h for h, _ in ident] + [
         "size", "GB/s per GPU", "min GB/s", "max GB/s", "algbw GB/s", "% of ceiling", "error"]
     cells = [[str(i)] + [str(getattr(r, a)) for _, a in ident] + [format_bytes(r.nbytes)]
-             + _busbw_cells(r) + [_gbps(r.algbw_gbps), _pct(r.pct_of_ceiling), _error(r.error)]
+             + busbw_cells(r) + [gbps_cell(r.algbw_gbps), pct_cell(r.pct_of_ceiling), error_cell(r.error)]
              for i, r in enumerate(rows, 1)]
     first_number = 1 + len(ident)
     right = {0} | set(range(first_number, len(headers)))
@@ -172,7 +94,7 @@ def ceiling_lines(rows: list[Row]) -> list[str]:
     """One line per mode (and GPU set, where several) and ceiling: its rate, or the range of rates
     where each row has its own (the nccl mode's flat reference); then the rows whose run beat
     their ceiling, with the reason."""
-    by_devices = _varies(rows, "devices")
+    by_devices = varies(rows, "devices")
     groups: dict[tuple, list[tuple[int, Row]]] = defaultdict(list)
     for i, r in enumerate(rows, 1):
         if r.ceiling_gbps:
@@ -230,15 +152,15 @@ def ratio_table(rows: list[Row], baseline_index: int = 0) -> list[str]:
     if not rows:
         return ["# no results"]
     base = rows[baseline_index]
-    ident = _identity_columns(rows)
+    ident = identity_columns(rows)
     headers = ["row"] + [h for h, _ in ident] + ["GB/s per GPU", "ratio", ""]
     cells = []
     for i, r in enumerate(rows):
         ratio = f"{r.busbw_gbps / base.busbw_gbps:.2f}" if base.busbw_gbps > 0 else "n/a"
         cells.append([str(i + 1)] + [str(getattr(r, a)) for _, a in ident]
-                     + [_gbps(r.busbw_gbps), ratio, "baseline" if i == baseline_index else ""])
+                     + [gbps_cell(r.busbw_gbps), ratio, "baseline" if i == baseline_index else ""])
     right = {0, len(ident) + 1, len(ident) + 2}
-    where = f" in {base.source}" if _varies(rows, "source") else ""
+    where = f" in {base.source}" if varies(rows, "source") else ""
     return [(f"# performance ratio: GB/s per GPU of each row / row {baseline_index + 1} "
             f"({base.label}{where}); 1.00 = the baseline, higher is better")] \
         + render(headers, cells, right)
@@ -261,7 +183,7 @@ def backend_table(rows: list[Row]) -> list[str]:
                 "(same mode, network, GPUs, dtype and optimizer)"]
     ident = [("mode", "kv_store"), ("network", "network"), ("GPUs", "devices")]
     ident += [(h, a) for h, a in (("dtype", "dtype"), ("optimizer", "optimizer"))
-              if _varies(rows, a)]
+              if varies(rows, a)]
     headers = [h for h, _ in ident] + [f"{b} GB/s" for b in [base] + others] \
         + [f"{b} / {base}" for b in others] + [f"{b} error" for b in [base] + others]
     cells = []
@@ -270,8 +192,8 @@ def backend_table(rows: list[Row]) -> list[str]:
         ratios = [f"{by[b].busbw_gbps / row.busbw_gbps:.2f}" if b in by and row.busbw_gbps > 0
                   else "n/a" for b in others]
         cells.append([str(getattr(row, a)) for _, a in ident]
-                     + [_gbps(by[b].busbw_gbps) if b in by else "-" for b in [base] + others]
-                     + ratios + [_error(by[b].error) if b in by else "-" for b in [base] + others])
+                     + [gbps_cell(by[b].busbw_gbps) if b in by else "-" for b in [base] + others]
+                     + ratios + [error_cell(by[b].error) if b in by else "-" for b in [base] + others])
     right = set(range(len(ident), len(headers)))
     return [(f"# backends side by side: GB/s per GPU (median) of the same measurement; "
              f"{', '.join(others)} / {base} > 1 means faster than {base}")] \
@@ -291,7 +213,7 @@ def scaling_series(rows: list[Row]) -> dict[str, list[Row]]:
             continue
         kind = r.devices.split(":")[0].split(" ")[0]
         groups[(r.mode, r.network, r.dtype, r.optimizer, kind)].append(r)
-    dtypes_vary, opts_vary = _varies(rows, "dtype"), _varies(rows, "optimizer")
+    dtypes_vary, opts_vary = varies(rows, "dtype"), varies(rows, "optimizer")
     series: dict[str, list[Row]] = {}
     for (mode, network, dtype, optimizer, _), members in groups.items():
         counts = [r.n for r in members]
@@ -402,7 +324,7 @@ def report_lines(rows: list[Row], baseline_row: str | int | None = None,
         lines += [""] + ratio_table(rows, pick_baseline_row(rows, baseline_row))
     if any(r.step_s is not None for r in rows):
         lines += [""] + step_table(rows)
-    if _varies(rows, "backend"):
+    if varies(rows, "backend"):
         lines += [""] + backend_table(rows)
     if speedup:
         lines += [""] + speedup_table(rows)

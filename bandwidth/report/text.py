@@ -14,7 +14,7 @@ from bandwidth.formulas import busbw_gbps
 from bandwidth.hardware.memory import memory_line
 from bandwidth.hardware.topology import pcie_text
 from bandwidth.plan.plan import Plan
-from bandwidth.report.table import ONE_DEVICE, gbps_3
+from bandwidth.report.cells import ONE_DEVICE, gbps_3
 from bandwidth.results.document import fingerprint
 from bandwidth.results.result import Result
 from bandwidth.results.validate import SCHEMA_VERSION

@@ -1,7 +1,8 @@
 """The kvstore modes, one module each, listed once in ``registry`` (the only table the driver
 reads): ``local``, ``device``, ``nccl`` (and ``dist_nccl``), the parameter-server modes in
 ``dist``, and the server side of those, ``psserver``. ``base`` is the small interface each mode
-fills. Adding a mode: one module here and one line in ``registry``.
+fills; ``owners``: which device owns which elements (the device mode's placement rules, also
+the parameter servers' key placement). Adding a mode: one module here and one line in ``registry``.
 
 May import: the vocabulary, hardware (devices, raw copies), plan.layout, plan.optimizers. Never
 config, the run, the measurement or the report.

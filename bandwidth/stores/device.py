@@ -4,7 +4,7 @@ Each element of the arrays is owned by one device, which sums it and sends the r
 placement rules (``--owners``):
 
 - ``balanced`` (default): keys of at most ``SPLIT_BOUND`` elements (1,000,000, MXNet's big-array
-  bound) stay whole and are placed by MXNet's greedy rule below; then the larger keys, taken in key
+  bound) stay whole and are placed by MXNet's greedy rule below (the rules: bandwidth.stores.owners); then the larger keys, taken in key
   order as one stream of elements, are cut into consecutive pieces that fill every device up to the
   same load (water-filling: each device gets ``L - load`` elements, with ``L`` the common level,
   rounded so that loads differ by at most one element). Whenever the large keys hold at least the
@@ -54,129 +54,9 @@ from bandwidth.hardware import devices as dev
 from bandwidth.hardware import rawcopy
 from bandwidth.plan.layout import Layout, chunk_ranges
 from bandwidth.stores.base import KVStore
+from bandwidth.stores.owners import SPLIT_BOUND, owner_pieces, owner_runs
 
 log = logging.getLogger(__name__)
-
-
-# Keys of more elements than this are split over the owners by the balanced rule (MXNet's
-# MXNET_KVSTORE_BIGARRAY_BOUND, the size above which its parameter servers split a key).
-SPLIT_BOUND = 1_000_000
-OWNER_RULES = ("balanced", "greedy")
-
-
-def assign_owners(numels: list[int], n: int) -> list[int]:
-    """MXNet's rule: keys by size, largest first, each onto the least-loaded device.
-
-    Ties go to the lower key and the lower device, so the placement is reproducible.
-    """
-    load = [0] * n
-    owner = [0] * len(numels)
-    for key in sorted(range(len(numels)), key=lambda k: (-numels[k], k)):
-        target = min(range(n), key=lambda d: (load[d], d))
-        owner[key] = target
-        load[target] += numels[key]
-    return owner
-
-
-def owner_pieces(numels: list[int], n: int, rule: str = "balanced",
-                 bound: int = SPLIT_BOUND) -> list[tuple[int, int, int, int]]:
-    """Who owns which elements: ``(key, start, length, owner)`` pieces covering every key, grouped
-    by owner (owner 0's pieces first) as the flat buffer lays them out; the rules are in the
-    module docstring."""
-    if rule not in OWNER_RULES:
-        raise ValueError(f"unknown owner rule {rule!r}; valid: {', '.join(OWNER_RULES)}")
-    split = [k for k, numel in enumerate(numels) if rule == "balanced" and numel > bound]
-    whole = [k for k in range(len(numels)) if k not in frozenset(split)]
-    placed = assign_owners([numels[k] for k in whole], n)
-    load = [0] * n
-    pieces = [[] for _ in range(n)]
-    for k, o in zip(whole, placed):
-        pieces[o].append((k, 0, numels[k], o))
-        load[o] += numels[k]
-    fill = water_fill(load, sum(numels[k] for k in split))
-    # The split keys as one stream of elements, cut into consecutive runs of fill[o] elements.
-    stream = [(k, numels[k]) for k in split]
-    at, offset = 0, 0
-    for o in range(n):
-        want = fill[o]
-        while want > 0:
-            key, numel = stream[at]
-            take = min(want, numel - offset)
-            pieces[o].append((key, offset, take, o))
-            want -= take
-            offset += take
-            if offset == numel:
-                at, offset = at + 1, 0
-    for o in range(n):
-        pieces[o].sort(key=lambda piece: (piece[0], piece[1]))
-    return [piece for owned in pieces for piece in owned]
-
-
-def water_fill(load: list[int], extra: int) -> list[int]:
-    """How many of ``extra`` elements each device takes so that the largest final load is as
-    small as possible: devices below the common level are filled up to it (within one element;
-    the lower devices get the odd ones)."""
-    active = list(range(len(load)))
-    while True:
-        level = (sum(load[o] for o in active) + extra) / len(active)
-        above = [o for o in active if load[o] > level]
-        if not above:
-            break
-        active = [o for o in active if o not in above]
-    total = sum(load[o] for o in active) + extra
-    base, odd = divmod(total, len(active))
-    fill = [0] * len(load)
-    for rank, o in enumerate(sorted(active)):
-        fill[o] = base + (1 if rank < odd else 0) - load[o]
-    return fill
-
-
-def owner_runs(layout, pieces, n: int) -> list[list[tuple[int, int]]]:
-    """Per owner, the runs [start, stop) of the flat buffer it reduces: where ``layout``'s
-    segments meet its pieces (one run per owner in this mode's own layout; several in the
-    parameter-server modes', which lay the buffer out by server)."""
-    by_key = {}
-    for key, start, length, o in pieces:
-        by_key.setdefault(key, []).append((start, start + length, o))
-    marks = []
-    for seg in layout.segments:
-        lo, hi = seg.start, seg.start + seg.length
-        for start, stop, o in by_key[seg.key]:
-            a, b = max(lo, start), min(hi, stop)
-            if a < b:
-                marks.append((seg.offset + a - lo, seg.offset + b - lo, o))
-    runs = [[] for _ in range(n)]
-    for a, b, o in sorted(marks):
-        if runs[o] and runs[o][-1][1] == a:
-            runs[o][-1] = (runs[o][-1][0], b)
-        else:
-            runs[o].append((a, b))
-    return runs
-
-
-def peer_warning(peers: list[list[bool]], ids: list[int]) -> str | None:
-    """The warning for GPU pairs without direct access (None: every pair has it, or no GPUs).
-
-    ``peers[i][j]``: device ``ids[i]`` can access device ``ids[j]`` directly. Pairs are named by
-    GPU id: ``0<->2`` neither way, ``0->2`` only 0 cannot access 2.
-    """
-    n = len(peers)
-    pairs = n * (n - 1)
-    enabled = sum(peers[i][j] for i in range(n) for j in range(n) if i != j)
-    if enabled == pairs:
-        return None
-    lacking = []
-    for i in range(n):
-        for j in range(i + 1, n):
-            if not peers[i][j] and not peers[j][i]:
-                lacking.append(f"{ids[i]}<->{ids[j]}")
-            elif not peers[i][j]:
-                lacking.append(f"{ids[i]}->{ids[j]}")
-            elif not peers[j][i]:
-                lacking.append(f"{ids[j]}->{ids[i]}")
-    return (f"only {enabled} out of {pairs} GPU pairs have direct (peer-to-peer) access; the "
-            f"others are staged through host memory (a->b: GPU a cannot access GPU b): "
-            f"{', '.join(lacking)}")
 
 
 class DeviceStore(KVStore):
@@ -236,7 +116,7 @@ class DeviceStore(KVStore):
                 r.outputs.zero_()     # the owner's output region doubles as its weight store
         self.home_device = torch.cuda.current_device() if devices[0].type == "cuda" else None
         self.peers = dev.peer_matrix(devices)
-        self.peer_warning = peer_warning(self.peers, [d.index if d.index is not None else k
+        self.peer_warning = dev.peer_warning(self.peers, [d.index if d.index is not None else k
                                                       for k, d in enumerate(devices)])
         if self.peer_warning:
             # On stderr before the first iteration, as MXNet's LOG(WARNING) at start-up; the

@@ -26,7 +26,8 @@ import torch.distributed as dist
 from bandwidth.hardware import devices as dev
 from bandwidth.plan.layout import Layout, chunk_ranges
 from bandwidth.stores.base import KVStore
-from bandwidth.stores.device import DeviceStore, assign_owners
+from bandwidth.stores.device import DeviceStore
+from bandwidth.stores.owners import assign_owners
 
 BIGARRAY_BOUND = 1_000_000          # MXNET_KVSTORE_BIGARRAY_BOUND: elements, not bytes
 # A server's answers end at least 2 x (its largest message) / rate after its last push is in (see
