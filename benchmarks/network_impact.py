@@ -194,7 +194,9 @@ def ratio_tables(cells: dict, rates: list[str], rows: list[str], modes: list[str
     return lines
 
 
-def ratio_plot(cells: dict, rates: list[str], rows: list[str], modes: list[str], path: str):
+def _lines_plot(cells: dict, rates: list[str], rows: list[str], modes: list[str], path: str,
+                key: str, ylabel: str, ymax: float):
+    """One line per (mode, row) of ``cells[...][key]`` over the link rates (log scale)."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(7, 4))
@@ -202,40 +204,27 @@ def ratio_plot(cells: dict, rates: list[str], rows: list[str], modes: list[str],
     x = [parse_rate(r) / 1e9 for r in rates]
     for mode in modes:
         for row in rows:
-            y = [cells[(mode, row, r)].get("performance_ratio") for r in rates]
+            y = [cells[(mode, row, r)].get(key) for r in rates]
             ax.plot(x, [v if v is not None else float("nan") for v in y], marker="o",
                     label=f"{mode}, {row}")
     ax.set_xscale("log")
     ax.set_xticks(x, [f"{v:g}" for v in x])
     ax.set_xlabel("link rate, Gbit/s each way (tc tbf, netlab)")
-    ax.set_ylabel("performance ratio (compute alone / step)")
-    ax.set_ylim(0, 1.05)
+    ax.set_ylabel(ylabel)
+    ax.set_ylim(0, ymax)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+
+
+def ratio_plot(cells: dict, rates: list[str], rows: list[str], modes: list[str], path: str):
+    _lines_plot(cells, rates, rows, modes, path, "performance_ratio",
+                "performance ratio (compute alone / step)", 1.05)
 
 
 def plot(cells: dict, rates: list[str], networks: list[str], modes: list[str], path: str):
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(7, 4))
-    ax = fig.add_subplot()
-    x = [parse_rate(r) / 1e9 for r in rates]
-    for mode in modes:
-        for network in networks:
-            y = [cells[(mode, network, r)].get("pct") for r in rates]
-            ax.plot(x, [v if v is not None else float("nan") for v in y], marker="o",
-                    label=f"{mode}, {network}")
-    ax.set_xscale("log")
-    ax.set_xticks(x, [f"{v:g}" for v in x])
-    ax.set_xlabel("link rate, Gbit/s each way (tc tbf, netlab)")
-    ax.set_ylabel("% of the full-duplex link bound")
-    ax.set_ylim(0, 105)
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    _lines_plot(cells, rates, networks, modes, path, "pct", "% of the full-duplex link bound", 105)
 
 
 def main() -> int:
