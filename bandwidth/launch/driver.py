@@ -79,7 +79,8 @@ def _run(config: LaunchConfig, launcher, hosts, master_addr: str, hosted, secret
                       advice="raise launch.py --timeout" if config.timeout_given else
                       "the default grew with the job; give launch.py --timeout for more")
     beats = HeartbeatWatch(job_store(store, job.secret), range(job.world_size),
-                           config.heartbeat_s, config.heartbeat_misses) \
+                           config.heartbeat_s, crowded_misses(config.heartbeat_misses,
+                                                              job.world_size, os.cpu_count())) \
         if config.heartbeat_s > 0 else None
     supervisor = Supervisor(launcher.build(plan), check=watch, heartbeat=beats,
                             start_timeout_s=launcher.start_timeout_s(config.timeout_s))
@@ -88,6 +89,13 @@ def _run(config: LaunchConfig, launcher, hosts, master_addr: str, hosted, secret
     finally:
         if config.report_path:
             _write_report(config.report_path, supervisor)
+
+
+def crowded_misses(misses: float, processes: int, cores: int | None) -> float:
+    """The heartbeat's threshold in intervals for ``processes`` sharing ``cores``: beyond 4
+    processes a core, a process's beating thread waits its turn among them (20 starting on 2
+    cores went 5 s without a beat), so the threshold grows in proportion."""
+    return misses * max(1.0, processes / (4 * (cores or 1)))
 
 
 def _write_report(path: str, supervisor: Supervisor) -> None:

@@ -28,7 +28,6 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
-from datetime import timedelta
 
 ALIVE_KEY_PREFIX = "launch/alive/"
 ENDED_KEY_PREFIX = "launch/ended/"
@@ -138,6 +137,12 @@ class HeartbeatWatch:
         """Read the counters of ``ranks`` (default all) about four times an interval."""
         if self.interval_s <= 0 or now < self.next_poll:
             return
+        late = now - self.next_poll if self.next_poll else 0.0
+        if late > self.interval_s / 4:
+            # This launcher itself was late to look (a host whose cores are all busy): the time
+            # it did not look is nobody's silence.
+            for rank in self.last_change:
+                self.last_change[rank] += late
         self.next_poll = now + self.interval_s / 4
         for rank in self.ranks if ranks is None else ranks:
             try:
@@ -151,7 +156,14 @@ class HeartbeatWatch:
     def silent_for(self, rank: int, now: float) -> float:
         """Seconds since ``rank`` last beat; 0 before its first beat (not watched yet)."""
         last = self.last_change.get(rank)
-        return 0.0 if last is None else now - last
+        if last is None:
+            return 0.0
+        if len(self.last_change) > 1 and now - max(self.last_change.values()) > self.threshold_s:
+            # Every process silent at once: the store or this whole host stalled (dozens of
+            # processes starting on a few cores starve their beating threads alike), not one
+            # process; none is named, and the job's --timeout still bounds a real hang.
+            return 0.0
+        return now - last
 
     def ended(self, rank: int) -> dict:
         """What ``rank`` said of its end (``report_end``), or {}."""
