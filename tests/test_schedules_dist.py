@@ -29,7 +29,7 @@ def iter_errors(stdout: str) -> list[float]:
 @pytest.mark.parametrize("mode, optimizer", [("dist_sync", "none"), ("dist_sync_device", "sgd")])
 def test_backward_on_parameter_servers_is_exact(mode, optimizer):
     proc = launch(2, 2, "--kv-store", mode, "--cpus", "2", "--optimizer", optimizer,
-                  "--schedule", "backward")
+                  "--schedule", "backward", "--all-worker-lines")
     assert proc.returncode == 0, proc.stderr[-3000:]
     errors = iter_errors(proc.stdout)
     assert len(errors) == 4 and max(errors) < 1e-6, proc.stdout[-2000:]     # 2 workers x 2
@@ -40,6 +40,7 @@ def test_backward_on_parameter_servers_is_exact(mode, optimizer):
 @pytest.mark.parametrize("schedule", ["ddp", "fsdp"])
 def test_ddp_and_fsdp_on_dist_nccl_are_exact(schedule):
     proc = launch(2, 0, "--kv-store", "dist_nccl", "--cpus", "1", "--schedule", schedule,
+                  "--all-worker-lines",
                   *(["--bucket-mb", "0.05"] if schedule == "ddp" else []))
     assert proc.returncode == 0, proc.stderr[-3000:]
     errors = iter_errors(proc.stdout)
