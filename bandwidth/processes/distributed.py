@@ -140,13 +140,12 @@ def _parameter_server(plan: Plan, role: Role, on_report) -> Result | None:
             result.server_hosts = hosts[role.job.num_workers:]
             if raw is not None:
                 result.ceiling = _raw_bound(plan, result.summary, group.max(raw))
-        counters: list = [None] * role.world_size
-        dist.all_gather_object(counters, linkcounters.difference(
-            counters_before, linkcounters.snapshot(), c.warmup + c.num_batches))
+        counters = all_gather_json(linkcounters.difference(
+            counters_before, linkcounters.snapshot(), c.warmup + c.num_batches), role.world_size)
         if result is not None and len(set(hosts)) > 1:     # one host: no link crossed
             result.link_counters = per_host_counters(hosts, role.job.num_workers, counters)
-        peaks: list = [None] * role.world_size     # every process's peak RSS, to worker 0
-        dist.all_gather_object(peaks, peak_rss_bytes())
+        # Every process's peak RSS, to worker 0 (JSON: nothing received is unpickled).
+        peaks = all_gather_json(peak_rss_bytes(), role.world_size)
         if result is not None:
             result.memory = job_memory(peaks[:role.job.num_workers], peaks[role.job.num_workers:])
         dist.barrier()                   # every worker and server is done
@@ -246,8 +245,8 @@ def _dist_nccl(plan: Plan, role: Role, on_report) -> Result | None:
                          reference=out.get("reference"))
         result.worker_hosts = hosts               # dist_nccl's servers take no part
         # A worker and its device ranks (each rank's peak taken as the largest one's).
-        peaks: list = [None] * role.job.num_workers
-        dist.all_gather_object(peaks, peak_rss_bytes() + per_worker * peak_rss_bytes(True))
+        peaks = all_gather_json(peak_rss_bytes() + per_worker * peak_rss_bytes(True),
+                                role.job.num_workers)
         result.memory = job_memory(peaks, [])
         return result
     finally:
