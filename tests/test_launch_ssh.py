@@ -111,8 +111,8 @@ def test_an_unreachable_host_times_out_with_one_line(sshd, tmp_path):
     assert result.stderr.count("FAIL:") == 1
     report = result.stderr[result.stderr.index("FAIL:"):].splitlines()
     assert report[0] == "FAIL: 127.0.0.1: connection timed out after 2 s"
-    assert report[1].startswith("  while starting worker 1@127.0.0.1, after ")
-    assert report[-1] == "  stopped 1 running process"     # worker 0 on the reachable host
+    assert any(line.startswith("  while starting worker 1@127.0.0.1, after ") for line in report)
+    assert "  stopped 1 running process" in report      # worker 0 on the reachable host
     assert elapsed < 15
     assert started.exists()            # the reachable host's process ran, and was stopped:
     assert wait_until(lambda: alive(mark) == [], timeout_s=10), alive(mark)
