@@ -197,8 +197,13 @@ def test_a_single_host_mode_under_servers_and_a_scheduler_is_refused_at_once(bac
     message = ("measure.py: error: --kv-store local runs on one host: local, device and nccl need "
                "no servers or scheduler, but launch.py started 1 server and a scheduler; run "
                "measure.py without launch.py, or with launch.py -s 0 and no --scheduler")
-    refusals = [line for line in proc.stderr.splitlines() if "measure.py: error:" in line]
+    lines = proc.stderr.splitlines()
+    refusals = [line for line in lines
+                if "measure.py: error:" in line and not line.startswith("launch: ")]
     assert refusals and all(line.endswith(message) for line in refusals), proc.stderr
+    # Where several processes printed it, the launcher shows it once and says how many did.
+    shown_once = [line for line in lines if "printed this line, shown once" in line]
+    assert all(re.match(r"launch: [23] processes printed this line", line) for line in shown_once)
     assert "Traceback" not in proc.stderr and "iter 1" not in proc.stdout
     assert "FAIL:" in proc.stderr and "exited with status 2" in proc.stderr
     time.sleep(0.5)

@@ -110,11 +110,12 @@ MEASURE = ["python3", "bandwidth/measure.py", "--network", "mlp", "--num-batches
 MODES = {
     "dist_sync": (["-n", "2", "-s", "2"], ["--kv-store", "dist_sync", "--cpus", "1"]),
     "dist_async": (["-n", "2", "-s", "2"], ["--kv-store", "dist_async", "--cpus", "1",
-                                             "--optimizer", "sgd"]),
+                                             "--optimizer", "sgd", "--all-worker-lines"]),
     "dist_sync_device": (["-n", "2", "-s", "2"], ["--kv-store", "dist_sync_device",
                                                    "--cpus", "2"]),
     "dist_async_device": (["-n", "2", "-s", "1"], ["--kv-store", "dist_async_device",
-                                                    "--cpus", "2", "--optimizer", "sgd"]),
+                                                    "--cpus", "2", "--optimizer", "sgd",
+                                                    "--all-worker-lines"]),
     "dist_nccl": (["-n", "3", "-s", "0"], ["--kv-store", "dist_nccl", "--cpus", "1"]),
 }
 

@@ -22,6 +22,7 @@ Nothing here imports torch at module level.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import signal
@@ -65,6 +66,7 @@ class Heartbeat:
         prog = prog or os.path.basename(sys.argv[0] or "process")
         _current = cls(store, rank, interval_s, prog)
         _current.thread.start()
+        atexit.register(_current.stop_and_join)
         return _current
 
     def _beat(self) -> None:
@@ -82,6 +84,16 @@ class Heartbeat:
 
     def stop(self) -> None:
         self.stopped.set()
+
+    def stop_and_join(self) -> None:
+        """At exit: a daemon thread still inside a store call when the interpreter finalizes is
+        ended by pthread_exit while C++ frames are on its stack, and the C++ runtime aborts the
+        process ("terminate called without an active exception", status 134 after a clean
+        run). So the thread is stopped and waited for first; a store call lasts at most its
+        client's timeout."""
+        self.stopped.set()
+        if self.thread.is_alive() and self.thread is not threading.current_thread():
+            self.thread.join(timeout=max(2.0, self.interval_s * 2) + 1.0)
 
 
 def _launcher_gone(prog: str, seconds: float) -> None:
