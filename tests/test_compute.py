@@ -198,3 +198,21 @@ def test_milliseconds_on_cpu_devices_are_timed_waits(tmp_path):
             lanes.setdefault(e["device"], []).append(e["label"])
     assert list(lanes.values()) == [["bwd fc3", "bwd fc2", "bwd fc1", "fwd fc1", "fwd fc2",
                                      "fwd fc3"]] * 2
+
+
+def test_compute_in_the_step_counts_each_physical_device_once():
+    """Replicas sharing a GPU run one after another on its stream: their spans add up (the
+    slowdown of two replicas on GPU 0 read x0.51 when each replica counted alone); spans that
+    overlap on one device count once."""
+    from bandwidth.results.costs import busy_s
+    shared = [{"device": f"replica {r} (cuda:0)", "on": "cuda:0", "lane": "compute",
+               "start_s": a, "end_s": b} for r, a, b in ((0, 0.0, 1.0), (1, 1.0, 2.0),
+                                                         (0, 3.0, 4.0), (1, 4.0, 5.5))]
+    assert busy_s(shared) == pytest.approx(4.5)
+    apart = [dict(e, on=f"cuda:{i % 2}") for i, e in enumerate(shared)]
+    assert busy_s(apart) == pytest.approx(2.5)          # cuda:1: 1.0 + 1.5
+    overlapping = [dict(e, on="cpu") for e in shared] + [
+        {"device": "x", "on": "cpu", "lane": "compute", "start_s": 0.5, "end_s": 3.5},
+        {"device": "x", "on": "cpu", "lane": "exchange", "start_s": 0.0, "end_s": 9.0}]
+    assert busy_s(overlapping) == pytest.approx(5.5)
+    assert busy_s([]) == 0.0

@@ -20,12 +20,16 @@ class Slots:
     def __init__(self, runners: list[Runner], part_labels: list[str]):
         self.runners, self.part_labels = runners, part_labels
         self.tracing = False
+        self.graphs = None         # compute.graphs.SlotGraphs: each slot one replay per GPU
         self._open: dict[tuple[int, str], list] = {}
 
     def __call__(self, event: Event) -> None:
         if event.kind not in (FORWARD, BACKWARD):
             return
         backward = event.kind == BACKWARD
+        if self.graphs is not None:
+            self.graphs.run(event.unit, backward, self.tracing)
+            return
         if self.runners and self.runners[0].waits:
             # Timed waits stand for GPUs, which compute at once: one wait for every replica.
             starts = [runner.mark() for runner in self.runners]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
+from bandwidth.compute.graphs import SlotGraphs
 from bandwidth.compute.layers import unit_work
 from bandwidth.compute.runner import Runner, large_matmul_rate
 from bandwidth.compute.slots import Slots
@@ -105,6 +106,12 @@ def measure_costs(plan: Plan, session, kick) -> dict:
     events = schedule.events()
     try:
         rates = [runner.calibrate() for runner in runners]
+        compute_launch = "eager"
+        if runners[0].kind == "cuda" and not runners[0].waits and c.launch != "eager":
+            graphs = SlotGraphs(runners)          # the host issues a slot in one launch
+            alone = ComputeAlone(session, runners, slots, events)
+            if c.launch == "graph" or graphs.faster(alone, slots):
+                slots.graphs, compute_launch = graphs, "graph"
         large = large_matmul_rate(runners[0].device, c.dtype)
         # Interleaved, iteration by iteration, the first rotating: load from other processes
         # falls on both alike (protocol.measure_interleaved).
@@ -123,15 +130,15 @@ def measure_costs(plan: Plan, session, kick) -> dict:
                 if alone_own > 0 else 0.0,
                 "calibrated_rate_flops": min(rates),
                 "large_matmul_rate_flops": large,
-                "device_type": runners[0].device.type}
+                "device_type": runners[0].device.type, "compute_launch": compute_launch}
     finally:
         for runner in runners:
             runner.close()
 
 
 def trace(step: StepWithCompute, session) -> list[dict]:
-    """One untimed step with every unit's compute and every exchange marked: [{device, lane,
-    label, start_s, end_s}], seconds from the step's start on each device's clock (a GPU's
+    """One untimed step with every unit's compute and every exchange marked: [{device, on, lane,
+    label, start_s, end_s}] (``on``: the physical device the replica runs on), seconds from the step's start on each device's clock (a GPU's
     events on its stream, CPU devices' perf_counter)."""
     step.prepare()
     step.synchronize()
@@ -147,7 +154,8 @@ def trace(step: StepWithCompute, session) -> list[dict]:
     events = []
     for replica, runner, origin in zip(session.replicas, step.runners, origins):
         device = f"replica {replica.rank} ({runner.device})"      # GPUs may hold several
-        events += [{"device": device, "lane": lane, "label": label, "start_s": start,
-                    "end_s": end} for label, start, end, lane in runner.marked_seconds(origin)]
+        events += [{"device": device, "on": str(runner.device), "lane": lane, "label": label,
+                    "start_s": start, "end_s": end}
+                   for label, start, end, lane in runner.marked_seconds(origin)]
         runner.clear_marks()
     return events

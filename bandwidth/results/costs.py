@@ -31,6 +31,7 @@ class StepCosts:
     step_flops: int
     device_type: str
     schedule: str = "flat"
+    compute_launch: str = "eager"    # "graph": each compute slot one CUDA graph replay per GPU
     timeline: list = field(default_factory=list)
 
     @property
@@ -45,11 +46,7 @@ class StepCosts:
     def of(cls, measured: dict, exchange_s: float, batch_size: int, devices: int) -> "StepCosts":
         compute_s = statistics.median(s["seconds"] for s in measured["compute_samples"])
         step_s = statistics.median(s["seconds"] for s in measured["step_samples"])
-        busy: dict[str, float] = {}       # each device's compute time inside the traced step
-        for e in measured["timeline"]:
-            if e["lane"] == "compute":
-                busy[e["device"]] = busy.get(e["device"], 0.0) + e["end_s"] - e["start_s"]
-        compute_in_step = max(busy.values()) if busy else compute_s
+        compute_in_step = busy_s(measured["timeline"]) or compute_s
         return cls(batch_size=batch_size, devices=devices, compute_s=compute_s,
                    exchange_s=exchange_s, step_s=step_s,
                    exposed_s=exposed_s(step_s, compute_s),
@@ -62,6 +59,7 @@ class StepCosts:
                    calibrated_rate_flops=measured["calibrated_rate_flops"],
                    step_flops=measured["step_flops"], device_type=measured["device_type"],
                    schedule=measured.get("schedule", "flat"),
+                   compute_launch=measured.get("compute_launch", "eager"),
                    timeline=measured["timeline"])
 
     def lines(self) -> list[str]:
@@ -77,13 +75,37 @@ class StepCosts:
             f"#   compute rate {self.compute_rate_flops / 1e12:.3f} TFLOP/s against a large "
             f"matmul's {self.large_matmul_rate_flops / 1e12:.3f} TFLOP/s in the same run: "
             f"{self.rate_pct:.1f} % (target {self.rate_target_pct:.0f} % on "
-            f"{'a GPU' if self.device_type == 'cuda' else 'CPU devices'})"
+            f"{'a GPU' if self.device_type == 'cuda' else 'CPU devices'}"
+            f"{'; products issued ' + self._issued if self.device_type == 'cuda' else ''})"
             if self.step_flops else
             "#   compute: timed waits of the milliseconds asked (--compute-ms / --compute-file on "
             "CPU devices stand for a GPU's compute, leaving the host's cores to the exchange)"]
 
+    @property
+    def _issued(self) -> str:
+        return ("from a CUDA graph per slot" if self.compute_launch == "graph" else "eagerly")
+
     def to_dict(self) -> dict:
         return dict(asdict(self), rate_pct=self.rate_pct)
+
+
+def busy_s(timeline: list[dict]) -> float:
+    """The compute time inside the traced step of the busiest physical device: the union of its
+    replicas' compute spans (replicas sharing a GPU run one after another on its stream, so
+    their spans add up; CPU replicas may run at once, counted once)."""
+    spans: dict[str, list[tuple[float, float]]] = {}
+    for e in timeline:
+        if e["lane"] == "compute":
+            spans.setdefault(e.get("on", e["device"]), []).append((e["start_s"], e["end_s"]))
+    busiest = 0.0
+    for intervals in spans.values():
+        total, reach = 0.0, float("-inf")
+        for start, end in sorted(intervals):
+            if end > reach:
+                total += end - max(start, reach)
+                reach = end
+        busiest = max(busiest, total)
+    return busiest
 
 
 def step_costs(measured: dict, exchange_s: float, batch_size: int,
