@@ -208,3 +208,16 @@ def test_table_of_a_real_measure_document(tmp_path):
     assert lines[0] == "# 1 result from real.json"
     assert lines[3].split()[1:4] == ["device", "mlp", "cpu"]
     assert lines[3].split()[-2:] == ["n/a", "0.000000"]      # no ceiling with --no-reference
+
+
+def test_one_nccl_rank_has_no_algbw_in_the_table():
+    """A one-rank all-reduce moves no byte: the table says n/a, as the summary does, where it
+    printed the one-rank time's meaningless bytes/time (52.4 GB/s for mlp)."""
+    rows = rows_from_document({"results": [make_result(kv_store="nccl", n=1),
+                                           make_result(kv_store="device", n=1),
+                                           make_result(kv_store="nccl", n=2)]}, "t")
+    assert [r.algbw_gbps is None for r in rows] == [True, False, False]
+    lines = table.sweep_table(rows)
+    found = [line.split() for line in lines if line.split()[:1] in (["1"], ["2"], ["3"])]
+    assert found[0][-3:] == ["n/a", "n/a", "0.000000"] and found[1][-3] != "n/a"
+    assert rows[0].pct_of_ceiling is None

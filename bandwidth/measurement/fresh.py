@@ -12,7 +12,10 @@ and the confirmation passes (``--confirm``) are measured this way.
 The child is started with multiprocessing's spawn (a new interpreter, torch imported anew), asks
 the kernel to kill it when measure.py dies (``lifeline.die_with_parent``), runs measure.py's
 ``auto_pass`` (pickled by reference) on the plans it was given, and sends the results back through a
-pipe; measure.py kills it on every exit path of its own. An error in the child is raised again in
+pipe; measure.py kills it on every exit path of its own. The pipe is an anonymous one between
+measure.py and the child it spawned (no address, nothing another host or process can reach), so
+the pickles multiprocessing sends through it are not data from the network (which the toolkit
+never unpickles: bandwidth.processes.group). An error in the child is raised again in
 measure.py (a BandwidthError keeps its exit status); a child that ends without a word is a
 BandwidthError naming its exit status.
 """

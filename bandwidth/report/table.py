@@ -241,7 +241,7 @@ def _median_row(rows: list[Row]) -> Row:
 def total_gbps(row: Row) -> float:
     """Total throughput of a data-parallel exchange: every one of the n devices gets its S bytes
     reduced in time t, so n x algbw (algbw = S / t)."""
-    return row.n * row.algbw_gbps
+    return row.n * (row.algbw_gbps or 0.0)
 
 
 def speedup_table(rows: list[Row]) -> list[str]:

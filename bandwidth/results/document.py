@@ -64,7 +64,7 @@ class Row:
     busbw_gbps: float           # median over iterations: MXNet's GB/sec per gpu
     busbw_min: float
     busbw_max: float
-    algbw_gbps: float
+    algbw_gbps: float | None           # None: one nccl rank, whose all-reduce moves nothing
     seconds: float
     error: float                # largest error over iterations (-1: not checked)
     ceiling_name: str | None
@@ -109,7 +109,7 @@ class Row:
         if not self.ceiling_gbps or self.ceiling_note:
             return None
         if self.ceiling_of == "algbw":
-            return 100.0 * self.algbw_gbps / self.ceiling_gbps
+            return None if self.algbw_gbps is None else 100.0 * self.algbw_gbps / self.ceiling_gbps
         if self.n < 2:
             return None
         return 100.0 * self.busbw_gbps / self.ceiling_gbps
@@ -145,6 +145,13 @@ def schedule_label(config: dict) -> str:
     return f"ddp {config.get('bucket_mb', 25.0):g}/{config.get('first_bucket_mb', 1.0):g}MiB"
 
 
+def moves_nothing(result: dict) -> bool:
+    """One nccl rank on one device: its all-reduce moves no byte, so its algbw is n/a, as the
+    summary says (report.text.algbw_text)."""
+    return (result["config"]["kv_store"] == "nccl" and len(result["devices"]) == 1
+            and not result.get("workers"))
+
+
 def rows_from_document(doc: dict, source: str) -> list[Row]:
     rows = []
     for result in doc.get("results", []):
@@ -154,7 +161,8 @@ def rows_from_document(doc: dict, source: str) -> list[Row]:
             devices=devices_label(result["devices"]), n=len(result["devices"]),
             dtype=config["dtype"], optimizer=config["optimizer"], nbytes=summary["nbytes"],
             busbw_gbps=summary["busbw_median"], busbw_min=summary["busbw_min"],
-            busbw_max=summary["busbw_max"], algbw_gbps=summary["algbw_median"],
+            busbw_max=summary["busbw_max"], algbw_gbps=None if moves_nothing(result)
+            else summary["algbw_median"],
             seconds=summary["seconds_median"], error=summary["error_max"],
             ceiling_name=ceiling["name"] if ceiling else None,
             ceiling_gbps=ceiling["gbps"] if ceiling else None,
