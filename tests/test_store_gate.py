@@ -102,3 +102,21 @@ def test_a_silent_stranger_stalls_nobody(hosted):
         assert silent.recv(10) == b""            # closed by the gate after its deadline
     finally:
         silent.close()
+
+
+@pytest.mark.parametrize("open_store", [False, True])
+def test_a_program_opening_the_store_from_elsewhere_needs_open_store(open_store):
+    """A process that opens the store itself (init_method env://) and is no process the launcher
+    started on its host (as on another host): refused behind the gate, with one hint from the
+    launcher; served with --open-store."""
+    argv = [sys.executable, str(ROOT / "launch.py"), "-n", "1", "-s", "0", "--timeout", "60",
+            *(["--open-store"] if open_store else []), sys.executable,
+            str(ROOT / "tests" / "launch_programs" / "env_stranger.py")]
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    hints = [line for line in proc.stderr.splitlines() if "does not answer the gate's" in line]
+    if open_store:
+        assert proc.stdout.strip() == "served 1" and not hints, proc.stdout + proc.stderr
+    else:
+        assert proc.stdout.strip().startswith("refused"), proc.stdout + proc.stderr
+        assert len(hints) == 1 and "--open-store" in hints[0], proc.stderr

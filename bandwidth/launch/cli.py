@@ -87,6 +87,11 @@ def build_parser() -> argparse.ArgumentParser:
                         metavar="N",
                         help="a process silent for N intervals is named as having stopped "
                         f"answering and the job ends (default {DEFAULT_HEARTBEAT_MISSES:g})")
+    parser.add_argument("--open-store", action="store_true",
+                        help="serve every client of the rendezvous store as torchrun does, "
+                        "without the gate's handshake: for a program that opens the store itself "
+                        "(init_method env://) on other hosts; whoever reaches MASTER_PORT can "
+                        "then read and write the job's keys (docs/launcher.md, Security)")
     parser.add_argument("--report", metavar="FILE",
                         help="write how every process ended and the root cause as JSON")
     parser.add_argument("--ssh-config", metavar="FILE", help="ssh: use this ssh config (ssh -F)")
@@ -114,7 +119,7 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str],
         sync_dst_dir=args.sync_dst_dir, ssh_config=args.ssh_config,
         ssh_options=tuple(args.ssh_option), workdir=workdir,
         heartbeat_s=args.heartbeat_interval, heartbeat_misses=args.heartbeat_misses,
-        report_path=args.report)
+        report_path=args.report, open_store=args.open_store)
 
 
 class Interrupted(BaseException):

@@ -50,6 +50,7 @@ class LaunchConfig:
     heartbeat_s: float = DEFAULT_HEARTBEAT_S       # 0: no heartbeat
     heartbeat_misses: float = DEFAULT_HEARTBEAT_MISSES
     report_path: str | None = None                 # --report FILE (JSON)
+    open_store: bool = False                       # --open-store: no gate before the store
 
     def __post_init__(self):
         if self.num_servers is None:

@@ -36,6 +36,8 @@ Variables (all launchers; values are decimal strings where numeric):
 ``BANDWIDTH_HEARTBEAT_S``  the heartbeat interval (``--heartbeat-interval``):
                        ``join_store`` beats that often (``bandwidth.launch.heartbeat``);
                        unset: no heartbeat
+``BANDWIDTH_OPEN_STORE``  ``1`` under ``launch.py --open-store``: the store has no gate, and
+                       ``join_store`` connects to it directly
 ``BANDWIDTH_JOB_SECRET``  a random secret of this launch (128 bits, hex), sent through the
                        environment only (over ssh: on the ssh client's stdin; mpirun: ``-x``
                        by name), never on a command line. The store's gate serves only
@@ -68,13 +70,14 @@ WORLD_KEY_PREFIX = "launch/world_size/"   # each rank's WORLD_SIZE, under torchr
 WORLD_FIRST_KEY = "launch/world_size"     # the first rank's, which the others must match
 WORLD_CONFLICT_KEY = "launch/world_size_conflict"
 SECRET_VARIABLE = "BANDWIDTH_JOB_SECRET"
+OPEN_STORE_VARIABLE = "BANDWIDTH_OPEN_STORE"    # "1": launch.py --open-store, no gate
 
 # Every variable the launcher sets; ``--env`` may not override them.
 VARIABLES = ("DMLC_ROLE", "DMLC_TASK_ID", "DMLC_NUM_WORKER", "DMLC_NUM_SERVER",
              "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT", "DMLC_NODE_HOST", "DMLC_JOB_CLUSTER",
              "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK",
              "LOCAL_WORLD_SIZE", "TORCHELASTIC_USE_AGENT_STORE", SECRET_VARIABLE,
-             INTERVAL_VARIABLE)
+             INTERVAL_VARIABLE, OPEN_STORE_VARIABLE)
 
 
 class ContractError(ConfigError):
@@ -112,6 +115,7 @@ class Job:
     secret: str = ""                # BANDWIDTH_JOB_SECRET ("" from a launcher without one)
     store_on_rank0: bool = False    # rank 0 hosts the store (no launcher does: torchenv.py)
     heartbeat_s: float = 0.0        # BANDWIDTH_HEARTBEAT_S: beat interval (0: no heartbeat)
+    open_store: bool = False        # BANDWIDTH_OPEN_STORE: launch.py --open-store (no gate)
 
     @property
     def world_size(self) -> int:
@@ -120,9 +124,10 @@ class Job:
     @property
     def gated(self) -> bool:
         """The store is launch.py's, behind its gate (bandwidth.launch.storegate): clients must
-        prove they know the secret. torchrun's store and rank 0's have no gate (and the
-        "secret" is only a namespace there)."""
-        return bool(self.secret) and self.cluster not in ("torchrun", "env")
+        prove they know the secret. torchrun's store, rank 0's and launch.py --open-store's
+        have no gate (and the "secret" is only a namespace there)."""
+        return bool(self.secret) and self.cluster not in ("torchrun", "env") \
+            and not self.open_store
 
     @property
     def has_scheduler(self) -> bool:
@@ -135,7 +140,8 @@ class Job:
         job = cls(number("DMLC_NUM_WORKER"), number("DMLC_NUM_SERVER"), text("MASTER_ADDR"),
                   number("MASTER_PORT"), number("DMLC_PS_ROOT_PORT"), text("DMLC_JOB_CLUSTER"),
                   environ.get(SECRET_VARIABLE, ""),
-                  heartbeat_s=interval_from_environ(environ))
+                  heartbeat_s=interval_from_environ(environ),
+                  open_store=environ.get(OPEN_STORE_VARIABLE) == "1")
         if number("WORLD_SIZE") != job.world_size:
             raise ContractError(f"WORLD_SIZE={environ['WORLD_SIZE']} but DMLC_NUM_WORKER + "
                                 f"DMLC_NUM_SERVER = {job.world_size}")
@@ -155,6 +161,8 @@ class Job:
             env[SECRET_VARIABLE] = self.secret
         if self.heartbeat_s > 0:
             env[INTERVAL_VARIABLE] = f"{self.heartbeat_s:g}"
+        if self.open_store:
+            env[OPEN_STORE_VARIABLE] = "1"
         return {key: str(value) for key, value in env.items()}
 
     def role_at(self, index: int) -> tuple[str, int]:

@@ -51,7 +51,7 @@ def run(config: LaunchConfig, environ: Mapping[str, str]) -> None:
     # Behind a gate that serves only clients proving they know the secret (launch.storegate).
     secret = secrets.token_hex(16)
     hosted = open_store(config.port, config.timeout_s, bind_address(hosts, config.master_addr),
-                        secret)
+                        "" if config.open_store else secret)
     try:
         _run(config, launcher, hosts, master_addr, hosted, secret, environ)
     finally:
@@ -63,7 +63,8 @@ def _run(config: LaunchConfig, launcher, hosts, master_addr: str, hosted, secret
     store = hosted.store
     ps_root_port = free_port() if config.scheduler else hosted.port
     job = Job(config.num_workers, config.num_servers, master_addr, hosted.port, ps_root_port,
-              launcher.name, secret, heartbeat_s=config.heartbeat_s)
+              launcher.name, secret, heartbeat_s=config.heartbeat_s,
+              open_store=config.open_store)
     plan = make_plan(config, job, hosts, place_scheduler=launcher.place_scheduler,
                      environ=environ)
     log.info("%s launcher: %d workers, %d servers%s on %d hosts; rendezvous at %s:%d",

@@ -118,6 +118,7 @@ class Gate(_Listener):
     def __init__(self, listener: socket.socket, store_port: int, secret: str):
         self._store_port = store_port
         self._secret = secret
+        self._hinted = False        # the hint below is said once per launch
         super().__init__(listener)
 
     def _serve(self, conn: socket.socket) -> None:
@@ -135,6 +136,13 @@ class Gate(_Listener):
                     raise ConnectionError("a wrong answer to the challenge")
                 first = b""
             elif not first or not from_descendant(conn):
+                if first and not self._hinted:      # torch's own client, from elsewhere
+                    self._hinted = True
+                    log.warning("refused a rendezvous client at %s that does not answer the "
+                                "gate's handshake: a program that opens the store itself "
+                                "(init_method env://) on another host; join with "
+                                "bandwidth.launch.contract.join_store, or launch with "
+                                "--open-store (no gate, as torchrun)", _peer(conn))
                 raise ConnectionError("neither the handshake nor a process of this launch")
             store = socket.create_connection(("127.0.0.1", self._store_port), timeout=HANDSHAKE_S)
             store.sendall(first)

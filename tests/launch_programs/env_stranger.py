@@ -1,0 +1,32 @@
+"""Under the launcher: opens the job's store itself, as a program using init_method env:// does,
+from a process that is no descendant of the launcher (started with ``setsid -f``, re-parented
+away), as a process on another host is. Prints ``served <value>`` or ``refused <error>``."""
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+CLIENT = """
+from datetime import timedelta
+import os, torch.distributed as dist
+try:
+    s = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                      timeout=timedelta(seconds=4))
+    s.set("from-elsewhere", "1")
+    print("served", s.get("from-elsewhere").decode())
+except Exception as err:
+    print("refused", type(err).__name__)
+"""
+
+with tempfile.TemporaryDirectory() as folder:
+    out = os.path.join(folder, "client.out")
+    with open(out, "w") as sink:
+        subprocess.run(["setsid", "-f", sys.executable, "-c",
+                        CLIENT + f"\nopen({out!r} + '.done', 'w').close()\n"],
+                       stdout=sink, stderr=subprocess.STDOUT, check=True, timeout=30)
+    deadline = time.monotonic() + 60
+    while not os.path.exists(out + ".done") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    print(open(out).read().strip().splitlines()[-1], flush=True)
