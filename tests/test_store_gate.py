@@ -109,10 +109,10 @@ def test_a_program_opening_the_store_from_elsewhere_needs_open_store(open_store)
     """A process that opens the store itself (init_method env://) and is no process the launcher
     started on its host (as on another host): refused behind the gate, with one hint from the
     launcher; served with --open-store."""
-    argv = [sys.executable, str(ROOT / "launch.py"), "-n", "1", "-s", "0", "--timeout", "60",
+    argv = [sys.executable, str(ROOT / "launch.py"), "-n", "1", "-s", "0", "--timeout", "120",
             *(["--open-store"] if open_store else []), sys.executable,
             str(ROOT / "tests" / "launch_programs" / "env_stranger.py")]
-    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=200)
     assert proc.returncode == 0, proc.stderr[-2000:]
     hints = [line for line in proc.stderr.splitlines() if "does not answer the gate's" in line]
     if open_store:

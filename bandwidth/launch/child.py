@@ -101,6 +101,9 @@ class Child:
     die_with_launcher = True
     #: the launcher's clock (seconds since the launch started), set by the Supervisor
     clock: Callable[[], float] = staticmethod(lambda: 0.0)
+    #: the process runs on the launcher's own host, where /proc says whether it is stopped: a
+    #: silent heartbeat names it only when it is (ssh children: False, see Supervisor._silent)
+    on_this_host = True
 
     def __init__(self, label: str, subject: str, argv: Sequence[str], env: dict[str, str],
                  cwd: str | None = None, capture_stdout: bool = False, stdin_pipe: bool = False):

@@ -114,6 +114,7 @@ def explain_ssh_error(lines: Sequence[str], host: Host, timeout_s: int) -> str:
 
 
 class SshChild(Child):
+    on_this_host = False       # a frozen host or a cut link shows only as a silent heartbeat
     """One process on a remote host, run through ssh and the guard."""
 
     grace_s = GUARD_GRACE_S + 3.0

@@ -13,7 +13,7 @@ from datetime import timedelta
 import os, torch.distributed as dist
 try:
     s = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
-                      timeout=timedelta(seconds=4))
+                      timeout=timedelta(seconds=20))
     s.set("from-elsewhere", "1")
     print("served", s.get("from-elsewhere").decode())
 except Exception as err:
@@ -26,7 +26,7 @@ with tempfile.TemporaryDirectory() as folder:
         subprocess.run(["setsid", "-f", sys.executable, "-c",
                         CLIENT + f"\nopen({out!r} + '.done', 'w').close()\n"],
                        stdout=sink, stderr=subprocess.STDOUT, check=True, timeout=30)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 90
     while not os.path.exists(out + ".done") and time.monotonic() < deadline:
         time.sleep(0.1)
     print(open(out).read().strip().splitlines()[-1], flush=True)
