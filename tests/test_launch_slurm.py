@@ -209,16 +209,16 @@ def srun_failure(returncode: int, *srun_lines: str, task_lines=()):
     """SrunChild.failure() on srun's messages as they read, without running Slurm."""
     from types import SimpleNamespace
 
-    from bandwidth.launch.hostfile import Host
+    from bandwidth.launch.contract import Job
     from bandwidth.launch.slurm import SrunChild
 
-    child = SrunChild(["srun"], {}, ["worker 0@a", "worker 1@b"],
-                      ["worker 0 (rank 0) on a", "worker 1 (rank 1) on b"],
-                      [Host("a"), Host("b")], "/", job_id="7")
+    job = Job(2, 0, "10.0.0.1", 29500, 29500, "slurm")
+    child = SrunChild(["srun"], {}, [job.role(0, "a", (0, 1)), job.role(1, "b", (0, 1))], "/",
+                      job_id="7")
     child.proc = SimpleNamespace(returncode=returncode)
     child.own.extend(srun_lines)
     for task, line in task_lines:
-        child.task_tails[task].append(line)
+        child.rank_line(task, line)
     return child.failure()
 
 
