@@ -130,7 +130,8 @@ def test_the_wrapper_says_how_the_command_ended_and_ends_the_same_way():
 @pytest.mark.timeout(60)
 def test_the_wrapper_passes_signals_on_and_leaves_no_helper():
     mark = marker()
-    proc = wrapper("sh", "-c", f"sleep 600 {mark} & trap 'exit 7' TERM; while :; do sleep 0.1; done")
+    proc = wrapper("sh", "-c", f"sleep 600 {mark} & trap 'exit 7' TERM; "
+                   "while :; do sleep 0.1; done")
     try:
         assert wait_until(lambda: len(alive(mark)) == 1, 20)
         time.sleep(0.3)                          # the shell's trap is set

@@ -51,8 +51,8 @@ def role_environ(job: Job, placed: Sequence[Host], index: int,
 def become(name: str, runner: str, hosts_help: str, argv: list[str] | None,
            environ_of: Callable[[list[str]], dict[str, str]]) -> int:
     """Parse ``--hosts H1,H2,... -- command...``, take ``environ_of(hosts)`` and run the command
-    with it (see the module docstring). Returns the command's status; 2 (not under ``runner``, or a placement that does not match the plan), 127 (the
-    command cannot run)."""
+    with it (see the module docstring). Returns the command's status; 2 (not under
+    ``runner``, or a placement that does not match the plan), 127 (the command cannot run)."""
     parser = argparse.ArgumentParser(prog=f"python3 -m bandwidth.launch.{name}")
     parser.add_argument("--hosts", required=True, help=hosts_help)
     parser.add_argument("command", nargs=argparse.REMAINDER)
