@@ -6,8 +6,9 @@ The command runs as this wrapper's child, in the wrapper's process group (the on
 daemon or slurmstepd signals), with the wrapper's stdin, stdout and stderr, so that mpirun and
 srun see its output and its signals as before. The wrapper says on stderr when the command
 started and how it ended (``bandwidth.launch.rankends``: the runner carries the line to the
-launcher with the rank's tag); when the command ends, whatever is left of the process group is
-killed first (helpers it started, as the local launcher does), and the wrapper ends as the
+launcher with the rank's tag); when the command ends, whatever it left running is
+killed first (helpers it started, as the local launcher does; the wrapper is their child
+subreaper, so they are found whatever their process group), and the wrapper ends as the
 command did: its exit status, or the same signal, so mpirun and srun report the same failure.
 
 Signals: SIGTERM, SIGINT and SIGHUP from the runner (the wrapper's parent: mpirun's daemon,
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import os
 import resource
 import signal
@@ -32,9 +34,10 @@ from bandwidth.launch.contract import ContractError, Job
 from bandwidth.launch.hostfile import Host
 from bandwidth.launch.plan import local_ranks
 from bandwidth.launch.rankends import end_line, start_line
-from bandwidth.processes.lifeline import die_with_parent, group_members
+from bandwidth.processes.lifeline import die_with_parent
 
 _WAITED = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD}
+PR_SET_CHILD_SUBREAPER = 36
 
 
 def role_environ(job: Job, placed: Sequence[Host], index: int,
@@ -74,6 +77,7 @@ def become(name: str, runner: str, hosts_help: str, argv: list[str] | None,
 def run_command(name: str, command: Sequence[str], env: dict[str, str]) -> int:
     """Run ``command`` with ``env`` and end as it ended (never returns once it started; 127 if
     it cannot start)."""
+    _adopt_orphans()
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, _WAITED)     # taken with sigtimedwait
     wrapper = os.getpid()
 
@@ -116,19 +120,43 @@ def _wait(child: subprocess.Popen) -> str | None:
     return stopped
 
 
+def _adopt_orphans() -> None:
+    """Become the reaper of what the command leaves behind (Linux's child subreaper): its
+    helpers become this wrapper's children when it ends, whatever their process group."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
 def _kill_leftovers() -> None:
-    """Kill what is left of this wrapper's process group (the command's helpers), where the
-    group is the wrapper's own (mpirun's daemon and slurmstepd make one per process)."""
-    me = os.getpid()
-    if os.getpgrp() != me:
-        return
-    for _ in range(3):
-        others = [pid for pid in group_members(me) if pid != me]
-        if not others:
+    """Kill what the command left running (this wrapper's children now, and theirs in turn),
+    as the local launcher kills what is left of a process's group. Not by process group: under
+    Slurm every task of a node shares one."""
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline:
+        left = _children(os.getpid())
+        if not left:
             return
-        for pid in others:
+        for pid in left:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
+        time.sleep(0.02)
+        with contextlib.suppress(ChildProcessError):
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
+
+
+def _children(parent: int) -> list[int]:
+    """The processes whose parent is ``parent`` (Linux /proc; [] elsewhere)."""
+    found = []
+    with contextlib.suppress(OSError):
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                with contextlib.suppress(OSError, IndexError):
+                    with open(f"/proc/{entry}/stat") as stat:
+                        fields = stat.read().rpartition(")")[2].split()
+                    if fields[1] == str(parent) and fields[0] != "Z":
+                        found.append(int(entry))
+    return found
 
 
 def _end_as(returncode: int):
