@@ -22,8 +22,12 @@ that fails, ``scancel`` and a SIGTERM to srun reach every task at once, the acco
 step), and two steps would have to share the allocation's CPUs, which Slurm refuses or queues
 unless each asks for ``--overlap``. ``--label`` prefixes every output line with its task number,
 which the launcher strips again: stderr gets the usual ``[worker 0@host]`` prefix and a tail per
-task for the report. When a task fails, srun says which (``srun: error: node2: task 1: Exited
-with exit code 3``) and the launcher names that task's role, host and status.
+task for the report. Each task's wrapper says in a line of its stderr when its command started
+and how it ended (``bandwidth.launch.rankends``), so that the launcher reports every task as it
+reports the local launcher's processes (``bandwidth.launch.runner``: root cause, consequences,
+``--report``); a task that left no such line (its wrapper killed with SIGKILL after Slurm's
+``KillWait``) is named from srun's own message (``srun: error: node2: task 1: Exited with exit
+code 3``).
 
 Outside an allocation (no ``SLURM_JOB_ID``), or asking for more processes than the allocation
 has tasks, the launch stops before starting anything, with one ``FAIL:`` line (exit status 2).
