@@ -21,9 +21,15 @@ def test_every_mpi_process_gets_its_role_from_its_mpi_rank(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     result = launch("-H", str(tmp_path / "hosts"), "--launcher", "mpi", "-n", "2", "-s", "1",
-                    "--scheduler", "--env", "SET_ME=a b", PYTHON, program("role_env.py"),
-                    str(out), "two words", env={"SECRET_TOKEN": "hunter2"})
+                    "--scheduler", "--env", "SET_ME=a b", "--report", str(tmp_path / "r.json"),
+                    PYTHON, program("role_env.py"), str(out), "two words",
+                    env={"SECRET_TOKEN": "hunter2"})
     assert result.returncode == 0, result.stderr
+    assert "bandwidth-role:" not in result.stderr          # the wrappers' words are taken out
+    ends = [(p["role"], p["rank"], p["status"], p["failed"], type(p["pid"]))
+            for p in json.loads((tmp_path / "r.json").read_text())["processes"]]
+    assert ends == [("worker", 0, 0, False, int), ("worker", 1, 0, False, int),
+                    ("server", 2, 0, False, int), ("scheduler", None, 0, False, int)]
     got = records(out)
     assert sorted(got) == ["scheduler-0", "server-0", "worker-0", "worker-1"]
     for name, rank in (("worker-0", "0"), ("worker-1", "1"), ("server-0", "2")):

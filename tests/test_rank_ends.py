@@ -130,10 +130,14 @@ def test_the_wrapper_says_how_the_command_ended_and_ends_the_same_way():
 @pytest.mark.timeout(60)
 def test_the_wrapper_passes_signals_on_and_leaves_no_helper():
     mark = marker()
-    proc = wrapper("sh", "-c", f"sleep 600 {mark} & trap 'exit 7' TERM; "
+    # a helper left as an orphan (the wrapper adopts it), and one that ends at once
+    helper = f"{sys.executable} -c 'import time; time.sleep(600)' {mark}"
+    proc = wrapper("sh", "-c", f"({helper} &); (sleep 0.2 &); trap 'exit 7' TERM; "
                    "while :; do sleep 0.1; done")
     try:
-        assert wait_until(lambda: len(alive(mark)) == 1, 20)
+        assert wait_until(lambda: len(alive(mark)) == 3, 20)   # wrapper, shell, helper
+        time.sleep(0.5)
+        assert zombies(proc.pid) == []                           # the ended one was reaped
         time.sleep(0.3)                          # the shell's trap is set
         # from another process than the wrapper's parent: passed on to the command
         subprocess.run(["kill", "-TERM", str(proc.pid)], check=True)
@@ -144,3 +148,17 @@ def test_the_wrapper_passes_signals_on_and_leaves_no_helper():
     assert proc.returncode == 7
     assert split_line(err.splitlines()[-1])[1][1]["stopped"] is None
     assert wait_until(lambda: alive(mark) == [], 5), alive(mark)
+
+
+def zombies(parent: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    fields = stat.read().rpartition(")")[2].split()
+            except OSError:
+                continue
+            if fields[1] == str(parent) and fields[0] == "Z":
+                found.append(int(entry))
+    return found

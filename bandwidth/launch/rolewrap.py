@@ -111,6 +111,7 @@ def _wait(child: subprocess.Popen) -> str | None:
     while child.poll() is None:
         info = signal.sigtimedwait(_WAITED, 1.0)
         if info is None or info.si_signo == signal.SIGCHLD:
+            _reap_orphans(child.pid)
             continue
         if info.si_pid == os.getppid():   # the runner: it signalled the command too
             stopped = stopped or signal.Signals(info.si_signo).name
@@ -118,6 +119,14 @@ def _wait(child: subprocess.Popen) -> str | None:
             with contextlib.suppress(OSError):
                 os.kill(child.pid, info.si_signo)
     return stopped
+
+
+def _reap_orphans(keep: int) -> None:
+    """Reap the adopted helpers that ended (not ``keep``, the command: Popen reaps it)."""
+    with contextlib.suppress(ChildProcessError, OSError):
+        while (info := os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)) is not None \
+                and info.si_pid != keep:
+            os.waitpid(info.si_pid, 0)
 
 
 def _adopt_orphans() -> None:
