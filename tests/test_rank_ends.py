@@ -142,12 +142,35 @@ def test_the_wrapper_passes_signals_on_and_leaves_no_helper():
         # from another process than the wrapper's parent: passed on to the command
         subprocess.run(["kill", "-TERM", str(proc.pid)], check=True)
         _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 7
+        assert split_line(err.splitlines()[-1])[1][1]["stopped"] is None
+        assert wait_until(lambda: alive(mark) == [], 5), alive(mark)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)      # whatever a failure left in its session
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
+
+@pytest.mark.timeout(60)
+def test_a_signal_from_the_runner_reaches_the_command_once_and_marks_it_stopped():
+    # mpirun's daemon and slurmstepd (the wrapper's parent) signal the whole group: the wrapper
+    # passes nothing on (a second SIGTERM would end measure.py at once) and notes the stop
+    proc = wrapper("sh", "-c", "n=0; trap 'n=$((n+1))' TERM; echo ready >&2; "
+                   "while [ $n = 0 ]; do sleep 0.1; done; sleep 0.5; exit $((6+n))")
+    try:
+        while proc.stderr.readline() not in ("ready\n", ""):     # the shell's trap is set
+            pass
+        os.killpg(proc.pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 7
-    assert split_line(err.splitlines()[-1])[1][1]["stopped"] is None
-    assert wait_until(lambda: alive(mark) == [], 5), alive(mark)
+            proc.wait()
+    assert proc.returncode == 7                       # one SIGTERM, not two
+    _, (kind, end) = split_line(err.splitlines()[-1])
+    assert (kind, end) == ("end", record(7, stopped="SIGTERM") | {"pid": end["pid"]})
 
 
 def zombies(parent: int) -> list[int]:
