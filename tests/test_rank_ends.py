@@ -70,6 +70,12 @@ def test_each_process_ending_comes_from_its_records_or_the_runner(end, said, nam
     assert (p.failure_found is not None) == e.failed
 
 
+def test_a_process_never_heard_of_is_neither_failed_nor_stopped():
+    p = part()
+    assert not settle(p, None, None, None, None, 1, now=9.0)
+    assert (p.ending.failed, p.ending.by_launcher, p.ending.at_s, p.pid) == (False, False, None, None)
+
+
 def runner(returncode: int, lines: dict[int, list[str]], said=None) -> RunnerChild:
     child = RunnerChild("mpirun", ["mpirun"], {}, [JOB.role(i, "node2", (i, 3)) for i in range(3)])
     child.proc = SimpleNamespace(returncode=returncode, pid=1, wait=lambda: returncode)

@@ -74,7 +74,7 @@ def settle(part: RankProcess, start, end, said, named: int | None, runner_code: 
         ending.at_s, ending.status = now, 0
     elif consequence:                   # its exit record lost (the runner's SIGKILL)
         ending.at_s, ending.failed = said[1], True
-    else:                               # stopped by the runner, its record lost
+    elif start is not None:             # stopped by the runner, its last word lost
         ending.at_s, ending.by_launcher = now, True
     if ending.failed:
         code = -_signal_number(ending.signal) if ending.signal else ending.status
