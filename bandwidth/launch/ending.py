@@ -80,7 +80,7 @@ def how(ending: Ending) -> str:
         return f"was killed by {ending.signal}"
     if ending.status is not None:
         return f"exited with status {ending.status}"
-    return "ended"
+    return "failed" if ending.failed else "ended"     # its status lost (mpirun's SIGKILL)
 
 
 def consequence_line(root, children: Sequence) -> str:
