@@ -109,12 +109,13 @@ def test_the_guard_passes_the_exit_status_on():
 
 
 def test_mpirun_tagged_output_is_split_back_per_rank(capsys):
-    child = MpiChild(["mpirun"], {}, ["worker 0@a", "worker 1@b"], ["w0", "w1"])
+    job = Job(2, 0, "10.0.0.1", 29500, 29500, "mpi")
+    child = MpiChild(["mpirun"], {}, [job.role(0, "a", (0, 1)), job.role(1, "b", (0, 1))])
     child.on_line("stderr", "[1,1]<stderr>:err[1,1]<stderr>: [1,1]<stderr>:1[1,1]<stderr>:")
     child.on_line("stderr", "[1,0]<stderr>:zero says hi")
     child.on_line("stderr", "  Process name: [[4562,1],1]")
     child.on_line("stdout", "[1,0]<stdout>:result line")
-    assert list(child.rank_tails[1]) == ["err 1"] and list(child.rank_tails[0]) == ["zero says hi"]
+    assert [list(rank.tail) for rank in child.ranks] == [["zero says hi"], ["err 1"]]
     assert list(child.own) == ["  Process name: [[4562,1],1]"]
     out, err = capsys.readouterr()
     assert out == "result line\n"

@@ -1,5 +1,6 @@
 """The mpi launcher with a real Open MPI mpirun on this host."""
 
+import json
 import shutil
 import time
 
@@ -20,9 +21,15 @@ def test_every_mpi_process_gets_its_role_from_its_mpi_rank(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     result = launch("-H", str(tmp_path / "hosts"), "--launcher", "mpi", "-n", "2", "-s", "1",
-                    "--scheduler", "--env", "SET_ME=a b", PYTHON, program("role_env.py"),
-                    str(out), "two words", env={"SECRET_TOKEN": "hunter2"})
+                    "--scheduler", "--env", "SET_ME=a b", "--report", str(tmp_path / "r.json"),
+                    PYTHON, program("role_env.py"), str(out), "two words",
+                    env={"SECRET_TOKEN": "hunter2"})
     assert result.returncode == 0, result.stderr
+    assert "bandwidth-role:" not in result.stderr          # the wrappers' words are taken out
+    ends = [(p["role"], p["rank"], p["status"], p["failed"], type(p["pid"]))
+            for p in json.loads((tmp_path / "r.json").read_text())["processes"]]
+    assert ends == [("worker", 0, 0, False, int), ("worker", 1, 0, False, int),
+                    ("server", 2, 0, False, int), ("scheduler", None, 0, False, int)]
     got = records(out)
     assert sorted(got) == ["scheduler-0", "server-0", "worker-0", "worker-1"]
     for name, rank in (("worker-0", "0"), ("worker-1", "1"), ("server-0", "2")):
@@ -106,4 +113,69 @@ def test_an_unreachable_host_is_named_from_ssh_s_error(tmp_path):
     assert report[1].startswith("  while mpirun was starting its daemons over ssh, after ")
     assert any(line.startswith("    ssh: Could not resolve hostname nohost.invalid:")
                for line in report)
+    assert alive(mark) == []
+
+
+LENET = ["--network", "lenet", "--image-shape", "1,28,28", "--num-classes", "10"]
+
+
+def fail_report(stderr: str) -> list[str]:
+    return stderr[stderr.index("FAIL:"):].splitlines()
+
+
+@pytest.mark.timeout(90)
+def test_a_worker_that_exits_mid_run_is_named_and_every_rank_reported(tmp_path):
+    # Each rank's wrapper says how its command ended; the launcher dates it as it arrives.
+    report = tmp_path / "report.json"
+    result = launch("--launcher", "mpi", "-n", "2", "-s", "1", "--report", str(report),
+                    PYTHON, program("worker_exits.py"), str(tmp_path), PYTHON, "-m",
+                    "bandwidth.measure", "--kv-store", "dist_sync", "--cpus", "1",
+                    "--num-batches", "100000", "--timeout", "30", "--all-worker-lines", *LENET,
+                    timeout=80)
+    assert result.returncode == 1, result.stderr[-3000:]
+    lines = fail_report(result.stderr)
+    assert lines[0].startswith("FAIL: worker 1 (rank 1) on 127.0.0.1: exited with status 1 "
+                               "after "), lines
+    # the others failed because worker 1 was gone, or mpirun stopped them first
+    then = lines[1]
+    assert then.startswith("  then, as a consequence: ") or \
+        then == "  then: no other process failed"
+    tail = lines[lines.index("  last stderr lines of worker 1@127.0.0.1:") + 1:]
+    assert tail[0] == "    worker 1 exiting with status 1 on purpose, mid-run"
+    assert not any("peer process is gone" in line for line in tail)   # others' lines stay theirs
+    doc = json.loads(report.read_text())
+    got = {p["subject"]: p for p in doc["processes"]}
+    assert sorted(got) == ["server 0 (rank 2) on 127.0.0.1", "worker 0 (rank 0) on 127.0.0.1",
+                           "worker 1 (rank 1) on 127.0.0.1"]
+    culprit = got["worker 1 (rank 1) on 127.0.0.1"]
+    assert (culprit["role"], culprit["rank"], culprit["status"], culprit["root_cause"]) == \
+        ("worker", 1, 1, True)
+    assert doc["root_cause"]["subject"] == culprit["subject"] and doc["exit_code"] == 1
+    assert isinstance(culprit["pid"], int) and culprit["started_s"] < culprit["ended_s"]
+    for subject, other in got.items():
+        assert (other["role"], other["rank"]) == (subject.split()[0], int(subject.split()[3][:-1]))
+        if other is not culprit:
+            assert other["consequence"] or other["stopped_by_launcher"], other
+            assert other["ended_s"] is None or other["ended_s"] >= culprit["ended_s"] - 0.5
+            assert f"{subject} " in then or other["stopped_by_launcher"]
+    assert alive(str(tmp_path)) == []
+
+
+@pytest.mark.timeout(60)
+def test_a_rank_killed_with_sigterm_is_named_from_its_own_word(tmp_path):
+    mark = marker()
+    report = tmp_path / "report.json"
+    result = launch("--launcher", "mpi", "-n", "2", "-s", "0", "--report", str(report),
+                    PYTHON, program("fail.py"), mark, "--rank", "1", "--signal", "SIGTERM")
+    assert result.returncode == 143, result.stderr[-3000:]
+    lines = fail_report(result.stderr)
+    assert lines[0].startswith("FAIL: worker 1 (rank 1) on 127.0.0.1: was killed by SIGTERM "
+                               "after ")
+    assert lines[1] == "  then: no other process failed" and lines[-1] == \
+        "  stopped 1 running process"          # worker 0: mpirun's SIGTERM, not a failure
+    doc = json.loads(report.read_text())
+    (zero, one) = doc["processes"]
+    assert (one["signal"], one["status"], one["root_cause"], one["failed"]) == \
+        ("SIGTERM", None, True, True)
+    assert (zero["rank"], zero["failed"], zero["stopped_by_launcher"]) == (0, False, True)
     assert alive(mark) == []

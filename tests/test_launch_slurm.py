@@ -152,6 +152,50 @@ def test_scancel_mid_run_is_one_fail_line_and_leaves_nothing(slurm):
     assert wait_until(lambda: slurm.jobs() == [], 15)
 
 
+@pytest.mark.timeout(90)
+def test_a_worker_that_exits_mid_run_is_named_and_every_task_reported(slurm, tmp_path):
+    report = tmp_path / "report.json"
+    proc = in_allocation(slurm, 3, "-n", "2", "-s", "1", "--report", str(report),
+                         sys.executable, program("worker_exits.py"), str(tmp_path),
+                         sys.executable, "-m", "bandwidth.measure", "--kv-store", "dist_sync",
+                         "--cpus", "1", "--num-batches", "100000", "--all-worker-lines",
+                         *LENET[:-2], "--timeout", "30", timeout=80)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    (line,) = fail_lines(proc.stderr)
+    assert line.startswith(f"FAIL: worker 1 (rank 1) on {NODE}: exited with status 1 after ")
+    after = proc.stderr.split(line, 1)[1].splitlines()[1:]
+    assert after[0].startswith("  then, as a consequence: ") or \
+        after[0] == "  then: no other process failed"
+    assert after[after.index(f"  last stderr lines of worker 1@{NODE}:") + 1] == \
+        "    worker 1 exiting with status 1 on purpose, mid-run"
+    doc = json.loads(report.read_text())
+    got = [(p["role"], p["rank"], p["status"], p["root_cause"]) for p in doc["processes"]]
+    assert got[1] == ("worker", 1, 1, True) and doc["root_cause"]["subject"] == \
+        f"worker 1 (rank 1) on {NODE}"
+    assert [g[:2] for g in got] == [("worker", 0), ("worker", 1), ("server", 2)]
+    for other in (doc["processes"][0], doc["processes"][2]):
+        assert other["consequence"] or other["stopped_by_launcher"], other
+        assert other["subject"] in after[0] or other["stopped_by_launcher"]
+    assert wait_until(lambda: alive(str(tmp_path)) == [], 15), alive(str(tmp_path))
+
+
+@pytest.mark.timeout(60)
+def test_a_task_killed_with_sigterm_is_named_and_the_others_stopped(slurm, tmp_path):
+    mark = marker()
+    report = tmp_path / "report.json"
+    proc = in_allocation(slurm, 2, "-n", "2", "-s", "0", "--report", str(report),
+                         sys.executable, program("fail.py"), mark, "--rank", "1", "--signal",
+                         "SIGTERM", timeout=50)
+    assert proc.returncode == 143, proc.stderr[-3000:]
+    (line,) = fail_lines(proc.stderr)
+    assert line.startswith(f"FAIL: worker 1 (rank 1) on {NODE}: was killed by SIGTERM after ")
+    assert "  stopped 1 running process" in proc.stderr.split(line, 1)[1].splitlines()
+    zero, one = json.loads(report.read_text())["processes"]
+    assert (one["signal"], one["root_cause"], zero["stopped_by_launcher"], zero["failed"]) == \
+        ("SIGTERM", True, True, False)
+    assert wait_until(lambda: alive(mark) == [], 15), alive(mark)
+
+
 @pytest.mark.timeout(150)
 def test_the_sbatch_example_runs_a_parameter_server_mode(slurm, tmp_path):
     out = tmp_path / "job.out"
@@ -209,16 +253,16 @@ def srun_failure(returncode: int, *srun_lines: str, task_lines=()):
     """SrunChild.failure() on srun's messages as they read, without running Slurm."""
     from types import SimpleNamespace
 
-    from bandwidth.launch.hostfile import Host
+    from bandwidth.launch.contract import Job
     from bandwidth.launch.slurm import SrunChild
 
-    child = SrunChild(["srun"], {}, ["worker 0@a", "worker 1@b"],
-                      ["worker 0 (rank 0) on a", "worker 1 (rank 1) on b"],
-                      [Host("a"), Host("b")], "/", job_id="7")
+    job = Job(2, 0, "10.0.0.1", 29500, 29500, "slurm")
+    child = SrunChild(["srun"], {}, [job.role(0, "a", (0, 1)), job.role(1, "b", (0, 1))], "/",
+                      job_id="7")
     child.proc = SimpleNamespace(returncode=returncode)
     child.own.extend(srun_lines)
     for task, line in task_lines:
-        child.task_tails[task].append(line)
+        child.rank_line(task, line)
     return child.failure()
 
 

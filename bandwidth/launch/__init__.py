@@ -22,7 +22,8 @@ Modules, in the order a launch uses them:
 * ``supervisor`` -- start, forward output, stop everything at the first failure, report
 * ``local``, ``ssh`` (+ ``guard``), ``mpi`` (+ ``mpirole``), ``slurm`` (+ ``slurmrole``) -- the
   launchers themselves; ``rolewrap``, what ``mpirole`` and ``slurmrole`` share (a process that
-  mpirun or srun started takes its planned role's environment and becomes the command)
+  mpirun or srun started takes its planned role's environment, runs the command and says how it
+  ended: ``rankends``); ``runner``, the child for mpirun or srun that reports every rank
 * ``interface`` -- the network interface towards the rendezvous; ``noise`` -- torch's warnings
   explained once; ``torchenv`` -- a job started by torchrun (or another launcher that sets
   ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``) read as a launch.py job

@@ -154,6 +154,11 @@ class Child:
         else:
             emit(sys.stdout, line + "\n")
 
+    def parts(self) -> list:
+        """The processes of the job this child stands for, as reports list them: itself (a
+        runner of many, mpirun or srun: those it ran, ``bandwidth.launch.runner``)."""
+        return [self]
+
     def failure(self) -> Failure | None:
         """After exit: None for success, else why it failed."""
         code = self.proc.returncode

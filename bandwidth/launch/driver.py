@@ -26,6 +26,7 @@ from bandwidth.launch.limits import check_startable, host_limits
 from bandwidth.launch.launchers import LAUNCHERS, check_config, check_programs
 from bandwidth.launch.plan import make_plan
 from bandwidth.launch.preflight import PREFLIGHT_MIN_PROCESSES, check_measure_command
+from bandwidth.launch.rankends import SaidWatch
 from bandwidth.launch.rendezvous import (JoinWatch, address_towards, bind_address, free_port,
                                          open_store)
 from bandwidth.launch.supervisor import Supervisor
@@ -83,7 +84,9 @@ def _run(config: LaunchConfig, launcher, hosts, master_addr: str, hosted, secret
                            config.heartbeat_s, crowded_misses(config.heartbeat_misses,
                                                               job.world_size, os.cpu_count())) \
         if config.heartbeat_s > 0 else None
-    supervisor = Supervisor(launcher.build(plan), check=watch, heartbeat=beats,
+    said = SaidWatch(job_store(store, job.secret), job.world_size) \
+        if launcher.rank_records else None
+    supervisor = Supervisor(launcher.build(plan), check=watch, heartbeat=beats, said_watch=said,
                             start_timeout_s=launcher.start_timeout_s(config.timeout_s))
     try:
         supervisor.run()

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 
 ALIVE_KEY_PREFIX = "launch/alive/"
 ENDED_KEY_PREFIX = "launch/ended/"
+EVENTS_KEY = "launch/rank_events"     # moved after each record of an end (and rankends')
 INTERVAL_VARIABLE = "BANDWIDTH_HEARTBEAT_S"
 DEFAULT_INTERVAL_S = 1.0
 DEFAULT_MISSES = 2.5          # silent for this many intervals: named as stopped answering
@@ -127,6 +128,7 @@ def report_end(reason: str, consequence: bool) -> None:
     record = {"reason": reason[:300], "consequence": consequence, "pid": os.getpid()}
     try:
         beat.store.set(f"{ENDED_KEY_PREFIX}{beat.rank}", json.dumps(record))
+        beat.store.add(EVENTS_KEY, 1)
     except Exception:            # noqa: BLE001 - the launcher is gone: nothing to tell
         pass
 
@@ -179,11 +181,16 @@ class HeartbeatWatch:
 
     def ended(self, rank: int) -> dict:
         """What ``rank`` said of its end (``report_end``), or {}."""
-        key = f"{ENDED_KEY_PREFIX}{rank}"
-        try:
-            if not self.store.check([key]):
-                return {}
-            record = json.loads(self.store.get(key))
-        except Exception:        # noqa: BLE001 - a malformed or missing record says nothing
+        return read_ended(self.store, rank)
+
+
+def read_ended(store, rank: int) -> dict:
+    """What ``rank`` said of its end in ``store`` (``report_end``; JSON only), or {}."""
+    key = f"{ENDED_KEY_PREFIX}{rank}"
+    try:
+        if not store.check([key]):
             return {}
-        return record if isinstance(record, dict) else {}
+        record = json.loads(store.get(key))
+    except Exception:        # noqa: BLE001 - a malformed or missing record says nothing
+        return {}
+    return record if isinstance(record, dict) else {}

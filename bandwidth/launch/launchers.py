@@ -35,6 +35,8 @@ class Launcher:
     host_ports: bool = True                         # can reach a hosts file's host:port
     # Where the hosts come from without -H: (environ, process count) -> hosts with slots
     allocation: Callable[[Mapping[str, str], int], tuple[Host, ...]] | None = None
+    # One child runs every process, whose wrappers say how each ended (rankends)
+    rank_records: bool = False
 
 
 LAUNCHERS = {launcher.name: launcher for launcher in (
@@ -44,10 +46,10 @@ LAUNCHERS = {launcher.name: launcher for launcher in (
              start_timeout_s=ssh.start_timeout_s, needs_programs=ssh.needs_ssh),
     Launcher("mpi", "one Open MPI mpirun for all processes (-H optional)", mpi.build,
              hostfile="optional", programs=("mpirun",), place_scheduler=True,
-             version_check=mpi.open_mpi_version, host_ports=False),
+             version_check=mpi.open_mpi_version, host_ports=False, rank_records=True),
     Launcher("slurm", "one srun step inside a Slurm allocation (salloc, sbatch)", slurm.build,
              hostfile="refused", programs=("srun", "scontrol"), place_scheduler=True,
-             allocation=slurm.allocation),
+             allocation=slurm.allocation, rank_records=True),
 )}
 
 

@@ -13,8 +13,11 @@ each host, so mpirun never oversubscribes and ``--map-by node`` deals ranks the 
 scheduler (``--scheduler``) is the last MPI process. ``mpirole`` derives each process's role from
 ``OMPI_COMM_WORLD_RANK``. ``--tag-output`` marks every output line with its MPI rank, which the
 launcher strips again: stderr gets the usual ``[worker 0@host]`` prefix and a tail per rank for
-the report. When a process fails, mpirun ends the job and prints which rank failed and how; the
-launcher names that rank's role, host and status. When mpirun cannot start its daemon on a host,
+the report. Each rank's wrapper tells the launcher in a line of its stderr when its command
+started and how it ended (``bandwidth.launch.rankends``), so that the launcher reports
+every rank as it reports the local launcher's processes (``bandwidth.launch.runner``); a rank
+that left no record (its wrapper killed with SIGKILL) is named from mpirun's own message (which
+rank failed, and how). When mpirun cannot start its daemon on a host,
 the launcher finds ssh's error among mpirun's messages and reports it as the ssh launcher does
 (``FAIL: node3: cannot resolve the host name``); ``orte_keep_fqdn_hostnames`` (Open MPI 4) keeps
 mpirun from shortening ``node3.example.com`` to ``node3`` there. Hosts-file ports are refused:
@@ -35,11 +38,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bandwidth.errors import UnsupportedError
+from bandwidth.launch.child import Child, Failure, emit, status_failure
+from bandwidth.launch.contract import Role
 from bandwidth.launch.environ import child_environ
 from bandwidth.launch.hostfile import Host
 from bandwidth.launch.plan import Plan, slot_counts
+from bandwidth.launch.runner import RunnerChild
 from bandwidth.launch.ssh import explain_ssh_error, ssh_error_lines
-from bandwidth.launch.supervisor import Child, Failure, emit, status_failure
 
 _TAG = re.compile(r"\[\d+,(\d+)\]<(stdout|stderr)>:")
 _EXIT = re.compile(r"Process name: \[\[\d+,\d+\],(\d+)\]")
@@ -88,7 +93,7 @@ def mpirun_argv(placed: Sequence[Host], exported: Sequence[str], command: Sequen
                    "--hosts", ",".join(str(h) for h in placed), "--", *command]
 
 
-class MpiChild(Child):
+class MpiChild(RunnerChild):
     """mpirun, whose tagged output is split back into one stream per rank."""
 
     grace_s = 10.0   # mpirun forwards SIGTERM to every rank and tears the job down itself
@@ -97,14 +102,11 @@ class MpiChild(Child):
     terminate_group = False
     die_with_launcher = False    # a SIGKILL would keep it from stopping what it started
 
-    def __init__(self, argv: Sequence[str], env: dict[str, str], labels: Sequence[str],
-                 subjects: Sequence[str], hosts: Sequence[Host] = (),
-                 connect_timeout_s: int = 0):
-        super().__init__("mpirun", "mpirun", argv, env, capture_stdout=True)
-        self.labels, self.subjects = list(labels), list(subjects)
+    def __init__(self, argv: Sequence[str], env: dict[str, str], roles: Sequence[Role],
+                 hosts: Sequence[Host] = (), connect_timeout_s: int = 0):
+        super().__init__("mpirun", argv, env, roles)
         self.hosts = list(dict.fromkeys(hosts))         # for naming a host ssh could not reach
         self.connect_timeout_s = connect_timeout_s
-        self.rank_tails = [collections.deque(maxlen=self.tail.maxlen) for _ in labels]
         self.own = collections.deque(maxlen=60)     # mpirun's own messages
         self.partial: dict[tuple[int, str], str] = {}
 
@@ -127,27 +129,27 @@ class MpiChild(Child):
             emit(sys.stderr, f"[mpirun] {text}\n")
         elif stream == "stdout":
             emit(sys.stdout, text + "\n")
-        else:
-            if rank < len(self.rank_tails):
-                self.rank_tails[rank].append(text)
+        elif (text := self.rank_line(rank, text)) is not None:
             label = self.labels[rank] if rank < len(self.labels) else f"mpi rank {rank}"
             emit(sys.stderr, f"[{label}] {text}\n")
 
-    def failure(self) -> Failure | None:
-        code = self.proc.returncode
-        if code == 0:
-            return None
+    def named_rank(self) -> tuple[int, int] | None:
+        """The rank mpirun's message names: "exited on signal N", or "Process name: [[J,1],R]"
+        with its "Exit code"."""
         text = "\n".join(self.own)
-        rank, returncode = None, code
         if (match := _SIGNAL.search(text)) is not None:
-            rank, returncode = int(match[1]), -int(match[2])
-        elif (match := _EXIT.search(text)) is not None:
+            return int(match[1]), -int(match[2])
+        if (match := _EXIT.search(text)) is not None:
             exit_code = _EXIT_CODE.search(text, match.end())
-            rank, returncode = int(match[1]), int(exit_code[1]) if exit_code else code
-        if rank is None or rank >= len(self.subjects):
-            return self._ssh_failure() or status_failure("mpirun", code, "mpirun", self.own)
-        return status_failure(self.subjects[rank], returncode, self.labels[rank],
-                              self.rank_tails[rank])
+            return int(match[1]), int(exit_code[1]) if exit_code else self.proc.returncode
+        return None
+
+    def own_failure(self) -> Failure:
+        named = self.named_rank()
+        if named is None or named[0] >= len(self.subjects):
+            return self._ssh_failure() or status_failure("mpirun", self.proc.returncode,
+                                                         "mpirun", self.own)
+        return self.rank_failure(*named)
 
     def _ssh_failure(self) -> Failure | None:
         """mpirun could not start its daemon on a host: ssh's error, worded as the ssh launcher
@@ -183,5 +185,4 @@ def build(plan: Plan) -> list[Child]:
         f"-o BatchMode=yes -o ConnectTimeout={config.timeout_s}"
     argv = mpirun_argv(plan.hosts, sorted(remote), config.command, rsh_args,
                        options=keep_fqdn_args(open_mpi_version()))
-    return [MpiChild(argv, env, [r.label for r in plan.roles], [r.title for r in plan.roles],
-                     plan.hosts, config.timeout_s)]
+    return [MpiChild(argv, env, plan.roles, plan.hosts, config.timeout_s)]

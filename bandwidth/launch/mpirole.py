@@ -1,4 +1,4 @@
-"""Give one ``mpirun`` process its role in the contract, then become the command.
+"""Give one ``mpirun`` process its role in the contract, then run the command.
 
 Usage (what ``--launcher mpi`` puts after ``mpirun ...``; not meant to be typed)::
 
@@ -9,8 +9,10 @@ index ``i`` in rank order: workers ``0..n-1``, then servers ``n..n+s-1``, then, 
 ``OMPI_COMM_WORLD_SIZE`` is ``n+s+1``, the scheduler (``contract.Job.role_at``). The job-wide
 variables (``DMLC_NUM_WORKER``, ``MASTER_ADDR``, ...) arrive from mpirun with ``-x``; this
 wrapper adds the per-process ones (``DMLC_ROLE``, ``DMLC_TASK_ID``, ``RANK``, ``LOCAL_RANK``,
-``LOCAL_WORLD_SIZE``, ``DMLC_NODE_HOST``) and ``exec``s the command, so the command's exit
-status and signals are mpirun's to see.
+``LOCAL_WORLD_SIZE``, ``DMLC_NODE_HOST``) and runs the command as its child
+(``bandwidth.launch.rolewrap``): it tells the launcher when the command started and how it
+ended, and ends the same way, so the command's exit status and signals are still mpirun's to
+see.
 
 ``--hosts`` is the launcher's placement (``bandwidth.launch.plan``), one host per process.
 mpirun places with ``--map-by node`` on the same hosts and slot counts, which is the same

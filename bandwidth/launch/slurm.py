@@ -22,8 +22,12 @@ that fails, ``scancel`` and a SIGTERM to srun reach every task at once, the acco
 step), and two steps would have to share the allocation's CPUs, which Slurm refuses or queues
 unless each asks for ``--overlap``. ``--label`` prefixes every output line with its task number,
 which the launcher strips again: stderr gets the usual ``[worker 0@host]`` prefix and a tail per
-task for the report. When a task fails, srun says which (``srun: error: node2: task 1: Exited
-with exit code 3``) and the launcher names that task's role, host and status.
+task for the report. Each task's wrapper says in a line of its stderr when its command started
+and how it ended (``bandwidth.launch.rankends``), so that the launcher reports every task as it
+reports the local launcher's processes (``bandwidth.launch.runner``: root cause, consequences,
+``--report``); a task that left no such line (its wrapper killed with SIGKILL after Slurm's
+``KillWait``) is named from srun's own message (``srun: error: node2: task 1: Exited with exit
+code 3``).
 
 Outside an allocation (no ``SLURM_JOB_ID``), or asking for more processes than the allocation
 has tasks, the launch stops before starting anything, with one ``FAIL:`` line (exit status 2).
@@ -39,11 +43,13 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 
+from bandwidth.launch.child import Child, Failure, LaunchFailed, emit, status_failure
+from bandwidth.launch.contract import Role
 from bandwidth.launch.environ import child_environ
 from bandwidth.launch.hostfile import Host
 from bandwidth.launch.mpi import PACKAGE_ROOT
 from bandwidth.launch.plan import Plan
-from bandwidth.launch.supervisor import Child, Failure, LaunchFailed, emit, status_failure
+from bandwidth.launch.runner import RunnerChild
 
 _LABEL = re.compile(r"^\s*(\d+): ?(.*)$")
 _TASK_EXIT = re.compile(r"srun: error: (\S+): tasks? (\d+)[-,\d]*: Exited with exit code (\d+)")
@@ -108,7 +114,7 @@ def srun_argv(placed: Sequence[Host], command: Sequence[str], python: str = "pyt
             python, "-m", "bandwidth.launch.slurmrole", "--hosts", hosts, "--", *command]
 
 
-class SrunChild(Child):
+class SrunChild(RunnerChild):
     """srun, whose labelled output is split back into one stream per task."""
 
     grace_s = 10.0   # srun forwards SIGTERM to every task, then Slurm's KillWait applies
@@ -117,12 +123,10 @@ class SrunChild(Child):
     terminate_group = False
     die_with_launcher = False    # a SIGKILL would keep it from stopping what it started
 
-    def __init__(self, argv: Sequence[str], env: dict[str, str], labels: Sequence[str],
-                 subjects: Sequence[str], hosts: Sequence[Host], cwd: str, job_id: str = "?"):
-        super().__init__("srun", "srun", argv, env, cwd=cwd, capture_stdout=True)
+    def __init__(self, argv: Sequence[str], env: dict[str, str], roles: Sequence[Role],
+                 cwd: str, job_id: str = "?"):
+        super().__init__("srun", argv, env, roles, cwd=cwd)
         self.job_id = job_id
-        self.labels, self.subjects, self.hosts = list(labels), list(subjects), list(hosts)
-        self.task_tails = [collections.deque(maxlen=self.tail.maxlen) for _ in labels]
         self.own = collections.deque(maxlen=60)          # srun's and slurmstepd's messages
 
     def on_line(self, stream: str, line: str) -> None:
@@ -140,40 +144,42 @@ class SrunChild(Child):
             return                       # torch's per-connection warning, shown once
         if note:
             emit(sys.stderr, f"launch: note: {note}:\n")
-        self.task_tails[task].append(text)
-        emit(sys.stderr, f"[{self.labels[task]}] {text}\n")
+        if (text := self.rank_line(task, text)) is not None:
+            emit(sys.stderr, f"[{self.labels[task]}] {text}\n")
 
-    def failure(self) -> Failure | None:
-        code = self.proc.returncode
-        if code == 0:
-            return None
-        # --kill-on-bad-exit kills the other tasks with SIGTERM: a task that exited with a
-        # status, or died of another signal, is the cause; else a cancelled step (scancel, the
-        # time limit: slurmstepd's "*** STEP 5.0 ON node1 CANCELLED AT ... ***"); else the
-        # first task srun names.
+    def named_rank(self) -> tuple[int, int] | None:
+        """The task srun's messages name: one that exited with a status, or died of a signal
+        other than the SIGTERM with which ``--kill-on-bad-exit`` stops the others; None for a
+        cancelled step (slurmstepd's "*** STEP 5.0 ON node1 CANCELLED AT ... ***")."""
         for line in self.own:
             if (match := _TASK_EXIT.search(line)) and int(match[3]) != 0:
-                return self._task_failure(int(match[2]), int(match[3]))
-        killed = [(int(m[2]), SIGNAL_WORDS[m[3]]) for line in self.own
-                  if (m := _TASK_SIGNAL.search(line)) and m[3] in SIGNAL_WORDS]
+                return int(match[2]), int(match[3])
+        killed = self._killed()
         for task, signum in killed:
             if signum != signal.SIGTERM:
-                return self._task_failure(task, -int(signum))
-        cancelled = next((line for tail in (self.own, *self.task_tails) for line in tail
-                          if _CANCELLED.search(line)), None)
+                return task, -int(signum)
+        if killed and self._cancelled() is None:
+            return killed[0][0], -int(killed[0][1])
+        return None
+
+    def _killed(self) -> list[tuple[int, int]]:
+        return [(int(m[2]), SIGNAL_WORDS[m[3]]) for line in self.own
+                if (m := _TASK_SIGNAL.search(line)) and m[3] in SIGNAL_WORDS]
+
+    def _cancelled(self) -> str | None:
+        return next((line for tail in (self.own, *(r.tail for r in self.ranks)) for line in tail
+                     if _CANCELLED.search(line)), None)
+
+    def own_failure(self) -> Failure:
+        named = self.named_rank()
+        if named is not None:
+            return self.rank_failure(*named, fallback=self.own)
+        cancelled = self._cancelled()
         if cancelled is not None:
             what = _CANCELLED.search(cancelled)[0].strip("* ")
             return Failure(f"slurm job {self.job_id}", f"was cancelled (scancel, or its time "
                            f"limit): {what}", 128 + signal.SIGTERM, "srun", tuple(self.own))
-        if killed:
-            return self._task_failure(killed[0][0], -int(killed[0][1]))
-        return status_failure("srun", code, "srun", self.own)
-
-    def _task_failure(self, task: int, returncode: int) -> Failure:
-        if task >= len(self.subjects):
-            return status_failure(f"srun task {task}", returncode, "srun", self.own)
-        return status_failure(self.subjects[task], returncode, self.labels[task],
-                              self.task_tails[task] or self.own)
+        return status_failure("srun", self.proc.returncode, "srun", self.own)
 
 
 def build(plan: Plan) -> list[Child]:
@@ -189,6 +195,5 @@ def build(plan: Plan) -> list[Child]:
     env.update(child_environ(plan.environ, config.env, same_host=True))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
     env.update(plan.job.to_environ())
-    return [SrunChild(srun_argv(plan.hosts, config.command), env,
-                      [r.label for r in plan.roles], [r.title for r in plan.roles], plan.hosts,
-                      config.workdir, plan.environ.get("SLURM_JOB_ID", "?"))]
+    return [SrunChild(srun_argv(plan.hosts, config.command), env, plan.roles, config.workdir,
+                      plan.environ.get("SLURM_JOB_ID", "?"))]

@@ -1,5 +1,5 @@
-"""Give one task of the slurm launcher's ``srun`` step its role in the contract, then become the
-command.
+"""Give one task of the slurm launcher's ``srun`` step its role in the contract, then run the
+command (``bandwidth.launch.rolewrap``: as its child, telling the launcher how it ended).
 
 Usage (what ``--launcher slurm`` puts after ``srun ...``; not meant to be typed)::
 

@@ -52,21 +52,25 @@ class Supervisor:
     ``check``: called about every 0.5 s with the seconds since the start; a Failure it returns
     fails the launch (the rendezvous watch).
     ``heartbeat``: a ``HeartbeatWatch``; a child whose rank stops beating for its threshold fails.
+    ``said_watch``: a ``rankends.SaidWatch``, read as the job runs, for children that run many
+    processes (mpirun, srun: ``bandwidth.launch.runner``).
     """
 
     def __init__(self, children: Sequence[Child], *, start_timeout_s: float,
                  max_starting: int = 8, check: Callable[[float], Failure | None] | None = None,
-                 heartbeat=None):
+                 heartbeat=None, said_watch=None):
         self.children = list(children)
         noise, self.repeats = NoiseFilter(), Repeats()
         self.t0 = time.monotonic()
         for child in self.children:
             child.noise, child.repeats = noise, self.repeats
             child.clock = self.clock
+            child.said_watch = said_watch
         self.start_timeout_s = start_timeout_s
         self.max_starting = max_starting
         self.check = check
         self.heartbeat = heartbeat
+        self.said_watch = said_watch
         self.selector = selectors.DefaultSelector()
         self.partial: dict[int, bytearray] = {}
         self.signals: list[int] = []
@@ -82,7 +86,7 @@ class Supervisor:
         try:
             failure = self._loop()
         finally:
-            stopped = self._stop()
+            stopped = self._stopped_count(self._stop())
             _restore_signals(previous)
             self.selector.close()
             for line in self.repeats.summary():
@@ -90,9 +94,14 @@ class Supervisor:
         self.failure = failure
         if failure is not None:
             elapsed = self.clock() if self.root is None else self.root.ending.at_s
-            consequences = consequence_line(self.root, self.children) \
-                if self.root is not None and len(self.children) > 1 else ""
+            processes = self.processes()
+            consequences = consequence_line(self.root, processes) \
+                if self.root is not None and len(processes) > 1 else ""
             raise LaunchFailed(failure, failure.report(elapsed, stopped, consequences))
+
+    def processes(self) -> list:
+        """Every process of the job: the children, a runner's (mpirun's) ranks in its place."""
+        return [part for child in self.children for part in child.parts()]
 
     def report_doc(self) -> dict:
         """Every child's ending and the root cause (the ``--report`` file's body)."""
@@ -100,7 +109,7 @@ class Supervisor:
         if root is None and self.failure is not None:
             root = {"subject": self.failure.subject, "reason": self.failure.what}
         return {"elapsed_s": round(self.clock(), 3), "root_cause": root,
-                "processes": [record(c, self.root) for c in self.children]}
+                "processes": [record(c, self.root) for c in self.processes()]}
 
     def _loop(self) -> Failure | None:
         pending = collections.deque(self.children)
@@ -116,6 +125,8 @@ class Supervisor:
                     return failure
                 starting += 1
             self._pump(POLL_S)
+            if self.said_watch is not None:
+                self.said_watch.poll(self.clock())
             now = time.monotonic()
             if self._collect() or self._silent():
                 return self._settle()
@@ -213,7 +224,10 @@ class Supervisor:
                     quiet = self.heartbeat.silent_for(rank, self.clock()) \
                         if self.heartbeat is not None and rank is not None else None
                     self._mark_stopped(child, state, quiet or None)
-        self.root = pick_root(self.children) or first
+        processes = self.processes()
+        first = min((p for p in processes if p.ending.failed),
+                    key=lambda p: p.ending.at_s or 0.0, default=first)
+        self.root = pick_root(processes) or first
         root = self.root.failure_found
         context = root.context
         if self.root is not first:
@@ -274,8 +288,14 @@ class Supervisor:
             child.on_line(stream, line.decode(errors="replace"))
         return True
 
-    def _stop(self) -> int:
-        """Stop every child still running; return how many there were."""
+    def _stopped_count(self, alive: list[Child]) -> int:
+        """The processes stopped: those of ``alive`` that stand for themselves, and those that
+        a runner (mpirun, srun) stopped when the job ended."""
+        return sum(1 for c in alive if c.parts() == [c]) + \
+            sum(1 for c in self.children for p in c.parts() if p is not c and p.ending.by_launcher)
+
+    def _stop(self) -> list[Child]:
+        """Stop every child still running; return those."""
         alive = [c for c in self.children if c.proc is not None and not c.finished]
         for child in alive:
             child.ending.by_launcher = not child.ending.failed
@@ -297,7 +317,7 @@ class Supervisor:
         for key in list(self.selector.get_map().values()):
             self.selector.unregister(key.fileobj)
             key.fileobj.close()
-        return len(alive)
+        return alive
 
 
 _CAUGHT = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
