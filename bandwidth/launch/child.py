@@ -101,9 +101,6 @@ class Child:
     die_with_launcher = True
     #: the launcher's clock (seconds since the launch started), set by the Supervisor
     clock: Callable[[], float] = staticmethod(lambda: 0.0)
-    #: the process runs on the launcher's own host, where /proc says whether it is stopped: a
-    #: silent heartbeat names it only when it is (ssh children: False, see Supervisor._silent)
-    on_this_host = True
 
     def __init__(self, label: str, subject: str, argv: Sequence[str], env: dict[str, str],
                  cwd: str | None = None, capture_stdout: bool = False, stdin_pipe: bool = False):
@@ -177,6 +174,12 @@ class Child:
     def reap(self) -> None:
         _signal_group(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
+
+    def reachable(self, now: float, within_s: float) -> bool:
+        """Whether this process's host is known to run and answer, so that a silent heartbeat
+        is not a frozen host or a cut link: always on the launcher's own host, where
+        ``stopped`` reads /proc (ssh: the guard's words)."""
+        return True
 
     def stopped(self) -> str:
         """Why this running child does not answer, if a signal stopped it (or a process of its

@@ -19,7 +19,8 @@ process group that are still running afterwards are killed too, so nothing is le
 Protocol lines on stderr, read by the launcher and not shown to the user:
 ``bandwidth-guard: started PID`` once the command runs, ``bandwidth-guard: stopped PID`` when a
 process of its group is stopped by a signal (SIGSTOP) and ``bandwidth-guard: running`` when it
-runs again, and last ``bandwidth-guard: exit N`` or
+runs again, ``bandwidth-guard: alive`` every second meanwhile (the host runs and the link
+carries: a silent heartbeat is then no frozen host or cut link), and last ``bandwidth-guard: exit N`` or
 ``bandwidth-guard: signal NAME``. The guard exits with the command's status (128+N for signal N).
 """
 
@@ -115,6 +116,8 @@ def main(argv=None):
         if stopped != was_stopped:      # the launcher names a stopped process as the cause
             _say(f"stopped {stopped}" if stopped else "running")
             was_stopped = stopped
+        elif polls % 5 == 0:
+            _say("alive")
     if not _exited(proc.pid):
         _kill_group(proc.pid, signal.SIGTERM)
         _kill_group(proc.pid, signal.SIGCONT)      # a stopped process handles it now

@@ -114,7 +114,6 @@ def explain_ssh_error(lines: Sequence[str], host: Host, timeout_s: int) -> str:
 
 
 class SshChild(Child):
-    on_this_host = False       # a frozen host or a cut link shows only as a silent heartbeat
     """One process on a remote host, run through ssh and the guard."""
 
     grace_s = GUARD_GRACE_S + 3.0
@@ -129,6 +128,7 @@ class SshChild(Child):
         self.remote_pid: int | None = None
         self.remote_end: tuple[str, str] | None = None   # ("exit", "3") or ("signal", "SIGKILL")
         self.remote_stopped = ""        # the pid the guard found stopped by a signal, or ""
+        self.guard_word_s: float | None = None     # the guard's last word, launcher's clock
 
     @property
     def running(self) -> bool:
@@ -145,6 +145,7 @@ class SshChild(Child):
     def on_line(self, stream: str, line: str) -> None:
         if stream == "stderr" and line.startswith(guard.PREFIX):
             kind, _, value = line[len(guard.PREFIX):].strip().partition(" ")
+            self.guard_word_s = self.clock()
             if kind == "started":
                 self.remote_pid = int(value)
             elif kind in ("stopped", "running"):
@@ -154,6 +155,11 @@ class SshChild(Child):
                 self._remote_ended(kind, value)
             return
         super().on_line(stream, line)
+
+    def reachable(self, now: float, within_s: float) -> bool:
+        """The guard spoke within ``within_s``: the host runs and the link carries, so a silent
+        heartbeat there is a starved beating thread, unless the guard says it is stopped."""
+        return self.guard_word_s is not None and now - self.guard_word_s <= within_s
 
     @property
     def pid(self) -> int | None:

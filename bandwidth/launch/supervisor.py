@@ -183,10 +183,11 @@ class Supervisor:
             quiet = self.heartbeat.silent_for(child.role.rank, now)
             if quiet > self.heartbeat.threshold_s:
                 state = child.stopped()
-                if not state and child.on_this_host:
-                    # Running on this host, not stopped: its beating thread was starved (six
-                    # processes starting on two cores kept one silent past 5 s in 2 of 3 runs),
-                    # not a process that stopped answering; a real hang meets the job's timeout.
+                if not state and child.reachable(now, self.heartbeat.threshold_s):
+                    # Not stopped, on a host that runs and answers: its beating thread was
+                    # starved (six processes starting on two cores kept one silent past 5 s in
+                    # 2 of 3 runs), not a process that stopped answering; a real hang meets
+                    # the job's timeout.
                     continue
                 self._mark_stopped(child, state or "no heartbeat", quiet)
                 silent.append(child)
