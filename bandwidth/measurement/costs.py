@@ -126,8 +126,10 @@ def measure_costs(plan: Plan, session, kick) -> dict:
                 "step_samples": [asdict(s) for s in step],
                 "timeline": timeline, "schedule": schedule.name,
                 "step_flops": sum(runner.step_flops for runner in runners),
+                # per device, as the large product's: replicas on separate GPUs compute at once
+                # (two H100s read 156 % of one H100's rate), replicas sharing one take turns
                 "compute_rate_flops": sum(r.step_flops for r in runners) / alone_own
-                if alone_own > 0 else 0.0,
+                / len({str(r.device) for r in runners}) if alone_own > 0 else 0.0,
                 "calibrated_rate_flops": min(rates),
                 "large_matmul_rate_flops": large,
                 "device_type": runners[0].device.type, "compute_launch": compute_launch}
