@@ -147,3 +147,17 @@ def test_twenty_random_faults_are_each_named(tmp_path):
     broke = [o for o in outcomes if not o["held"]]
     assert broke == [], proc.stdout
     assert proc.returncode == 0
+
+
+def test_a_signal_inside_an_import_is_told_from_one_outside(tmp_path, monkeypatch):
+    """The launcher's handler ends at once (os._exit) when the signal lands inside an import,
+    where raising could leave the interpreter hanging, and raises Interrupted elsewhere."""
+    import inspect
+
+    from bandwidth.launch.cli import _importing
+    (tmp_path / "seen_at_import.py").write_text(
+        "import inspect\nFRAME = inspect.currentframe()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import seen_at_import
+    assert _importing(seen_at_import.FRAME)
+    assert not _importing(inspect.currentframe())

@@ -131,7 +131,23 @@ class Interrupted(BaseException):
 
 
 def _interrupt(signum, frame):
+    if _importing(frame):
+        # An exception raised inside an import that is half done (torch's, in run) can leave
+        # the interpreter unable to finish: one line and out, as launch.py's first handler.
+        sys.stderr.write(f"launch.py: interrupted by {signal.Signals(signum).name} (no process "
+                         "was running)\n")
+        sys.stderr.flush()
+        os._exit(128 + signum)
     raise Interrupted(signum)
+
+
+def _importing(frame) -> bool:
+    """Whether the interrupted code is inside an import (importlib's frames on its stack)."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def main(argv: list[str] | None = None) -> int:
