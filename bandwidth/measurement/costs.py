@@ -140,8 +140,9 @@ def measure_costs(plan: Plan, session, kick) -> dict:
 
 def trace(step: StepWithCompute, session) -> list[dict]:
     """One untimed step with every unit's compute and every exchange marked: [{device, on, lane,
-    label, start_s, end_s}] (``on``: the physical device the replica runs on), seconds from the step's start on each device's clock (a GPU's
-    events on its stream, CPU devices' perf_counter)."""
+    label, start_s, end_s}] (``on``: the physical device the replica runs on), seconds from the
+    step's start on each device's clock (a GPU's events on its stream, CPU devices'
+    perf_counter)."""
     step.prepare()
     step.synchronize()
     for runner in step.runners:
