@@ -67,7 +67,8 @@ def test_plans_match_the_reducers_own_assignment_for_every_network():
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("sizes", ["up to 60 MB", pytest.param("60-300 MB", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("sizes", ["up to 60 MB",
+                                   pytest.param("60-300 MB", marks=pytest.mark.slow)])
 def test_plans_equal_real_ddp_rebuilt_buckets(sizes):
     """CI runs the networks of at most 60 MB (six, about 20 s); ``-m slow`` the rest up to
     ``REAL_DDP_BYTES`` (about 200 s on the 2-core VM)."""

@@ -6,8 +6,8 @@ launch started): the moment its exit was seen (an ssh child: the moment the remo
 mpirun or srun runs: the moment its wrapper's ``end`` line arrived, ``bandwidth.launch.runner``),
 its status or signal, the first line of its stderr that reads as an error, what the process
 itself said of its end through the heartbeat (``heartbeat.report_end``), and whether the launcher
-(or mpirun, srun) had already stopped it. A process that stopped answering (no heartbeat for the threshold) ends, for this
-purpose, at its last heartbeat.
+(or mpirun, srun) had already stopped it. A process that stopped answering (no heartbeat for
+the threshold) ends, for this purpose, at its last heartbeat.
 
 The root cause is the earliest failure among the processes that did not say they failed
 because of another (a process that gave up waiting for a peer is a consequence); only when

@@ -21,7 +21,8 @@ Protocol lines on stderr, read by the launcher and not shown to the user:
 process of its group is stopped by a signal (SIGSTOP) and ``bandwidth-guard: running`` when it
 runs again, ``bandwidth-guard: alive`` every second meanwhile (the host runs and the link
 carries: a silent heartbeat is then no frozen host or cut link), and last
-``bandwidth-guard: exit N`` or ``bandwidth-guard: signal NAME``. The guard exits with the command's status (128+N for signal N).
+``bandwidth-guard: exit N`` or ``bandwidth-guard: signal NAME``. The guard exits with the
+command's status (128+N for signal N).
 """
 
 import json
