@@ -156,8 +156,10 @@ def main(argv: list[str] | None = None) -> int:
     # nothing runs yet, so end with one line and 128 + N, as the supervisor would.
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _interrupt)
-    args = build_parser().parse_args(argv)
     try:
+        # Inside the try: a SIGTERM while argparse builds its parser (0.2 s after the start under
+        # load) ended in a traceback and status 1.
+        args = build_parser().parse_args(argv)
         run(config_from_args(args, os.environ, os.getcwd()), dict(os.environ))
     except Interrupted as stop:
         print(f"launch.py: interrupted by {signal.Signals(stop.signum).name} (no process was "

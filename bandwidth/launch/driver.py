@@ -76,8 +76,13 @@ def _run(config: LaunchConfig, launcher, hosts, master_addr: str, hosted, secret
         # No start timeout: copying takes as long as the tree is big; ssh's own
         # ConnectTimeout still bounds reaching each host.
         Supervisor(launcher.sync(plan), start_timeout_s=float("inf")).run()
+    # A host that ssh cannot reach is named by its ssh child (255, "connection timed out") at the
+    # start timeout; the rendezvous watch waits that long and a second more, so that it does not
+    # name the same missing rank first as one that never joined (a coin flip at 17 s on the lab).
+    start_s = launcher.start_timeout_s(config.timeout_s)
+    join_s = config.timeout_s if start_s <= config.timeout_s else start_s + 1.0
     watch = JoinWatch(job_store(store, job.secret), [role.label for role, _ in plan.world],
-                      config.timeout_s, f"{master_addr}:{hosted.port}",
+                      join_s, f"{master_addr}:{hosted.port}",
                       advice="raise launch.py --timeout" if config.timeout_given else
                       "the default grew with the job; give launch.py --timeout for more")
     beats = HeartbeatWatch(job_store(store, job.secret), range(job.world_size),
