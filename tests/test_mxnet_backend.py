@@ -330,7 +330,7 @@ def test_gradient_compression_runs_on_device_and_shows_its_loss():
 def test_dist_sync_through_the_launcher_is_exact(tmp_path):
     out = tmp_path / "dist.json"
     proc = launch(2, 1, "--kv-store", "dist_sync", "--cpus", "2", "--num-batches", "3",
-                  "--json", str(out), *LENET)
+                  "--all-worker-lines", "--json", str(out), *LENET)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = iter_lines(proc.stdout)
     assert len(lines) == 6 and max(err for _, _, err in lines) == 0.0   # 3 lines per worker
@@ -345,7 +345,7 @@ def test_dist_sync_through_the_launcher_is_exact(tmp_path):
 def test_dist_async_with_sgd_errs_only_by_staleness():
     workers, devices = 2, 2
     proc = launch(workers, 1, "--kv-store", "dist_async", "--optimizer", "sgd", "--cpus",
-                  str(devices), "--num-batches", "3", *LENET)
+                  str(devices), "--num-batches", "3", "--all-worker-lines", *LENET)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert size_lines(proc.stdout) == [toolkit_size_line(*LENET)] * workers
     lines = iter_lines(proc.stdout)
