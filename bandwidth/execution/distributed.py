@@ -10,6 +10,7 @@ from bandwidth.backends import engines
 from bandwidth.config.job import Job
 from bandwidth.errors import ConfigError
 from bandwidth.hardware.environment import describe as describe_environment
+from bandwidth.hardware.memory import return_freed_memory
 from bandwidth.launch.preflight import PREFLIGHT_ENV
 from bandwidth.plan.plan import make_plan, size_line
 from bandwidth.report.text import document, preamble, summary_lines, worker_lines, write_document
@@ -39,6 +40,7 @@ def execute_distributed(job: Job, role) -> int:
     roles.check_role(config.kv_store, role, servers_needed=not plan.store_cls.process_per_device)
     if preflight(role):
         return 0
+    return_freed_memory()        # a process's memory stays what it holds (issue 27)
     if on_worker and role.task_id == 0:
         for line in preamble(plan, describe_environment(plan.devices)):
             print(line)

@@ -1,8 +1,11 @@
-"""What a process holds in host memory: its peak resident set (``peak_rss_bytes``), and the job's
-figures from every process's (``job_memory``) for the summary and the result document."""
+"""What a process holds in host memory: its peak resident set (``peak_rss_bytes``), the job's
+figures from every process's (``job_memory``) for the summary and the result document, and
+temporaries given back at once in the distributed modes' processes (``return_freed_memory``)."""
 
 from __future__ import annotations
 
+import ctypes
+import os
 import resource
 from collections.abc import Sequence
 
@@ -12,6 +15,28 @@ def peak_rss_bytes(children: bool = False) -> int:
     the largest peak among the children it has waited for."""
     who = resource.RUSAGE_CHILDREN if children else resource.RUSAGE_SELF
     return resource.getrusage(who).ru_maxrss * 1024
+
+
+# Allocations from this size up are mapped and unmapped on their own (glibc's M_MMAP_THRESHOLD).
+MMAP_THRESHOLD = 1 << 20
+_M_MMAP_THRESHOLD = -3
+_MMAP_ENV = "MALLOC_MMAP_THRESHOLD_"
+
+
+def return_freed_memory() -> None:
+    """Fix glibc's mmap threshold at MMAP_THRESHOLD, in this process and (through the
+    environment) the processes it starts. glibc raises the threshold each time a mapped block is
+    freed, so the data's 8 MB temporaries (bandwidth.plan.data) come from the heap after the first
+    few, and the heap keeps what they leave: 60-95 MB more in a worker filling 100 MB of
+    gradients on this VM's glibc, 3-5 GB over 50 workers (issue 27). A threshold the user set in
+    the environment is kept. Not glibc: nothing."""
+    if os.environ.get(_MMAP_ENV):
+        return
+    os.environ[_MMAP_ENV] = str(MMAP_THRESHOLD)
+    try:
+        ctypes.CDLL(None).mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+    except (OSError, AttributeError):
+        pass
 
 
 def job_memory(workers: Sequence[int], servers: Sequence[int]) -> dict:

@@ -94,6 +94,11 @@ class Session:
         extra = {"cluster": cluster} if store_cls.distributed and cluster is not None else {}
         extra.update(rule)
 
+        # A parameter-server worker with one CPU device pulls into its gradients, which
+        # ``prepare`` refills before each step (KVStore.pulls_into_gradients).
+        self.refill = (store_cls.pulls_into_gradients and schedule is None
+                       and len(indices) == 1 and not devices.is_cuda)
+
         def new_set():
             """One set of buffers: every replica's gradients and outputs, and a store on them."""
             replicas_of_set = []
@@ -101,7 +106,7 @@ class Session:
                 device = devices.torch_device(index)
                 grads = torch.empty(numel, dtype=TORCH_DTYPES[dtype], device=device)
                 fill_gradient(grads, rank=first_replica + index, seed=seed)
-                outputs = torch.zeros_like(grads)
+                outputs = grads if self.refill else torch.zeros_like(grads)
                 replicas_of_set.append(Replica(first_replica + index, device, grads, outputs))
             if schedule is not None:
                 return replicas_of_set, ScheduledStore(
@@ -261,6 +266,9 @@ class Session:
             self.store.reset_weights()
 
     def prepare(self) -> None:
+        if self.refill:                # a step's pull overwrites the gradients
+            for replica in self.replicas:
+                fill_gradient(replica.grads, rank=replica.rank, seed=self.seed)
         self.store.prepare()
         for _, store, _ in self.more_sets:
             store.prepare()

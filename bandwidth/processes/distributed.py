@@ -193,8 +193,9 @@ def _raw_exchange(plan: Plan, cluster: Cluster, role: Role, repeats: int = 3) ->
     element = DTYPE_BYTES[plan.config.dtype]
     plan_messages = messages(ranges, element)
     if role.name == WORKER:
+        # One buffer both ways, as a step's (KVStore.pulls_into_gradients): an answer comes
+        # only once its push has left, so the worker holds S, not 2 S, here too.
         out = torch.ones(plan.numel, dtype=TORCH_DTYPES[plan.config.dtype])
-        back = torch.empty_like(out)
     else:                                         # a server's bound: 3 x its share (psserver)
         mine = [(tag, s, e) for tag, (server, s, e) in enumerate(plan_messages)
                 if server == role.task_id]
@@ -206,7 +207,7 @@ def _raw_exchange(plan: Plan, cluster: Cluster, role: Role, repeats: int = 3) ->
         dist.barrier()
         start = time.perf_counter()
         if role.name == WORKER:                   # posted as a step posts them
-            for work in post_messages(cluster, plan_messages, out, back):
+            for work in post_messages(cluster, plan_messages, out, out):
                 work.wait()
         else:
             echo(slots, mine, cluster.num_workers, (cluster.push_group, cluster.pull_group))

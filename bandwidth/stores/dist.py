@@ -262,6 +262,8 @@ class ParameterServerStore(KVStore):
             return "CPU"
         return "GPUs" if self.replicas[0].device.type == "cuda" else "devices (CPU devices)"
 
+    pulls_into_gradients = True      # KVStore's; not the _device modes (they reduce on devices)
+
     # The first message's tag: 0, or where the earlier parts of a schedule left off.
     tag_base = 0
 
@@ -344,6 +346,7 @@ class DistSyncDevice(ParameterServerStore):
     summary = "reduce on the GPUs, then as dist_sync"
     summary_on_cpu = "reduce on the devices (as device), then as dist_sync"
     on_gpus = True
+    pulls_into_gradients = False
 
 
 class DistAsyncDevice(ParameterServerStore):
@@ -353,3 +356,4 @@ class DistAsyncDevice(ParameterServerStore):
     sync = False
     needs_optimizer = True
     on_gpus = True
+    pulls_into_gradients = False
