@@ -1,6 +1,7 @@
 """The model of a step (bandwidth/predict, docs/formulas.md "A model of a step"): its formulas on
 hand-computed cases, the fit that calibrates it, and its command line's refusals."""
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -45,10 +46,13 @@ def test_one_message_in_flight_overlaps_a_servers_directions_less():
     assert predict(many, PLAIN).resources[link] == pytest.approx(20.0)
     found = predict(one, PLAIN)
     assert found.binding == "server link of h3 (one message in flight)"
-    assert found.resources[found.binding] == pytest.approx(30.0)     # 20 + 20 / 2 workers
-    single = make_job("dist_sync", FLAT, 1, 1, rate_bits=8e6, placement="separate", in_flight=1)
-    assert predict(single, PLAIN).resources[found.binding.replace("h3", "h2")] == \
-        pytest.approx(20.0)                                          # in, then out
+    assert found.resources[found.binding] == pytest.approx(40.0)     # uncalibrated: in, then out
+    half = dataclasses.replace(PLAIN, one_serial=0.5)
+    assert predict(one, half).resources[found.binding] == pytest.approx(30.0)   # 20 + 20 / 2
+    assert predict(many, half).resources[link] == pytest.approx(20.0)           # all: unchanged
+    # calibrated as the other parameters are: the value that gives the measured step
+    assert solve(PLAIN, "one_serial", one, predict(one, half).seconds).one_serial == \
+        pytest.approx(0.5, rel=1e-4)
 
 
 def test_ring_of_four_hosts():

@@ -7,8 +7,9 @@ Parameter-server modes, per step:
 * the link of every host ``h``, each way: bytes (``linkbound.ps_host_bytes``) x 8 / (rate x
   efficiency), the efficiency of the way in falling with the number of remote senders into it
   (incast, ``fanin_efficiency``); with one message in flight per server, a worker pushes its
-  next message only once its answer is in, so 1/W of a server host's shorter direction does not
-  overlap the other, and every round of messages adds a round trip;
+  next message only once its answer is in, so the share ``one_serial`` (calibrated) of a server
+  host's shorter direction does not overlap the other, and every round of messages adds a round
+  trip;
 * every server's CPU: a receive and a send per worker and message, and W x its share summed;
 * every worker's CPU: a send and a receive per message;
 * then, not overlapped: the server's last answers (W x its last message after the last push)
@@ -92,12 +93,12 @@ def _ps(job: Job, params: Params) -> Prediction:
                     else outbound_efficiency(params, senders[host]))
         t_in = into * 8 / (rate * into_eff)
         if holds == "server" and job.in_flight == 1:
-            # The next push of a worker follows its answer: with W remote workers, the first
-            # answered pushes again while the others' answers go out, so 1/W of the shorter
-            # direction is not overlapped (W = 1: in, then out).
-            remote = max(1, sum(1 for w in job.worker_hosts if w != host))
+            # A worker's next push follows its answer, and a server answers a message once
+            # every worker's copy is in: round by round, the answers share the way out while
+            # the way in waits for them. What still overlaps (the first answered push again
+            # while the last answers go out) is measured: one_serial is the rest.
             resources[f"{holds} link of {host} (one message in flight)"] = (
-                max(t_in, t_out) + min(t_in, t_out) / remote)
+                max(t_in, t_out) + params.one_serial * min(t_in, t_out))
         else:
             way = "in" if t_in >= t_out else "out"
             resources[f"{holds} link {way} of {host}"] = max(t_in, t_out)

@@ -8,6 +8,8 @@ the file they are kept in.
      "fanin": {"2": 0.9, ...},      # remote senders into one host's link -> its efficiency
      "message_s": 0.0004,           # seconds a process spends per message it sends or receives
      "step_s": 0.003,               # seconds per step beyond the transfers (a round trip)
+     "one_serial": 0.6,             # one message in flight: share of a server link's shorter
+                                    # direction that does not overlap the longer
      "sum_bytes_per_s": 2e9,        # a server's summation rate (bytes of pushes added per second)
      "source": "...",               # where and when they were measured
      "check": {"median_pct": 6.1, "worst_pct": 14.0, "runs": 12} | null}   # predict_check.py
@@ -40,6 +42,7 @@ class Params:
     fanin: dict = field(default_factory=dict)      # int senders -> efficiency
     message_s: float = 0.0
     step_s: float = 0.0
+    one_serial: float = 1.0          # uncalibrated: in, then out
     sum_bytes_per_s: float = math.inf
     source: str = "not calibrated: TCP's payload share of the rate, no per-message cost"
     check: dict | None = None
@@ -104,6 +107,7 @@ def load_dict(doc: dict, where: str = "parameters") -> Params:
                       fanin={int(k): _fraction(v) for k, v in doc.get("fanin", {}).items()},
                       message_s=float(doc.get("message_s", 0.0)),
                       step_s=float(doc.get("step_s", 0.0)),
+                      one_serial=_fraction(doc.get("one_serial", 1.0)),
                       sum_bytes_per_s=math.inf if sum_rate is None else float(sum_rate),
                       source=str(doc.get("source", where)), check=doc.get("check"))
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
