@@ -6,13 +6,19 @@
 
 A cell is ``WxS:MODE[:NETWORK]`` (network default: mlp on 1x28x28 images, 0.4 MB; ``resnet-50``
 and the others at their own sizes). ``dist_async`` runs with ``--optimizer sgd``; ``dist_nccl``
-takes W ranks and no servers (S is ignored). Every cell runs launch.py with its default timeouts
+takes W ranks and no servers (S is ignored). ``mxnet-dist_sync`` is real MXNet ps-lite
+(``--backend mxnet``, launch.py ``--scheduler``) under the interpreter ``--mxnet PYTHON``, the
+same placement: the toolkit's cell before it in ``--cells`` is the comparison of the same run::
+
+    flock /tmp/heavy.lock python3 benchmarks/scale.py --lab 25 --rate 1gbit --mxnet \
+        /tmp/mxv/bin/python --cells 50x5:dist_sync:mobilenet,50x5:mxnet-dist_sync:mobilenet Every cell runs launch.py with its default timeouts
 (no ``--timeout``), one CPU device per worker, ``--json``; with ``--lab N`` on a
 ``bandwidth.netlab`` lab of N hosts (``--name``, removed on every exit path) with every link
 shaped to ``--rate``, through the ssh launcher, round-robin (``--placement`` to choose).
 
 Prints per cell: exact (every worker's every iteration has error 0, read from the JSON's
 ``workers``; async modes: the largest error), the wall time of the whole launch, the median step,
+on a lab its GB/s per worker and % of the full-duplex link bound (``--link-rate``),
 the job's memory (the sum of every process's peak RSS from the JSON, and the machine's own peak:
 MemAvailable before the launch less its lowest value during it, sampled every 0.2 s), and the
 load average (1 min) before and after.
@@ -61,7 +67,8 @@ class MemoryWatch(threading.Thread):
         return self.before - self.lowest
 
 
-def cell_argv(cell: str, batches: int, out: Path, lab, placement: str) -> list[str]:
+def cell_argv(cell: str, batches: int, out: Path, lab, placement: str, rate: str,
+              mxnet: str | None) -> list[str]:
     shape, mode, *net = cell.split(":")
     workers, servers = (int(x) for x in shape.split("x"))
     if mode == "dist_nccl":
@@ -69,11 +76,20 @@ def cell_argv(cell: str, batches: int, out: Path, lab, placement: str) -> list[s
     network = SMALL if not net else net_flags(net[0])
     launch = [sys.executable, str(ROOT / "launch.py"), "-n", str(workers), "-s", str(servers),
               "--placement", placement]
+    python, extra = "python3", []
+    if mode.startswith("mxnet-"):
+        if mxnet is None:
+            raise SystemExit(f"scale.py: cell {cell} needs --mxnet PYTHON")
+        mode, python = mode[len("mxnet-"):], mxnet
+        launch.append("--scheduler")
+        extra += ["--backend", "mxnet"]
     if lab is not None:
         launch += ["-H", str(lab.state_dir / "hosts"), "--ssh-config",
                    str(lab.state_dir / "ssh_config")]
-    extra = ["--optimizer", "sgd"] if mode.startswith("dist_async") else []
-    return [*launch, "python3", "bandwidth/measure.py", "--kv-store", mode, "--cpus", "1",
+        extra += ["--link-rate", rate]
+    if mode.startswith("dist_async"):
+        extra += ["--optimizer", "sgd"]
+    return [*launch, python, "bandwidth/measure.py", "--kv-store", mode, "--cpus", "1",
             *network, *extra, "--num-batches", str(batches), "--json", str(out)]
 
 
@@ -83,10 +99,11 @@ def net_flags(network: str) -> list[str]:
         ["--network", network]
 
 
-def run_cell(cell: str, batches: int, lab, placement: str) -> dict:
+def run_cell(cell: str, batches: int, lab, placement: str, rate: str = "",
+             mxnet: str | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="bandwidth-scale-") as tmp:
         out = Path(tmp, "result.json")
-        argv = cell_argv(cell, batches, out, lab, placement)
+        argv = cell_argv(cell, batches, out, lab, placement, rate, mxnet)
         load_before = os.getloadavg()[0]
         watch = MemoryWatch()
         watch.start()
@@ -108,19 +125,22 @@ def run_cell(cell: str, batches: int, lab, placement: str) -> dict:
                exact=len(errors) == batches * len(result["workers"]) and max(errors) == 0.0,
                seconds=result["summary"]["seconds_median"],
                rss_total=result.get("memory", {}).get("total_peak_rss"),
-               nbytes=result["summary"]["nbytes"])
+               nbytes=result["summary"]["nbytes"],
+               link_pct=(result.get("link_bound") or {}).get("pct"))
     return row
 
 
 def line(row: dict) -> str:
     if row.get("error"):
         return (f"| {row['cell']} | FAIL ({row['error']}) | {row['wall_s']:.0f} | | | "
-                f"{row['machine_peak'] / 1e9:.1f} | {row['load_before']:.1f} / "
+                f"| | {row['machine_peak'] / 1e9:.1f} | {row['load_before']:.1f} / "
                 f"{row['load_after']:.1f} |")
     exact = "yes" if row["exact"] else f"no (max error {row['max_error']:.2g})"
     rss = "n/a" if row["rss_total"] is None else f"{row['rss_total'] / 1e9:.1f}"
+    link = "" if row.get("link_pct") is None else f"{row['link_pct']:.1f}"
     return (f"| {row['cell']} | {exact}, {row['workers']} workers | {row['wall_s']:.0f} | "
-            f"{row['seconds']:.3f} | {rss} | {row['machine_peak'] / 1e9:.1f} | "
+            f"{row['seconds']:.3f} | {row['nbytes'] / row['seconds'] / 1e9:.4f} | {link} | "
+            f"{rss} | {row['machine_peak'] / 1e9:.1f} | "
             f"{row['load_before']:.1f} / {row['load_after']:.1f} |")
 
 
@@ -134,6 +154,8 @@ def main() -> int:
     parser.add_argument("--name", default="h6scale")
     parser.add_argument("--subnet", default="198.18.126.0/24")
     parser.add_argument("--placement", default="round-robin")
+    parser.add_argument("--mxnet", default=None, metavar="PYTHON",
+                        help="the interpreter of the mxnet-* cells (MXNet 1.9.1 installed)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     lab = None
@@ -146,11 +168,13 @@ def main() -> int:
     try:
         print(f"# {'lab of ' + str(args.lab) + ' hosts at ' + args.rate if lab else 'loopback'}"
               f", {args.num_batches} iterations, placement {args.placement}", flush=True)
-        print("| cell | exact on every worker | launch wall s | median step s | sum of peak "
-              "RSS GB | machine peak GB | load 1 min before / after |")
-        print("|---|---|---|---|---|---|---|", flush=True)
+        print("| cell | exact on every worker | launch wall s | median step s | GB/s per "
+              "worker | % of link | sum of peak RSS GB | machine peak GB | load 1 min before / "
+              "after |")
+        print("|---|---|---|---|---|---|---|---|---|", flush=True)
         for cell in args.cells.split(","):
-            rows.append(run_cell(cell, args.num_batches, lab, args.placement))
+            rows.append(run_cell(cell, args.num_batches, lab, args.placement, args.rate,
+                                 args.mxnet))
             print(line(rows[-1]), flush=True)
     finally:
         if lab is not None:

@@ -342,6 +342,18 @@ def test_dist_sync_through_the_launcher_is_exact(tmp_path):
 
 @needs_mxnet
 @pytest.mark.timeout(200)
+def test_dist_sync_with_one_cpu_device_per_worker_is_exact():
+    # One CPU context: MXNet's comm_buf is the gradient array, so the pull lands in it; without
+    # the untimed refill the next push sends the last sum (errors 2, 6, 14).
+    proc = launch(2, 1, "--kv-store", "dist_sync", "--cpus", "1", "--num-batches", "3",
+                  "--all-worker-lines", *LENET)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = iter_lines(proc.stdout)
+    assert len(lines) == 6 and max(err for _, _, err in lines) == 0.0
+
+
+@needs_mxnet
+@pytest.mark.timeout(200)
 def test_dist_async_with_sgd_errs_only_by_staleness():
     workers, devices = 2, 2
     proc = launch(workers, 1, "--kv-store", "dist_async", "--optimizer", "sgd", "--cpus",

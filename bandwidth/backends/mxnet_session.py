@@ -84,14 +84,20 @@ class MXNetSession:
         self.layout = Layout.build(plan.shapes)
         self.grads = [[] for _ in plan.shapes]
         self.outputs = [[] for _ in plan.shapes]
+        self.first_replica, self.seed, self.dtype = first_replica, c.seed, dtype
         for index, ctx in enumerate(self.contexts):
-            flat = torch.empty(self.layout.numel, dtype=torch.float32)
-            fill_gradient(flat, rank=first_replica + index, seed=c.seed)
+            flat = self._gradient(index)
             for key, shape in enumerate(self.layout.shapes):
                 host = self.layout.view(flat, key).numpy()
                 self.grads[key].append(mx.nd.array(host, ctx=ctx, dtype=dtype))
                 self.outputs[key].append(mx.nd.zeros(shape, ctx=ctx, dtype=dtype))
             del flat
+        # A dist kvstore with one CPU context merges nothing: its comm_buf is the gradient array
+        # itself, and the pull lands there before the broadcast to the outputs
+        # (mxnet-kvstore-spec.md, dist push step 2). A backward pass rewrites the gradients
+        # before the next push; here the untimed prepare does.
+        self.refill = (c.kv_store.startswith("dist") and len(self.contexts) == 1
+                       and not plan.devices.is_cuda)
         self.reference = (Reference(self.layout.numel, replicas or len(self.contexts), c.seed,
                                     torch.device("cpu")) if c.test_results else None)
         self.steps = 0
@@ -106,9 +112,20 @@ class MXNetSession:
                          f"{self.kv.rank}")
         return notes
 
+    def _gradient(self, index: int) -> torch.Tensor:
+        flat = torch.empty(self.layout.numel, dtype=torch.float32)
+        fill_gradient(flat, rank=self.first_replica + index, seed=self.seed)
+        return flat
+
     def prepare(self) -> None:
-        # The gradients stay in place between steps, as a backward pass would leave them.
+        # The gradients stay in place between steps, as a backward pass would leave them, unless
+        # the pull landed in them (refill).
         self.on_progress(f"step {self.steps + 1}")
+        if self.refill and self.steps:
+            flat = self._gradient(0)
+            for key in range(len(self.grads)):
+                self.grads[key][0][:] = self.layout.view(flat, key).numpy().astype(self.dtype)
+            self.synchronize()
 
     def step(self) -> None:
         for key, grads in enumerate(self.grads):
