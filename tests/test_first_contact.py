@@ -229,12 +229,16 @@ def test_help_and_readme_agree_with_the_code():
 
 
 def _writes(argv, env):
-    """The write(2) calls of ``argv``'s processes to stdout, under strace."""
-    proc = subprocess.run(["strace", "-f", "-qq", "-e", "trace=write", "-e", "signal=none",
-                           "-s", "65536", "-o", "/dev/stderr", *argv], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)
+    """The write(2) calls of ``argv``'s Python processes to stdout, under strace (not those of
+    programs they run with a pipe for stdout, as ctypes.util.find_library runs ldconfig -p)."""
+    proc = subprocess.run(["strace", "-f", "-qq", "-e", "trace=write,execve", "-e",
+                           "signal=none", "-s", "65536", "-o", "/dev/stderr", *argv], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    return re.findall(r'write\(1, "((?:[^"\\]|\\.)*)"', proc.stderr)
+    others = {pid for pid, path in re.findall(r'^(\d+) +execve\("([^"]+)"', proc.stderr,
+                                               re.MULTILINE) if "python" not in path}
+    return [text for pid, text in re.findall(r'^(\d+) +write\(1, "((?:[^"\\]|\\.)*)"',
+                                              proc.stderr, re.MULTILINE) if pid not in others]
 
 
 @pytest.mark.skipif(__import__("shutil").which("strace") is None, reason="needs strace")

@@ -218,6 +218,10 @@ STATE = __import__("pathlib").Path("/run/bandwidth-netlab")
 @pytest.mark.timeout(600)
 @pytest.mark.skipif(os.geteuid() != 0, reason="the lab needs root")
 def test_readme_netlab(scratch):
+    from bandwidth.netlab import lab as labmod
+    missing = labmod.missing_prerequisites()
+    if missing:                       # as tests/test_netlab.py (.ci/run installs them as root)
+        pytest.skip(f"the lab needs {', '.join(missing)}")
     """The lab's lines in order, under the shared lock, with a lab name of this test's own (the
     default name's paths substituted) and the CPU-sized network; the lab is removed on every
     exit path."""
