@@ -121,7 +121,8 @@ def run_cell(lab, mode: str, network: str, rate_bits: int, batches: int,
     bound = link_bound(traffic, rate_bits, seconds)
     costs = result.get("step_costs") or {}
     return {"seconds": seconds, "nbytes": nbytes, "bound_s": bound.seconds, "pct": bound.pct,
-            "error": None, **{k: costs[k] for k in ("compute_s", "step_s", "exposed_s", "overlap",
+            "error": None, **{k: costs[k] for k in ("compute_s", "exchange_s", "step_s",
+                                                     "exposed_s", "last_exchange_s", "overlap",
                                                      "performance_ratio") if k in costs}}
 
 
@@ -191,6 +192,32 @@ def ratio_tables(cells: dict, rates: list[str], rows: list[str], modes: list[str
                                  f"{c['performance_ratio']:.2f} ({1e3 * c['step_s']:.0f} / "
                                  f"{1e3 * c['compute_s']:.0f} ms)")
             lines.append(f"| {row} | " + " | ".join(cell_text) + " |")
+    return lines
+
+
+def overlap_table(cells: dict, rates: list[str], rows: list[str], modes: list[str]) -> list[str]:
+    """Issue 26's overlap target per cell: where compute alone is at least 2 x the exchange
+    alone, the exposed communication is at most the last unit's exchange + 10 % of the exchange
+    alone (both from the cell's own run)."""
+    lines = ["", "## overlap: exposed against the last unit's exchange + 10 % of the exchange "
+             "alone (the target where compute alone >= 2 x the exchange alone)",
+             "| mode | network, batch | rate | exchange alone ms | compute alone ms | exposed ms "
+             "| last unit ms | allowed ms | overlap | target |", "|---|---|---|---|---|---|---|"
+             "---|---|---|"]
+    for mode in modes:
+        for row in rows:
+            for rate in rates:
+                c = cells[(mode, row, rate)]
+                if c["error"] or "last_exchange_s" not in c:
+                    continue
+                allowed = c["last_exchange_s"] + 0.1 * c["exchange_s"]
+                applies = c["compute_s"] >= 2 * c["exchange_s"]
+                verdict = (("met" if c["exposed_s"] <= allowed else "NOT met") if applies
+                           else "n/a (compute < 2 x exchange)")
+                lines.append(f"| {mode} | {row} | {rate} | {1e3 * c['exchange_s']:.0f} | "
+                             f"{1e3 * c['compute_s']:.0f} | {1e3 * c['exposed_s']:.0f} | "
+                             f"{1e3 * c['last_exchange_s']:.0f} | {1e3 * allowed:.0f} | "
+                             f"{100 * c['overlap']:.1f} % | {verdict} |")
     return lines
 
 
@@ -284,7 +311,8 @@ def main() -> int:
                         flush=True)
     finally:
         labmod.remove(args.name)
-    print("\n".join(ratio_tables(cells, rates, rows, modes) if computing
+    print("\n".join(ratio_tables(cells, rates, rows, modes)
+                    + overlap_table(cells, rates, rows, modes) if computing
                     else tables(cells, rates, networks, modes)))
     if args.plot:
         (ratio_plot if computing else plot)(cells, rates, rows, modes, args.plot)

@@ -55,3 +55,23 @@ def test_fsdp_factor_is_two_all_gathers_and_a_reduce_scatter():
     assert fsdp_factor(1) == 0.0
     assert fsdp_factor(2) == 1.5 and fsdp_factor(4) == 2.25
     assert fsdp_factor(8) == 1.5 * allreduce_factor(8)
+
+
+def test_the_last_units_exchange_is_the_one_that_starts_last_on_each_device():
+    from bandwidth.results.costs import StepCosts
+
+    def event(device, lane, start, end):
+        return {"device": device, "lane": lane, "label": "x", "start_s": start, "end_s": end}
+
+    timeline = [event("replica 0", "exchange", 0.000, 0.030),    # the first, longest
+                event("replica 0", "compute", 0.000, 0.020),
+                event("replica 0", "exchange", 0.021, 0.024),    # replica 0's last: 3 ms
+                event("replica 1", "exchange", 0.001, 0.010),
+                event("replica 1", "exchange", 0.015, 0.020)]    # replica 1's last: 5 ms
+    costs = StepCosts(32, 2, 0.03, 0.02, 0.035, 0.005, 0.75, 1.0, 1.0, 0.9, 0.0, 1.0, 1.0, 0,
+                      "cpu", timeline=timeline)
+    assert costs.last_exchange_s == pytest.approx(0.005)
+    assert costs.to_dict()["last_exchange_s"] == pytest.approx(0.005)
+    assert "exposed 5.000 ms (the last unit's exchange 5.000 ms)" in costs.lines()[0]
+    assert StepCosts(32, 2, 0.03, 0.02, 0.035, 0.005, 0.75, 1.0, 1.0, 0.9, 0.0, 1.0, 1.0, 0,
+                     "cpu").last_exchange_s == 0.0

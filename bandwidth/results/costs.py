@@ -39,6 +39,17 @@ class StepCosts:
         return 100 * self.compute_rate_flops / self.large_matmul_rate_flops
 
     @property
+    def last_exchange_s(self) -> float:
+        """The traced step's last unit's exchange (the one that starts last; on several devices,
+        the longest of theirs): what no schedule can hide, since the forward that follows needs
+        it (issue 26's overlap target: exposed at most this + 10 % of the exchange alone)."""
+        last: dict[str, tuple[float, float]] = {}
+        for e in self.timeline:
+            if e["lane"] == "exchange" and e["start_s"] >= last.get(e["device"], (-1.0,))[0]:
+                last[e["device"]] = (e["start_s"], e["end_s"] - e["start_s"])
+        return max((seconds for _, seconds in last.values()), default=0.0)
+
+    @property
     def rate_target_pct(self) -> float:
         return 100 * (GPU_RATE_TARGET if self.device_type == "cuda" else CPU_RATE_TARGET)
 
@@ -68,7 +79,8 @@ class StepCosts:
         return [
             f"#   step at batch {self.batch_size} x {self.devices} devices: compute alone "
             f"{self.compute_s * ms:.3f} ms, exchange alone {self.exchange_s * ms:.3f} ms, step "
-            f"{self.step_s * ms:.3f} ms; exposed {self.exposed_s * ms:.3f} ms, overlap "
+            f"{self.step_s * ms:.3f} ms; exposed {self.exposed_s * ms:.3f} ms (the last "
+            f"unit's exchange {self.last_exchange_s * ms:.3f} ms), overlap "
             f"{100 * self.overlap:.1f} %, compute slowdown x{self.compute_slowdown:.3f}",
             f"#   {self.samples_per_s:.1f} samples/s, performance ratio "
             f"{self.performance_ratio:.3f} (compute alone / step; 1: the network costs nothing)",
@@ -86,7 +98,7 @@ class StepCosts:
         return ("from a CUDA graph per slot" if self.compute_launch == "graph" else "eagerly")
 
     def to_dict(self) -> dict:
-        return dict(asdict(self), rate_pct=self.rate_pct)
+        return dict(asdict(self), rate_pct=self.rate_pct, last_exchange_s=self.last_exchange_s)
 
 
 def busy_s(timeline: list[dict]) -> float:
