@@ -111,7 +111,7 @@ def run_cell(lab, mode: str, network: str, rate_bits: int, batches: int,
     seconds = result["summary"]["seconds_median"]
     nbytes = result["summary"]["nbytes"]
     hosts = [h.address for h in lab.hosts]
-    if mode == "dist_nccl":
+    if mode.startswith("dist_nccl"):           # and "dist_nccl ddp" (--compute)
         traffic = ring_host_bytes(hosts, nbytes)
     else:
         # MXNet's placement of keys on servers is the same rule (kvstores/dist.py); its JSON has
