@@ -83,3 +83,18 @@ def test_the_same_error_from_many_processes_prints_once_with_the_count():
     assert proc.stderr.count("] the same error") == 1
     assert "launch: 6 processes printed this line, shown once (from worker " in proc.stderr
     assert proc.stderr.count("] own ") == 1           # identical too: argv is the same
+
+
+@pytest.mark.timeout(150)
+def test_the_check_runs_the_command_as_a_launch_with_a_scheduler_would(tmp_path):
+    """With --scheduler the checked command sees a ps-lite scheduler of its own port, as every
+    process of the launch does (MXNet's dist modes refused a 55-process launch without it)."""
+    script = tmp_path / "measure.py"        # the check runs commands named measure.py
+    script.write_text("import os, sys\n"
+                      "if os.environ['DMLC_PS_ROOT_PORT'] == os.environ['MASTER_PORT']:\n"
+                      "    sys.exit('measure.py: error: no scheduler')\n")
+    proc = run("-n", "8", "-s", "1", "--scheduler", sys.executable, str(script))
+    assert proc.returncode == 0, proc.stderr
+    proc = run("-n", "8", "-s", "1", sys.executable, str(script))
+    assert proc.returncode == 2 and "before any process started" in proc.stderr
+    assert "no scheduler" in proc.stderr

@@ -122,8 +122,10 @@ def _preflight(config: LaunchConfig, launcher, environ: Mapping[str, str],
     nothing connects to this job's rendezvous, which is not open yet."""
     if config.num_workers + config.num_servers + int(config.scheduler) < PREFLIGHT_MIN_PROCESSES:
         return
-    job = Job(config.num_workers, config.num_servers, master_addr, 1, 1, launcher.name,
-              "preflight")
+    # Ports are not opened here; the scheduler's must differ from the store's, as a real launch
+    # gives it one of its own (Job.has_scheduler), or MXNet's dist modes refuse without one.
+    job = Job(config.num_workers, config.num_servers, master_addr, 1,
+              2 if config.scheduler else 1, launcher.name, "preflight")
     env = child_environ(environ, config.env, same_host=True)
     env.update(job.role(0, master_addr, (0, 1)).to_environ())
     cwd = config.workdir if os.path.isdir(config.workdir) else os.getcwd()
