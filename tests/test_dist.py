@@ -104,6 +104,20 @@ def test_async_servers_err_only_by_staleness(mode):
         assert float(error) <= 1.2 * devices * (workers - 1) / steps
 
 
+@pytest.mark.timeout(120)
+def test_async_servers_with_fewer_slots_than_workers_do_not_hang():
+    """A 4 KB share gives an async server 2 receive slots for 3 workers: its threads that were a
+    step ahead took both while the third worker's push still waited for one (hung until the
+    --timeout); now the threads meet after every step, as the workers do."""
+    proc = launch(3, 1, "--kv-store", "dist_async", "--cpus", "1", "--optimizer", "sgd",
+                  "--network", "flat:1000", "--num-batches", "3", "--timeout", "30",
+                  "--all-worker-lines")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = re.findall(r"iter (\d+), .* error ([0-9.]+)", proc.stdout)
+    assert len(lines) == 3 * 3
+    assert all(float(error) <= 1.2 * 2 / (int(iteration) + 1) for iteration, error in lines)
+
+
 def test_async_without_optimizer_is_refused():
     proc = launch(1, 1, "--kv-store", "dist_async", "--cpus", "2", *LENET)
     assert proc.returncode != 0

@@ -120,3 +120,38 @@ def test_a_program_opening_the_store_from_elsewhere_needs_open_store(open_store)
     else:
         assert proc.stdout.strip().startswith("refused"), proc.stdout + proc.stderr
         assert len(hints) == 1 and "--open-store" in hints[0], proc.stderr
+
+
+def test_a_connection_is_told_apart_from_an_older_one_of_the_same_port():
+    """Where connections come and go (a 55-process job beside this one), a port's earlier
+    connection lingers in TIME_WAIT (inode 0) beside the new one: the relay judged the peer by
+    that entry and refused its own process. Now both ends of the entry must match."""
+    from bandwidth.launch.storegate import from_this_process
+
+    listeners = []
+    for _ in range(2):
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(4)
+        listeners.append(listener)
+    client = socket.socket()
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    client.bind(("127.0.0.1", 0))
+    port = client.getsockname()[1]
+    client.connect(listeners[0].getsockname())
+    first, _ = listeners[0].accept()
+    client.close()                      # this side closes first: its end lingers in TIME_WAIT
+    first.close()
+    time.sleep(0.2)
+    again = socket.socket()
+    again.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    again.bind(("127.0.0.1", port))     # the same port, to the other listener
+    again.connect(listeners[1].getsockname())
+    second, _ = listeners[1].accept()
+    try:
+        table = Path("/proc/net/tcp").read_text()
+        assert f"0100007F:{port:04X}" in table and " 06 " in table      # the TIME_WAIT entry
+        assert from_this_process(second)
+    finally:
+        for sock in (again, second, *listeners):
+            sock.close()

@@ -201,24 +201,31 @@ def _proc_address(raw: bytes, port: int) -> str:
         f":{port:04X}"
 
 
-def _socket_inode(conn: socket.socket) -> str | None:
-    """The inode of the socket at the other end of ``conn`` (a connection from this host), from
-    /proc/net/tcp and tcp6 (an IPv4 peer may be an IPv6 socket's v4-mapped address, as torch's
-    client is); None where it is not a socket of this host."""
-    host, port = conn.getpeername()[:2]
+def _proc_addresses(host: str, port: int) -> set[str]:
+    """Every way /proc/net/tcp{,6} may write ``host``:``port`` (an IPv4 address may be an IPv6
+    socket's v4-mapped one, as torch's client's is)."""
     if host.startswith("::ffff:") and "." in host:
         host = host[7:]
     if ":" in host:
-        wants = {_proc_address(socket.inet_pton(socket.AF_INET6, host), port)}
-    else:
-        v4 = socket.inet_aton(host)
-        wants = {_proc_address(v4, port), _proc_address(bytes(10) + b"\xff\xff" + v4, port)}
+        return {_proc_address(socket.inet_pton(socket.AF_INET6, host), port)}
+    v4 = socket.inet_aton(host)
+    return {_proc_address(v4, port), _proc_address(bytes(10) + b"\xff\xff" + v4, port)}
+
+
+def _socket_inode(conn: socket.socket) -> str | None:
+    """The inode of the socket at the other end of ``conn`` (a connection from this host), from
+    /proc/net/tcp and tcp6: the entry whose two ends are ``conn``'s, reversed. Matching the peer's
+    end alone found, where many connections come and go, an older connection's entry from the
+    same port (TIME_WAIT, inode 0) and refused a process its own relay. None where it is not a
+    socket of this host."""
+    local = _proc_addresses(*conn.getpeername()[:2])
+    remote = _proc_addresses(*conn.getsockname()[:2])
     for path in ("/proc/net/tcp", "/proc/net/tcp6"):
         with contextlib.suppress(FileNotFoundError):
             with open(path) as table:
                 for line in table.read().splitlines()[1:]:
                     fields = line.split()
-                    if fields[1] in wants:
+                    if fields[1] in local and fields[2] in remote and fields[9] != "0":
                         return fields[9]
     return None
 

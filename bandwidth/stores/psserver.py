@@ -146,13 +146,22 @@ def _serve_async(store, slots, mine, optimizer, workers: int, iterations: int, g
     for slot in slots:
         pool.put(slot)
     failures: list[BaseException] = []
+    # The threads meet after every step. The workers meet between steps too (the protocol's
+    # barrier), so a slot taken for a push of the next step waits for a worker that waits for
+    # the others' current step: with fewer slots than workers (a small share: 2 slots at 3
+    # workers; 2 x share / 1 MB at 50) the threads ahead took every slot and the job hung.
+    step_done = threading.Barrier(workers)
 
     def serve_worker(w: int) -> None:
         try:
             for _ in range(iterations):
                 _serve_async_step(w, store, pool, mine, optimizer, lock, push_group, pull_group)
+                step_done.wait()
+        except threading.BrokenBarrierError:
+            pass                              # another thread failed; its failure is reported
         except BaseException as exc:          # reported by the main thread, never lost
             failures.append(exc)
+            step_done.abort()
 
     threads = [threading.Thread(target=serve_worker, args=(w,), name=f"serve-worker-{w}")
                for w in range(workers)]
