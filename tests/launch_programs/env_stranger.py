@@ -29,4 +29,8 @@ with tempfile.TemporaryDirectory() as folder:
     deadline = time.monotonic() + 90
     while not os.path.exists(out + ".done") and time.monotonic() < deadline:
         time.sleep(0.1)
-    print(open(out).read().strip().splitlines()[-1], flush=True)
+    # The client's own line, not the last one: torch's C++ warnings on its stderr (the same
+    # file) may come after it.
+    lines = open(out).read().strip().splitlines()
+    said = [line for line in lines if line.startswith(("served", "refused"))]
+    print((said or lines or ["nothing printed"])[-1], flush=True)
