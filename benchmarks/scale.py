@@ -11,9 +11,10 @@ takes W ranks and no servers (S is ignored). ``mxnet-dist_sync`` is real MXNet p
 same placement: the toolkit's cell before it in ``--cells`` is the comparison of the same run::
 
     flock /tmp/heavy.lock python3 benchmarks/scale.py --lab 25 --rate 1gbit --mxnet \
-        /tmp/mxv/bin/python --cells 50x5:dist_sync:mobilenet,50x5:mxnet-dist_sync:mobilenet Every cell runs launch.py with its default timeouts
-(no ``--timeout``), one CPU device per worker, ``--json``; with ``--lab N`` on a
-``bandwidth.netlab`` lab of N hosts (``--name``, removed on every exit path) with every link
+        /tmp/mxv/bin/python --cells 50x5:dist_sync:mobilenet,50x5:mxnet-dist_sync:mobilenet
+
+Every cell runs launch.py with its default timeouts (no ``--timeout``), one CPU device per
+worker, ``--json``; with ``--lab N`` on a ``bandwidth.netlab`` lab of N hosts (``--name``, removed on every exit path) with every link
 shaped to ``--rate``, through the ssh launcher, round-robin (``--placement`` to choose).
 
 Prints per cell: exact (every worker's every iteration has error 0, read from the JSON's

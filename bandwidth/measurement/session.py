@@ -98,6 +98,7 @@ class Session:
         # ``prepare`` refills before each step (KVStore.pulls_into_gradients).
         self.refill = (store_cls.pulls_into_gradients and schedule is None
                        and len(indices) == 1 and not devices.is_cuda)
+        self._pulled = False        # a step has pulled into the gradients since they were filled
 
         def new_set():
             """One set of buffers: every replica's gradients and outputs, and a store on them."""
@@ -266,9 +267,10 @@ class Session:
             self.store.reset_weights()
 
     def prepare(self) -> None:
-        if self.refill:                # a step's pull overwrites the gradients
+        if self._pulled:               # the last step's pull overwrote the gradients
             for replica in self.replicas:
                 fill_gradient(replica.grads, rank=replica.rank, seed=self.seed)
+            self._pulled = False
         self.store.prepare()
         for _, store, _ in self.more_sets:
             store.prepare()
@@ -283,6 +285,7 @@ class Session:
         else:
             self.store.step()
         self.steps += self.turns
+        self._pulled = self.refill
 
     def synchronize(self) -> None:
         # Each GPU once (replicas may share one: --gpus 0,0), in the order of the replicas.
