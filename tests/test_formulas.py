@@ -50,6 +50,21 @@ def test_step_costs():
     assert overlap(0.06, 0.03, 0.02) == 0.0
 
 
+def test_exposed_is_the_median_of_each_rounds_difference():
+    from bandwidth.formulas import overlap_of, paired_exposed_s
+    # Rounds of 18-22 ms of compute; each round's step is 0.2 ms longer than its own compute
+    # alone, except one round disturbed by 5 ms. The medians' difference (21.2 - 19.5 ms) reads
+    # 1.7 ms exposed; the median of each round's difference reads 0.2 ms.
+    compute = [0.019, 0.021, 0.0195, 0.022, 0.018]
+    step = [c + 0.0002 for c in compute]
+    step[2] += 0.005
+    assert paired_exposed_s(step, compute) == pytest.approx(0.0002)
+    assert paired_exposed_s([0.01, 0.01], [0.011, 0.012]) == 0.0      # floored
+    assert paired_exposed_s([], []) == 0.0
+    assert overlap_of(0.0002, 0.0008) == pytest.approx(0.75)
+    assert overlap_of(0.001, 0.0008) == 0.0 and overlap_of(0.0, 0.0) == 1.0
+
+
 def test_fsdp_factor_is_two_all_gathers_and_a_reduce_scatter():
     from bandwidth.formulas import fsdp_factor
     assert fsdp_factor(1) == 0.0

@@ -35,17 +35,23 @@ class SlotGraphs:
         self.groups: dict[torch.device, list[Runner]] = {}
         for runner in runners:
             self.groups.setdefault(runner.device, []).append(runner)
-        pool = torch.cuda.graph_pool_handle()
         self.graphs: dict[tuple[int, bool], list[tuple[torch.device, torch.cuda.CUDAGraph]]] = {}
         units = len(runners[0].units)
         for device, group in self.groups.items():
             with torch.cuda.device(device):
+                # A capture stream and a pool of this GPU's own: torch.cuda.graph's default
+                # capture stream is made once, on whichever GPU was current at the first capture,
+                # and a second GPU's products captured there ran outside the graph (an empty graph,
+                # that GPU computing nothing in the timed steps).
+                pool = torch.cuda.graph_pool_handle()
+                stream = torch.cuda.Stream(device=device)
                 for index in range(units):
                     for backward in (False, True):
                         if not any(_work(r, index, backward) for r in group):
                             continue
                         graph = torch.cuda.CUDAGraph()
-                        with torch.cuda.graph(graph, pool=pool):
+                        stream.wait_stream(torch.cuda.current_stream(device))
+                        with torch.cuda.graph(graph, pool=pool, stream=stream):
                             for runner in group:
                                 runner.layer(index, backward)
                         self.graphs.setdefault((index, backward), []).append((device, graph))

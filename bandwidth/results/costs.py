@@ -6,8 +6,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import asdict, dataclass, field
 
-from bandwidth.formulas import (compute_slowdown, exposed_s, overlap, performance_ratio,
-                                samples_per_s)
+from bandwidth.formulas import (compute_slowdown, overlap_of, paired_exposed_s,
+                                performance_ratio, samples_per_s)
 
 GPU_RATE_TARGET = 0.70      # the products reach 70 % of a large matmul's rate on a GPU
 CPU_RATE_TARGET = 0.80      # within 20 % of it on CPU devices
@@ -58,10 +58,11 @@ class StepCosts:
         compute_s = statistics.median(s["seconds"] for s in measured["compute_samples"])
         step_s = statistics.median(s["seconds"] for s in measured["step_samples"])
         compute_in_step = busy_s(measured["timeline"]) or compute_s
+        exposed = paired_exposed_s([s["seconds"] for s in measured["step_samples"]],
+                                   [s["seconds"] for s in measured["compute_samples"]])
         return cls(batch_size=batch_size, devices=devices, compute_s=compute_s,
-                   exchange_s=exchange_s, step_s=step_s,
-                   exposed_s=exposed_s(step_s, compute_s),
-                   overlap=overlap(step_s, compute_s, exchange_s),
+                   exchange_s=exchange_s, step_s=step_s, exposed_s=exposed,
+                   overlap=overlap_of(exposed, exchange_s),
                    compute_slowdown=compute_slowdown(compute_in_step, compute_s),
                    samples_per_s=samples_per_s(batch_size, devices, step_s),
                    performance_ratio=performance_ratio(step_s, compute_s),
