@@ -72,6 +72,8 @@ def draw(rng: random.Random, index: int, modes=MODES, max_delay_s: float = 4.0) 
 def command(case: Case, marker: str, report: str, lab_flags: list[str]) -> list[str]:
     servers = "0" if case.mode == "dist_nccl" else "1"
     cpus = ["--cpus", "2"] if case.mode == "dist_nccl" else ["--cpus", "1"]
+    if case.mode == "dist_async":
+        cpus += ["--optimizer", "sgd"]     # which dist_async needs (without: exit 2, bad input)
     launch = [sys.executable, str(ROOT / "launch.py"), "-n", "2", "-s", servers,
               "--timeout", "30", "--report", report, "--heartbeat-interval", f"{HEARTBEAT_S:g}"]
     launch += lab_flags

@@ -28,8 +28,11 @@ def test_exact_on_gpus(kv):
 @pytest.mark.parametrize("kv", ["device", "local", "nccl"])
 @pytest.mark.parametrize("dtype, bound", [("float32", 1e-6), ("float16", 5e-3), ("bfloat16", 5e-2)])
 def test_sgd_and_low_precision_on_gpus(kv, dtype, bound):
+    # One step per iteration: the bounds are for warm-up + 3 updates of low-precision weights.
+    # Graph steps (several replays per timed iteration, on by default where a graph is kept)
+    # multiply the updates: on two H200s device's float16 weights drifted by 0.04-0.08.
     result = run(Config(kv_store=kv, gpus=GPUS, dtype=dtype, optimizer="sgd", reference=False,
-                        **RESNET50))
+                        graph_steps=1, **RESNET50))
     assert all(0 <= s.error < bound for s in result.samples), result.samples
 
 

@@ -149,6 +149,36 @@ def test_link_counters_per_step_and_the_summary_line():
     assert difference(real, snapshot(), 1)["bytes_out"] >= 0
 
 
+def test_busy_cores_are_named_once_per_machine():
+    """/proc/stat's busy share over the window, per machine (boot id): 25 lab hosts on one
+    machine are one line; a machine below CPU_BUSY is not named."""
+    from bandwidth.hardware.linkcounters import cores_line, difference, snapshot
+
+    def snap(busy, total, machine):
+        return {"interfaces": {}, "tcp": {}, "qdisc_drops": {},
+                "cpu": {"busy": busy, "total": total, "cores": 2, "machine": machine}}
+
+    lab = {f"h{i}": difference(snap(100, 1000, "m1"), snap(1090, 2000, "m1"), 1)
+           for i in range(1, 26)}
+    assert lab["h7"]["cpu_busy"] == pytest.approx(0.99) and lab["h7"]["machine"] == "m1"
+    assert cores_line(lab) == ("#   cores: 99 % busy during the steps on the machine of h1-h25 "
+                               "(2 cores, shared by 25 hosts): the cores, not the links, bound "
+                               "these steps")
+    apart = {"a": difference(snap(0, 100, "m1"), snap(95, 200, "m1"), 1),
+             "b": difference(snap(0, 100, "m2"), snap(50, 200, "m2"), 1)}
+    assert cores_line(apart) == ("#   cores: 95 % busy during the steps on the machine of a "
+                                 "(2 cores): the cores, not the links, bound these steps")
+    assert cores_line({"b": apart["b"]}) is None
+    real = snapshot()["cpu"]                # this machine's own
+    assert real["total"] >= real["busy"] > 0 and real["cores"] >= 1 and real["machine"]
+    # a busy loop of 0.3 s on this machine shows in the difference
+    import time
+    start, end = snapshot(), time.perf_counter() + 0.3
+    while time.perf_counter() < end:
+        pass
+    assert difference(start, snapshot(), 1)["cpu_busy"] > 0
+
+
 def test_host_matrix_gives_each_host_its_slowest_cell(tmp_path):
     from bandwidth.predict.cli import matrix_rates
 

@@ -8,10 +8,20 @@ the summary names the hosts where packets were dropped or retransmitted:
     #   3.1 % of its segments
 
 On a network namespace (a netlab host) these are the namespace's own counters.
+
+Beside them, the host's cores: the share of the machine's CPU time that was busy (``/proc/stat``:
+everything but idle and iowait) over the same window, its core count and the machine it ran on
+(the kernel's boot id, which every namespace of one machine shares). Where the cores were busy
+(``CPU_BUSY``) the links were not what bound the step, and the summary says so, naming the machine
+once for the hosts that share it (a netlab's hosts share the one machine they run on):
+
+    #   cores: 99 % busy during the steps on the machine of h1-h25 (2 cores, shared by 25
+    #   hosts): the cores, not the links, bound these steps
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -19,6 +29,7 @@ from pathlib import Path
 
 _QDISC_DEV = re.compile(r"^qdisc \S+ \S+ dev (\S+)")
 _DROPPED = re.compile(r"dropped (\d+)")
+CPU_BUSY = 0.9          # a host's cores this busy bound the steps (the summary says so)
 
 
 def snapshot() -> dict:
@@ -35,7 +46,21 @@ def snapshot() -> dict:
         pass
     snap["tcp"] = _tcp()
     snap["qdisc_drops"] = _qdisc_drops()
+    snap["cpu"] = _cpu()
     return snap
+
+
+def _cpu() -> dict:
+    """The machine's CPU time so far (jiffies, busy and in all), cores and boot id."""
+    try:
+        fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)        # idle + iowait
+        total = sum(fields[:8])                  # guest time is inside user already
+        machine = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except (OSError, ValueError, IndexError):
+        return {}
+    return {"busy": total - idle, "total": total, "cores": os.cpu_count() or 1,
+            "machine": machine}
 
 
 def _tcp() -> dict:
@@ -82,9 +107,14 @@ def difference(before: dict, after: dict, steps: int) -> dict:
     steps = max(1, steps)
     tcp = {k: (after["tcp"].get(k, 0) - before["tcp"].get(k, 0)) / steps
            for k in ("out_segs", "retrans_segs")} if after["tcp"] else {}
+    cpu = {}
+    first, last = before.get("cpu") or {}, after.get("cpu") or {}
+    if first and last and last["total"] > first["total"]:
+        cpu = {"cpu_busy": (last["busy"] - first["busy"]) / (last["total"] - first["total"]),
+               "cores": last["cores"], "machine": last["machine"]}
     return {"bytes_out": (total(after, "tx_bytes") - total(before, "tx_bytes")) / steps,
             "bytes_in": (total(after, "rx_bytes") - total(before, "rx_bytes")) / steps,
-            "drops": (counted(after) - counted(before)) / steps, **tcp, "steps": steps}
+            "drops": (counted(after) - counted(before)) / steps, **tcp, "steps": steps, **cpu}
 
 
 def summary_line(per_host: dict, roles: dict) -> str | None:
@@ -99,3 +129,35 @@ def summary_line(per_host: dict, roles: dict) -> str | None:
             parts.append(f"{who} retransmits {100 * c['retrans_segs'] / c['out_segs']:.1f} % of "
                          f"its segments ({c['retrans_segs']:,.0f} per step)")
     return "#   link counters: " + "; ".join(parts) if parts else None
+
+
+def cores_line(per_host: dict) -> str | None:
+    """The line naming the machines whose cores were at least ``CPU_BUSY`` busy during the
+    steps, each once with the hosts it carried (None: no machine was)."""
+    machines: dict = {}
+    for host, c in per_host.items():
+        if "cpu_busy" in c:
+            machines.setdefault(c["machine"], []).append((host, c))
+    parts = []
+    for hosts in machines.values():
+        busy = max(c["cpu_busy"] for _, c in hosts)
+        if busy < CPU_BUSY:
+            continue
+        names = [h for h, _ in hosts]
+        shared = f", shared by {len(names)} hosts" if len(names) > 1 else ""
+        parts.append(f"{100 * busy:.0f} % busy during the steps on the machine of "
+                     f"{_span(names)} ({hosts[0][1]['cores']} cores{shared})")
+    if not parts:
+        return None
+    return ("#   cores: " + "; ".join(parts) + ": the cores, not the links, bound these steps")
+
+
+def _span(names: list[str]) -> str:
+    """h1-h25 for a run of numbered names, else the names listed."""
+    numbered = [re.fullmatch(r"(\D*)(\d+)", n) for n in names]
+    if all(numbered) and len({m.group(1) for m in numbered}) == 1:
+        numbers = sorted(int(m.group(2)) for m in numbered)
+        if numbers == list(range(numbers[0], numbers[-1] + 1)):
+            prefix = numbered[0].group(1)
+            return f"{prefix}{numbers[0]}-{prefix}{numbers[-1]}"
+    return ", ".join(names)

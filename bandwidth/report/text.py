@@ -184,11 +184,10 @@ def summary_lines(result: Result) -> list[str]:
     if result.costs is not None:
         lines += result.costs.lines()
     if result.link_counters:
-        from bandwidth.hardware.linkcounters import summary_line
+        from bandwidth.hardware.linkcounters import cores_line, summary_line
         roles = {h: c["processes"] for h, c in result.link_counters.items()}
-        line = summary_line(result.link_counters, roles)
-        if line:
-            lines.append(line)
+        lines += [line for line in (summary_line(result.link_counters, roles),
+                                    cores_line(result.link_counters)) if line]
     return lines
 
 
