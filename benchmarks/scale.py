@@ -22,7 +22,8 @@ Prints per cell: exact (every worker's every iteration has error 0, read from th
 on a lab its GB/s per worker and % of the full-duplex link bound (``--link-rate``),
 the job's memory (the sum of every process's peak RSS from the JSON, and the machine's own peak:
 MemAvailable before the launch less its lowest value during it, sampled every 0.2 s), and the
-load average (1 min) before and after.
+load average (1 min) before and after; under the table, each cell's summary lines on what bound
+its steps (the link counters' drops and retransmissions, busy cores).
 """
 
 from __future__ import annotations
@@ -116,7 +117,10 @@ def run_cell(cell: str, batches: int, lab, placement: str, rate: str = "",
         watch.join()
         row = {"cell": cell, "wall_s": wall, "machine_peak": watch.peak_used(),
                "load_before": load_before, "load_after": os.getloadavg()[0],
-               "returncode": proc.returncode, "stderr_lines": len(proc.stderr.splitlines())}
+               "returncode": proc.returncode, "stderr_lines": len(proc.stderr.splitlines()),
+               # what the summary says bound the steps (linkcounters: drops, busy cores)
+               "bound_lines": [text.strip() for text in proc.stdout.splitlines()
+                               if text.startswith(("#   cores:", "#   link counters:"))]}
         if proc.returncode != 0 or not out.exists():
             row["error"] = (proc.stderr.strip().splitlines() or ["?"])[-1][:300]
             return row
@@ -177,6 +181,9 @@ def main() -> int:
             rows.append(run_cell(cell, args.num_batches, lab, args.placement, args.rate,
                                  args.mxnet))
             print(line(rows[-1]), flush=True)
+        for row in rows:
+            for said in row.get("bound_lines", []):
+                print(f"# {row['cell']}: {said.lstrip('# ')}")
     finally:
         if lab is not None:
             labmod.remove(args.name)
