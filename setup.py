@@ -18,8 +18,9 @@ setup(
     packages=find_packages(include=["bandwidth", "bandwidth.*", "networks", "networks.*"]),
     py_modules=["launch"],
     install_requires=["torch>=2.1", "numpy"],
-    extras_require={"test": ["pytest>=7", "pytest-timeout", "matplotlib", "xmlschema", "pyyaml",
-                             "kubernetes-validate"], "plot": ["matplotlib"],
+    extras_require={"test": ["pytest>=7", "pytest-timeout", "pytest-xdist", "matplotlib",
+                             "xmlschema", "pyyaml", "kubernetes-validate"],
+                    "plot": ["matplotlib"],
                     "topology": ["nvidia-ml-py"],
                     # --backend mxnet. MXNet 1.9.1 uses np.bool, which numpy 1.24 removed.
                     "mxnet": ["mxnet==1.9.1", "numpy<1.24"]},

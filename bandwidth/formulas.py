@@ -59,8 +59,8 @@ def paired_exposed_s(step_s: list[float], compute_s: list[float]) -> float:
     """Exposed communication from interleaved iterations: the median over rounds of step k -
     compute alone k (floored at 0). The two iterations of a round run back to back, so a drift of
     the device's clock or of the host's load between rounds falls on both and cancels; the
-    difference of the two medians does not cancel it (on two H200s, compute alone's median moved
-    by 1.8 ms between runs of 19 ms, against an exchange of 0.5 ms)."""
+    difference of the two medians does not cancel it, and a round disturbed in one list but not
+    the other moves it (a 19 ms step against an exchange of 0.5 ms leaves little room)."""
     pairs = [s - c for s, c in zip(step_s, compute_s)]
     if not pairs:
         return 0.0

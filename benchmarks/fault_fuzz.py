@@ -71,14 +71,14 @@ def draw(rng: random.Random, index: int, modes=MODES, max_delay_s: float = 4.0) 
 
 def command(case: Case, marker: str, report: str, lab_flags: list[str]) -> list[str]:
     servers = "0" if case.mode == "dist_nccl" else "1"
-    cpus = ["--cpus", "2"] if case.mode == "dist_nccl" else ["--cpus", "1"]
+    flags = ["--cpus", "2"] if case.mode == "dist_nccl" else ["--cpus", "1"]
     if case.mode == "dist_async":
-        cpus += ["--optimizer", "sgd"]     # which dist_async needs (without: exit 2, bad input)
+        flags += ["--optimizer", "sgd"]    # which dist_async needs (without: exit 2, bad input)
     launch = [sys.executable, str(ROOT / "launch.py"), "-n", "2", "-s", servers,
               "--timeout", "30", "--report", report, "--heartbeat-interval", f"{HEARTBEAT_S:g}"]
     launch += lab_flags
     return launch + [sys.executable, str(ROOT / "bandwidth" / "measure.py"), "--kv-store",
-                     case.mode, *cpus, "--network", "mlp", "--num-batches", "100000000",
+                     case.mode, *flags, "--network", "mlp", "--num-batches", "100000000",
                      "--timeout", "10", "--no-reference", "--seed", marker]
 
 

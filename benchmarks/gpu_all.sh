@@ -46,6 +46,11 @@ log="$OUT/gpu.log"
         --compute flops --batch-size 32 --dtype "$dtype" --num-batches 10 --no-reference
     done
     echo "== overlap on one GPU: backward, compute alone >= 2 x the exchange alone (issue 26)"
+    for launch in auto graph; do
+      python3 bandwidth/measure.py --kv-store device --gpus 0,0 --schedule backward --network resnet \
+        --num-layers 50 --compute flops --batch-size 32 --num-batches 30 --launch "$launch" \
+        --no-reference
+    done
     for mode in device local; do
       python3 bandwidth/measure.py --kv-store "$mode" --gpus 0,0 --schedule backward "${R200[@]}" \
         --compute-ms 10,20 --no-reference --json "$OUT/overlap_$mode.json"
@@ -94,6 +99,17 @@ log="$OUT/gpu.log"
     if [ "$GPUS" -ge 2 ]; then
       python3 bandwidth/measure.py --kv-store nccl --launch eager --schedule flat,backward,ddp,fsdp \
         --bucket-mb 1,25,100 "${R200[@]}"
+      echo "== overlap on two GPUs: nccl ddp and device backward, resnet-50 float32 batch 32"
+      R50C=(--network resnet --num-layers 50 --no-reference --compute flops --batch-size 32
+            --num-batches 30)
+      python3 bandwidth/measure.py --kv-store nccl --gpus 0,1 --schedule ddp "${R50C[@]}"
+      python3 bandwidth/measure.py --kv-store device --gpus 0,1 --schedule backward "${R50C[@]}"
     fi
+    echo "== the CPU target on this host: products against a 2048^2 product, 16 threads"
+    for batch in 32 8; do
+      CUDA_VISIBLE_DEVICES= python3 bandwidth/measure.py --kv-store local --cpus 1 \
+        --cpu-threads 16 --schedule backward --network resnet --num-layers 50 --no-reference \
+        --compute flops --batch-size "$batch" --num-batches 3
+    done
   fi
 } 2>&1 | tee "$log"

@@ -25,3 +25,24 @@ def cli():
 
 requires_cuda = pytest.mark.skipif(
     not __import__("torch").cuda.is_available(), reason="needs CUDA GPUs")
+
+
+# Under pytest-xdist (CI: `-n 2 --dist loadgroup`), the tests that build machine-wide things run
+# one after another on one worker: network namespaces and their labs (module fixtures with fixed
+# names), sshd, Open MPI, the Slurm daemons, the shared /tmp/heavy.lock, and the store gate's
+# tests, which read the machine's TCP table (/proc/net/tcp; a stranger's connection among another
+# test's left it unanswered once). The rest make their own processes (each test finds its own by
+# a marker or as its children) and spread over the workers.
+ONE_AT_A_TIME = {
+    "test_faults_lab.py", "test_launch_contract.py", "test_launch_interface.py",
+    "test_launch_loopback.py", "test_launch_mpi.py", "test_launch_slurm.py", "test_launch_ssh.py",
+    "test_netlab.py", "test_netlab_cli.py", "test_netlab_ready.py", "test_rank_ends.py",
+    "test_readme.py", "test_rendezvous_security.py", "test_slurm_netlab.py",
+    "test_store_gate.py"}
+
+
+@pytest.hookimpl(tryfirst=True)      # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in ONE_AT_A_TIME:
+            item.add_marker(pytest.mark.xdist_group("machine"))
