@@ -169,6 +169,9 @@ def test_busy_cores_are_named_once_per_machine():
     assert cores_line(apart) == ("#   cores: 95 % busy during the steps on the machine of a "
                                  "(2 cores): the cores, not the links, bound these steps")
     assert cores_line({"b": apart["b"]}) is None
+    addresses = {f"198.18.126.{i}": lab["h1"] for i in range(1, 26)}    # a lab's host names
+    assert "on the machine of 198.18.126.1-25 (2 cores, shared by 25 hosts)" in \
+        cores_line(addresses)
     real = snapshot()["cpu"]                # this machine's own
     assert real["total"] >= real["busy"] > 0 and real["cores"] >= 1 and real["machine"]
     # a busy loop of 0.3 s on this machine shows in the difference

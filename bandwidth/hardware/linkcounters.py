@@ -153,11 +153,12 @@ def cores_line(per_host: dict) -> str | None:
 
 
 def _span(names: list[str]) -> str:
-    """h1-h25 for a run of numbered names, else the names listed."""
-    numbered = [re.fullmatch(r"(\D*)(\d+)", n) for n in names]
-    if all(numbered) and len({m.group(1) for m in numbered}) == 1:
+    """h1-h25 (or 198.18.0.1-25) for a run of names numbered at their end, else the names."""
+    numbered = [re.fullmatch(r"(.*?\D|)(\d+)", n) for n in names]
+    if len(names) > 1 and all(numbered) and len({m.group(1) for m in numbered}) == 1:
         numbers = sorted(int(m.group(2)) for m in numbered)
         if numbers == list(range(numbers[0], numbers[-1] + 1)):
             prefix = numbered[0].group(1)
-            return f"{prefix}{numbers[0]}-{prefix}{numbers[-1]}"
+            last = numbers[-1] if prefix.endswith(".") else f"{prefix}{numbers[-1]}"
+            return f"{prefix}{numbers[0]}-{last}"
     return ", ".join(names)
