@@ -45,12 +45,12 @@ class SlotGraphs:
                 # that GPU computing nothing in the timed steps).
                 pool = torch.cuda.graph_pool_handle()
                 stream = torch.cuda.Stream(device=device)
+                stream.wait_stream(torch.cuda.current_stream(device))
                 for index in range(units):
                     for backward in (False, True):
                         if not any(_work(r, index, backward) for r in group):
                             continue
                         graph = torch.cuda.CUDAGraph()
-                        stream.wait_stream(torch.cuda.current_stream(device))
                         with torch.cuda.graph(graph, pool=pool, stream=stream):
                             for runner in group:
                                 runner.layer(index, backward)

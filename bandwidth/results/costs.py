@@ -55,11 +55,11 @@ class StepCosts:
 
     @classmethod
     def of(cls, measured: dict, exchange_s: float, batch_size: int, devices: int) -> "StepCosts":
-        compute_s = statistics.median(s["seconds"] for s in measured["compute_samples"])
-        step_s = statistics.median(s["seconds"] for s in measured["step_samples"])
+        computes = [s["seconds"] for s in measured["compute_samples"]]
+        steps = [s["seconds"] for s in measured["step_samples"]]
+        compute_s, step_s = statistics.median(computes), statistics.median(steps)
         compute_in_step = busy_s(measured["timeline"]) or compute_s
-        exposed = paired_exposed_s([s["seconds"] for s in measured["step_samples"]],
-                                   [s["seconds"] for s in measured["compute_samples"]])
+        exposed = paired_exposed_s(steps, computes)
         return cls(batch_size=batch_size, devices=devices, compute_s=compute_s,
                    exchange_s=exchange_s, step_s=step_s, exposed_s=exposed,
                    overlap=overlap_of(exposed, exchange_s),
