@@ -216,3 +216,43 @@ def test_compute_in_the_step_counts_each_physical_device_once():
         {"device": "x", "on": "cpu", "lane": "exchange", "start_s": 0.0, "end_s": 9.0}]
     assert busy_s(overlapping) == pytest.approx(5.5)
     assert busy_s([]) == 0.0
+
+
+def test_tuned_products_run_each_units_flops_in_a_shape_it_tried():
+    """tune: every unit size gets one of the device's shapes that leaves it MIN_ROWS rows (the
+    narrowest where none does), and the products then issued add up to the unit's FLOPs within
+    1 % (rows rounded); the work buffers hold every product."""
+    import torch
+
+    from bandwidth.compute import runner as run_module
+    from bandwidth.compute.layers import ComputePlan, UnitWork
+    plan = ComputePlan("flops", 1, ())
+    sizes = [3 * 10 ** 5, 4 * 10 ** 7, 123_456_789, 9 * 10 ** 9]
+    units = [UnitWork(f"u{i}", f, 2 * f) for i, f in enumerate(sizes)]
+    runner = run_module.Runner(plan, torch.device("cpu"), "float32", units)
+    issued = []
+    real_mm = torch.mm
+
+    def counting_mm(a, b, out):
+        issued.append((a.shape, b.shape, out.shape))
+        assert a.numel() <= runner.operand and out.numel() <= runner.operand
+        return real_mm(a, b, out=out)
+
+    shapes = runner.tune(repeats=1)
+    assert set(shapes) == set(sizes) | {2 * f for f in sizes}
+    for index, backward in [(i, b) for i in range(len(units)) for b in (False, True)]:
+        flops = sizes[index] * (2 if backward else 1)
+        k, n = shapes[flops]
+        assert (k, n) in run_module.SHAPES["cpu"]
+        enough = flops / (2 * k * n) >= run_module.MIN_ROWS
+        assert enough or (k, n) == min(run_module.SHAPES["cpu"], key=lambda kn: kn[0] * kn[1])
+        issued.clear()
+        torch.mm = counting_mm
+        try:
+            runner.layer(index, backward=backward)
+        finally:
+            torch.mm = real_mm
+        assert issued and all(a[1] == k and b == (k, n) for a, b, _ in issued)
+        done = sum(2 * a[0] * a[1] * b[1] for a, b, _ in issued)
+        assert done == pytest.approx(flops, rel=0.01 if enough else 0.5)
+    runner.close()

@@ -257,3 +257,27 @@ def test_a_scheduled_step_on_cpu_devices_runs_eager_and_says_so(cli):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "# note: launch: eager, each of the 3 parts' exchanges issued from the host (CPU " \
         "devices)" in proc.stdout
+
+
+def test_compute_slots_run_together_where_no_exchange_parts_them():
+    """compute.graphs.slot_runs (one CUDA graph per run): flat's backward slots and forward slots
+    are one run each, backward's every slot its own, ddp's backward slots up to each unit that
+    completes a bucket; every slot in exactly one run, in the events' order."""
+    from bandwidth.compute.graphs import slot_runs
+    for name in SCHEDULES:
+        events = schedule(name).events()
+        runs = slot_runs(events)
+        slots = [(e.unit, e.kind == BACKWARD) for e in events if e.kind in (FORWARD, BACKWARD)]
+        assert [slot for run in runs for slot in run] == slots
+        between = [e.kind in (FORWARD, BACKWARD) for e in events]
+        # a run ends exactly where a non-compute event comes between two compute slots
+        assert len(runs) == sum(1 for i, c in enumerate(between)
+                                if c and (i == 0 or not between[i - 1]))
+    units = len(schedule("flat").units)
+    assert [len(r) for r in slot_runs(schedule("flat").events())] == [units, units]
+    assert all(len(r) == 1 for r in slot_runs(schedule("backward").events()))
+    ddp = schedule("ddp")
+    backward_runs = [r for r in slot_runs(ddp.events()) if r[0][1]]
+    # a run per unit that completes buckets (one unit may complete two)
+    assert 1 < len(backward_runs) <= len(ddp.parts)
+    assert sum(map(len, backward_runs)) == len(ddp.units)

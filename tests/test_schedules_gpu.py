@@ -101,6 +101,21 @@ def test_backward_with_compute_replays_parts_and_keeps_the_timeline():
         assert 0 <= exchange["start_s"] <= exchange["end_s"] <= forwards[name]["start_s"]
 
 
+def test_flat_compute_replays_one_graph_per_run_of_slots():
+    """Under flat, every unit's backward slot and then every unit's forward slot follow one
+    another with only the exchange between: two runs, one graph each (compute.graphs), in the
+    step and in the compute alone; the step stays exact and the timeline names each run."""
+    result = run(Config(kv_store="device", gpus=(0, 0), launch="graph", compute="flops",
+                        batch_size=8, **RESNET50))
+    assert result.costs.compute_launch == "graph"
+    assert all(s.error == 0.0 for s in result.samples)
+    computes = [e["label"] for e in result.costs.timeline
+                if e["device"] == "replica 0 (cuda:0)" and e["lane"] == "compute"]
+    assert len(computes) == 2
+    assert computes[0].startswith("bwd fc1") and computes[0].endswith("units)")
+    assert computes[1].startswith("fwd conv0 .. ") and computes[1].endswith("units)")
+
+
 @pytest.mark.skipif(len(GPUS) < 2, reason="needs two GPUs")
 @pytest.mark.parametrize("schedule", ["backward", "ddp", "fsdp"])
 @pytest.mark.parametrize("launch", ["eager", "graph"])

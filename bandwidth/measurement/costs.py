@@ -108,7 +108,7 @@ def measure_costs(plan: Plan, session, kick) -> dict:
         rates = [runner.calibrate() for runner in runners]
         compute_launch = "eager"
         if runners[0].kind == "cuda" and not runners[0].waits and c.launch != "eager":
-            graphs = SlotGraphs(runners)          # the host issues a slot in one launch
+            graphs = SlotGraphs(runners, events)  # the host issues a run of slots in one launch
             alone = ComputeAlone(session, runners, slots, events)
             if c.launch == "graph" or graphs.faster(alone, slots):
                 slots.graphs, compute_launch = graphs, "graph"
