@@ -6,8 +6,8 @@
 Parameter-server modes: workers and servers join one Gloo group at the launcher's rendezvous
 (ranks and addresses from bandwidth.launch.contract); the workers measure with the usual protocol
 over a group of the workers only, and the servers serve exactly as many steps (warm-up included).
-``dist_nccl``: every worker starts one process per device, and all of them, over all workers, form
-one NCCL (Gloo on CPU devices) all-reduce; they then time one flat all-reduce of the same bytes,
+``dist_nccl``: every worker starts one process per device (a worker of one CPU device is its own
+rank), and all of them, over all workers, form one NCCL (Gloo on CPU devices) all-reduce; they then time one flat all-reduce of the same bytes,
 the reference and ceiling. Every worker measures and prints MXNet's lines; the first gathers every
 worker's own time and what the network carried over the workers' group, and prints the summary.
 """
@@ -234,18 +234,26 @@ def _dist_nccl(plan: Plan, role: Role, on_report) -> Result | None:
         replicas = role.job.num_workers * per_worker
         # The reference: one flat all-reduce of the same bytes over the same world, same run.
         tasks = ["measure"] + (["reference"] if c.reference and replicas > 1 else [])
-        out = run_ranks({"config": c.to_dict(), "tasks": tasks,
-                         "print_reports": on_report is not None,
-                         "rendezvous": {"host": role.master_addr, "port": role.master_port,
-                                        "secret": role.job.secret, "gated": role.job.gated,
-                                        "prefix": DIST_NCCL_PREFIX,
-                                        "first_rank": role.task_id * per_worker,
-                                        "world_size": replicas}},
-                        per_worker, c.timeout_s)
+        if per_worker == 1 and not plan.devices.is_cuda:
+            # One CPU device per worker: the workers' Gloo group is the ranks' world (the same
+            # ranks, the same backend), so the worker is its own rank and starts no process per
+            # device: 100 ranks are 100 processes, not 200 (about 150 MB each before any work).
+            from bandwidth.processes.worker import run_tasks
+            out = run_tasks(plan, tasks, 0, DistGroup(torch.device("cpu")), on_report,
+                            role.task_id, replicas)
+        else:
+            out = run_ranks({"config": c.to_dict(), "tasks": tasks,
+                             "print_reports": on_report is not None,
+                             "rendezvous": {"host": role.master_addr, "port": role.master_port,
+                                            "secret": role.job.secret, "gated": role.job.gated,
+                                            "prefix": DIST_NCCL_PREFIX,
+                                            "first_rank": role.task_id * per_worker,
+                                            "world_size": replicas}},
+                            per_worker, c.timeout_s)
         result = _result(plan, out["measure"], DistGroup(torch.device("cpu")), replicas,
                          reference=out.get("reference"))
         result.worker_hosts = hosts               # dist_nccl's servers take no part
-        # A worker and its device ranks (each rank's peak taken as the largest one's).
+        # A worker and its device ranks, if any (each rank's peak taken as the largest one's).
         peaks = all_gather_json(peak_rss_bytes() + per_worker * peak_rss_bytes(True),
                                 role.job.num_workers)
         result.memory = job_memory(peaks, [])

@@ -91,25 +91,31 @@ def execute(payload: dict, rank: int, world_size: int, port: int, timeout_s: flo
                             rank=first + rank, world_size=meet["world_size"], timeout=timeout,
                             device_id=device if device.type == "cuda" else None)
     try:
-        group = DistGroup(device)
-        result = {}
-        if "measure" in payload["tasks"]:
-            def print_report(report):
-                try:
-                    print(report.line(), flush=True)
-                except BrokenPipeError:
-                    # measure.py's reader went away; measure on, and let measure.py end
-                    # quietly when it next prints (stopping this rank would fail the run).
-                    discard_stdout()
-            on_report = print_report if rank == 0 and payload.get("print_reports") else None
-            result["measure"] = measure_task(plan, [rank], group, on_report,
-                                             first_replica=first, replicas=meet["world_size"])
-        if "reference" in payload["tasks"]:
-            result["reference"] = reference_task(plan, [rank], group,
-                                                 replicas=meet["world_size"])
-        return result
+        def print_report(report):
+            try:
+                print(report.line(), flush=True)
+            except BrokenPipeError:
+                # measure.py's reader went away; measure on, and let measure.py end
+                # quietly when it next prints (stopping this rank would fail the run).
+                discard_stdout()
+        on_report = print_report if rank == 0 and payload.get("print_reports") else None
+        return run_tasks(plan, payload["tasks"], rank, DistGroup(device), on_report, first,
+                         meet["world_size"])
     finally:
         dist.destroy_process_group()
+
+
+def run_tasks(plan, tasks: list[str], rank: int, group: DistGroup, on_report, first: int,
+              world_size: int) -> dict:
+    """A rank's tasks over ``group`` (this process's default group): device ``rank`` of the
+    plan, replica ``first + rank`` of ``world_size``."""
+    result = {}
+    if "measure" in tasks:
+        result["measure"] = measure_task(plan, [rank], group, on_report,
+                                         first_replica=first, replicas=world_size)
+    if "reference" in tasks:
+        result["reference"] = reference_task(plan, [rank], group, replicas=world_size)
+    return result
 
 
 if __name__ == "__main__":
