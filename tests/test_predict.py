@@ -145,6 +145,19 @@ def test_link_counters_per_step_and_the_summary_line():
                     "(worker 4) retransmits 6.2 % of its segments (31 per step)")
     assert summary_line({"h1": difference(snap(0, 0, 0, 0, 0), snap(5, 5, 0, 10, 0), 1)},
                         {}) is None
+    # a lab of 25 hosts: one clause per finding, the hosts as a span, the figures as a range
+    lab, roles = {}, {}
+    for i in range(1, 26):
+        host = f"198.18.126.{i}"
+        roles[host] = [f"worker {i - 1}"] + ([f"server {i - 1}"] if i <= 5 else [])
+        if i <= 5:
+            lab[host] = difference(snap(0, 0, 0, 0, 0), snap(9, 9, 1000 + 100 * i, 100, 2), 1)
+        else:
+            lab[host] = difference(snap(0, 0, 0, 0, 0), snap(9, 9, 0, 1000, 90 + i), 1)
+    assert summary_line(lab, roles) == (
+        "#   link counters: incast: 1,100-1,500 drops per step at each of 5 server hosts "
+        "(198.18.126.1-5); 5 server hosts (198.18.126.1-5) retransmit 2.0 % of their segments; "
+        "20 worker-only hosts (198.18.126.6-25) retransmit 9.6-11.5 % of their segments")
     real = snapshot()                       # this host's own: readable, never negative
     assert difference(real, snapshot(), 1)["bytes_out"] >= 0
 

@@ -4,8 +4,13 @@ TCP's segments sent and retransmitted (``/proc/net/snmp``). Every process of a d
 takes a snapshot before and after its steps; the first worker gathers one difference per host and
 the summary names the hosts where packets were dropped or retransmitted:
 
-    #   link counters: incast: 1,080 drops per step into h3 (server 0); h5 (worker 4) retransmits
-    #   3.1 % of its segments
+    #   link counters: incast: 1,080 drops per step at h3 (server 0); h5 (worker 4) retransmits
+    #   3.1 % of its segments (412 per step)
+
+and, where several hosts share a finding, one clause for them all:
+
+    #   link counters: incast: 1,054-1,566 drops per step at each of 5 server hosts (h1-h5);
+    #   20 worker-only hosts (h6-h25) retransmit 9.0-19.2 % of their segments
 
 On a network namespace (a netlab host) these are the namespace's own counters.
 
@@ -118,17 +123,51 @@ def difference(before: dict, after: dict, steps: int) -> dict:
 
 
 def summary_line(per_host: dict, roles: dict) -> str | None:
-    """The line naming hosts that dropped or retransmitted (None: every counter was zero)."""
-    parts = []
+    """The line naming hosts that dropped or retransmitted (None: every counter was zero).
+    Drops at hosts with a server are incast (senders converging on its link). Where several
+    hosts share a finding (drops at server hosts, drops elsewhere, retransmissions at server
+    hosts, at the others) it is one clause with the range over those hosts and their names
+    as a span: 25 lab hosts are four clauses, not 50."""
+    drops: dict[bool, list] = {True: [], False: []}
+    retrans: dict[bool, list] = {True: [], False: []}
     for host, c in per_host.items():
-        who = f"{host} ({', '.join(roles.get(host, []))})" if roles.get(host) else host
+        server = any(r.startswith("server") for r in roles.get(host, []))
         if c["drops"] > 0:
-            kind = "incast: " if any(r.startswith("server") for r in roles.get(host, [])) else ""
-            parts.append(f"{kind}{c['drops']:,.0f} drops per step at {who}")
+            drops[server].append((host, c["drops"]))
         if c.get("retrans_segs", 0) > 0 and c.get("out_segs"):
-            parts.append(f"{who} retransmits {100 * c['retrans_segs'] / c['out_segs']:.1f} % of "
-                         f"its segments ({c['retrans_segs']:,.0f} per step)")
+            retrans[server].append((host, 100 * c["retrans_segs"] / c["out_segs"],
+                                    c["retrans_segs"]))
+    parts = []
+    for server in (True, False):
+        kind = "incast: " if server else ""
+        found = drops[server]
+        if len(found) == 1:
+            host, count = found[0]
+            parts.append(f"{kind}{count:,.0f} drops per step at {_who(host, roles)}")
+        elif found:
+            parts.append(f"{kind}{_range([n for _, n in found], '{:,.0f}')} drops per step at "
+                         f"each of {len(found)} {'server ' if server else ''}hosts "
+                         f"({_span([h for h, _ in found])})")
+    for server in (True, False):
+        found = retrans[server]
+        if len(found) == 1:
+            host, share, count = found[0]
+            parts.append(f"{_who(host, roles)} retransmits {share:.1f} % of its segments "
+                         f"({count:,.0f} per step)")
+        elif found:
+            parts.append(f"{len(found)} {'server' if server else 'worker-only'} hosts "
+                         f"({_span([h for h, *_ in found])}) retransmit "
+                         f"{_range([s for _, s, _ in found], '{:.1f}')} % of their segments")
     return "#   link counters: " + "; ".join(parts) if parts else None
+
+
+def _who(host: str, roles: dict) -> str:
+    return f"{host} ({', '.join(roles[host])})" if roles.get(host) else host
+
+
+def _range(values: list[float], form: str) -> str:
+    low, high = form.format(min(values)), form.format(max(values))
+    return low if low == high else f"{low}-{high}"
 
 
 def cores_line(per_host: dict) -> str | None:
