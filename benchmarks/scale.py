@@ -122,7 +122,9 @@ def run_cell(cell: str, batches: int, lab, placement: str, rate: str = "",
                "bound_lines": [text.strip() for text in proc.stdout.splitlines()
                                if text.startswith(("#   cores:", "#   link counters:"))]}
         if proc.returncode != 0 or not out.exists():
-            row["error"] = (proc.stderr.strip().splitlines() or ["?"])[-1][:300]
+            lines = proc.stderr.strip().splitlines() or ["?"]
+            row["error"] = lines[-1][:300]
+            row["stderr_head"] = [line[:300] for line in lines[:20]]   # the cause is near the top
             return row
         result = json.loads(out.read_text())["results"][0]
     errors = [e for w in result["workers"] for e in w["errors"]]

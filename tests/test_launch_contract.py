@@ -120,3 +120,41 @@ def test_mpirun_tagged_output_is_split_back_per_rank(capsys):
     out, err = capsys.readouterr()
     assert out == "result line\n"
     assert "[worker 1@b] err 1\n" in err and "[mpirun]   Process name" in err
+
+
+def test_the_default_rendezvous_timeout_waits_on_while_ranks_still_join():
+    """JoinWatch on a real TCPStore: with the user's --timeout it fails at the timeout; with the
+    launcher's default (patient) it waits on while ranks keep joining, and fails once none has
+    joined for STALL_S, naming the missing rank and how long it waited."""
+    from datetime import timedelta
+
+    from torch.distributed import TCPStore
+
+    from bandwidth.launch.rendezvous import JOINED_COUNT_KEY, JOINED_KEY_PREFIX, JoinWatch
+    store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                     timeout=timedelta(seconds=10))
+    labels = [f"worker {r}@h{r}" for r in range(3)]
+
+    def join(rank):
+        store.set(f"{JOINED_KEY_PREFIX}{rank}", f"h{rank}")
+        store.add(JOINED_COUNT_KEY, 1)
+
+    strict = JoinWatch(store, labels, 10.0, "here")
+    patient = JoinWatch(store, labels, 10.0, "here", advice="give --timeout", patient=True)
+    join(0)
+    assert strict(5.0) is None and patient(5.0) is None
+    join(1)                                   # a rank joins at 9 s: still starting up
+    assert patient(9.0) is None
+    failed = strict(10.0)
+    assert failed is not None and "rank 2 (worker 2@h2) never joined" in failed.what
+    assert "within 10 s (2 of 3 did)" in failed.what
+    assert patient(10.0) is None and patient(9.0 + JoinWatch.STALL_S - 0.5) is None
+    stalled = patient(9.0 + JoinWatch.STALL_S)
+    assert stalled is not None and "rank 2 (worker 2@h2) never joined" in stalled.what
+    assert f"within 29 s, none in the last {JoinWatch.STALL_S:.0f} (2 of 3 did): give --timeout" \
+        in stalled.what
+    # joining on and on is still bounded: PATIENCE x the timeout
+    steady = JoinWatch(store, labels + ["worker 3@h3"], 10.0, "here", patient=True)
+    assert steady(1.0) is None
+    join(2)
+    assert steady(29.0) is None and steady(JoinWatch.PATIENCE * 10.0) is not None

@@ -84,7 +84,8 @@ def _run(config: LaunchConfig, launcher, hosts, master_addr: str, hosted, secret
     watch = JoinWatch(job_store(store, job.secret), [role.label for role, _ in plan.world],
                       join_s, f"{master_addr}:{hosted.port}",
                       advice="raise launch.py --timeout" if config.timeout_given else
-                      "the default grew with the job; give launch.py --timeout for more")
+                      "the default grew with the job; give launch.py --timeout for more",
+                      patient=not config.timeout_given)
     beats = HeartbeatWatch(job_store(store, job.secret), range(job.world_size),
                            config.heartbeat_s, crowded_misses(config.heartbeat_misses,
                                                               job.world_size, os.cpu_count())) \

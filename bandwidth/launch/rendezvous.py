@@ -132,13 +132,24 @@ def address_towards(hosts: Sequence[Host]) -> str:
 
 class JoinWatch:
     """Fails the launch when some ranks joined with ``contract.join_store`` and others have not
-    within ``timeout_s`` of the start. Programs that never use ``join_store`` are not watched."""
+    within ``timeout_s`` of the start. Programs that never use ``join_store`` are not watched.
+
+    ``patient`` (the launcher's default timeout, not one the user gave): past ``timeout_s`` the
+    watch waits on while ranks still join, failing once none has joined for ``STALL_S`` (or at
+    ``PATIENCE`` x ``timeout_s``): start-up on a crowded machine is slow but steady (100 ranks
+    over ssh into 25 lab hosts on 2 cores joined for more than 159 s, the default for 100
+    processes), and a rank that is really missing still fails the launch soon after the others
+    are in."""
+
+    STALL_S = 20.0
+    PATIENCE = 3.0
 
     def __init__(self, store, labels: Sequence[str], timeout_s: float, where: str,
-                 advice: str = "raise launch.py --timeout"):
+                 advice: str = "raise launch.py --timeout", patient: bool = False):
         self.store, self.labels, self.timeout_s, self.where = store, list(labels), timeout_s, where
-        self.advice = advice
+        self.advice, self.patient = advice, patient
         self.done = not labels
+        self.last_count, self.last_join_s = 0, 0.0
 
     def __call__(self, elapsed_s: float) -> Failure | None:
         if self.done:
@@ -147,11 +158,18 @@ class JoinWatch:
         if joined >= len(self.labels):
             self.done = True
             return None
+        if joined > self.last_count:
+            self.last_count, self.last_join_s = joined, elapsed_s
         if joined == 0 or elapsed_s < self.timeout_s:
+            return None
+        if (self.patient and elapsed_s - self.last_join_s < self.STALL_S
+                and elapsed_s < self.PATIENCE * self.timeout_s):
             return None
         missing = [rank for rank in range(len(self.labels))
                    if not self.store.check([f"{JOINED_KEY_PREFIX}{rank}"])]
         names = ", ".join(f"{rank} ({self.labels[rank]})" for rank in missing)
+        waited = (f"within {elapsed_s:.0f} s, none in the last {elapsed_s - self.last_join_s:.0f}"
+                  if self.patient else f"within {self.timeout_s:g} s")
         return Failure("rendezvous", f"rank{'s' if len(missing) > 1 else ''} {names} never "
-                       f"joined the TCPStore at {self.where} within {self.timeout_s:g} s "
+                       f"joined the TCPStore at {self.where} {waited} "
                        f"({joined} of {len(self.labels)} did): {self.advice}", 1)
