@@ -234,6 +234,7 @@ def _dist_nccl(plan: Plan, role: Role, on_report) -> Result | None:
         replicas = role.job.num_workers * per_worker
         # The reference: one flat all-reduce of the same bytes over the same world, same run.
         tasks = ["measure"] + (["reference"] if c.reference and replicas > 1 else [])
+        counters_before = linkcounters.snapshot()
         if per_worker == 1 and not plan.devices.is_cuda:
             # One CPU device per worker: the workers' Gloo group is the ranks' world (the same
             # ranks, the same backend), so the worker is its own rank and starts no process per
@@ -250,9 +251,17 @@ def _dist_nccl(plan: Plan, role: Role, on_report) -> Result | None:
                                             "first_rank": role.task_id * per_worker,
                                             "world_size": replicas}},
                             per_worker, c.timeout_s)
+        # The host's counters over every all-reduce of the run (the reference moves the same
+        # bytes as a step, so the figures stay per step).
+        all_reduces = exchange_steps(plan) + (c.warmup + c.num_batches if "reference" in tasks
+                                              else 0)
+        counters = all_gather_json(linkcounters.difference(
+            counters_before, linkcounters.snapshot(), all_reduces), role.job.num_workers)
         result = _result(plan, out["measure"], DistGroup(torch.device("cpu")), replicas,
                          reference=out.get("reference"))
         result.worker_hosts = hosts               # dist_nccl's servers take no part
+        if len(set(hosts)) > 1:                   # one host: no link crossed
+            result.link_counters = per_host_counters(hosts, role.job.num_workers, counters)
         # A worker and its device ranks, if any (each rank's peak taken as the largest one's).
         peaks = all_gather_json(peak_rss_bytes() + per_worker * peak_rss_bytes(True),
                                 role.job.num_workers)
