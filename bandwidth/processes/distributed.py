@@ -7,9 +7,10 @@ Parameter-server modes: workers and servers join one Gloo group at the launcher'
 (ranks and addresses from bandwidth.launch.contract); the workers measure with the usual protocol
 over a group of the workers only, and the servers serve exactly as many steps (warm-up included).
 ``dist_nccl``: every worker starts one process per device (a worker of one CPU device is its own
-rank), and all of them, over all workers, form one NCCL (Gloo on CPU devices) all-reduce; they then time one flat all-reduce of the same bytes,
-the reference and ceiling. Every worker measures and prints MXNet's lines; the first gathers every
-worker's own time and what the network carried over the workers' group, and prints the summary.
+rank), and all of them, over all workers, form one NCCL (Gloo on CPU devices) all-reduce; they
+then time one flat all-reduce of the same bytes, the reference and ceiling. Every worker measures
+and prints MXNet's lines; the first gathers every worker's own time and what the network carried
+over the workers' group, and prints the summary.
 """
 
 from __future__ import annotations
