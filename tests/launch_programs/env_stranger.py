@@ -15,9 +15,9 @@ try:
     s = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
                       timeout=timedelta(seconds=20))
     s.set("from-elsewhere", "1")
-    print("served", s.get("from-elsewhere").decode())
+    print("served", s.get("from-elsewhere").decode(), flush=True)
 except Exception as err:
-    print("refused", type(err).__name__)
+    print("refused", type(err).__name__, flush=True)
 """
 
 with tempfile.TemporaryDirectory() as folder:
@@ -30,7 +30,9 @@ with tempfile.TemporaryDirectory() as folder:
     while not os.path.exists(out + ".done") and time.monotonic() < deadline:
         time.sleep(0.1)
     # The client's own line, not the last one: torch's C++ warnings on its stderr (the same
-    # file) may come after it.
+    # file) may come after it. It flushes its line before it writes the .done file: left to the
+    # interpreter's exit, the line came after the file, and a loaded machine read "nothing
+    # printed" in between.
     lines = open(out).read().strip().splitlines()
     said = [line for line in lines if line.startswith(("served", "refused"))]
     print((said or lines or ["nothing printed"])[-1], flush=True)
