@@ -158,6 +158,8 @@ def test_link_counters_per_step_and_the_summary_line():
         "#   link counters: incast: 1,100-1,500 drops per step at each of 5 server hosts "
         "(198.18.126.1-5); 5 server hosts (198.18.126.1-5) retransmit 2.0 % of their segments; "
         "20 worker-only hosts (198.18.126.6-25) retransmit 9.6-11.5 % of their segments")
+    few = {h: dict(c, retrans_segs=c["out_segs"] * 3e-4) for h, c in lab.items()}
+    assert "retransmit 0.03 % of their segments" in summary_line(few, roles)
     real = snapshot()                       # this host's own: readable, never negative
     assert difference(real, snapshot(), 1)["bytes_out"] >= 0
 
@@ -182,6 +184,11 @@ def test_busy_cores_are_named_once_per_machine():
     assert cores_line(apart) == ("#   cores: 95 % busy during the steps on the machine of a "
                                  "(2 cores): the cores, not the links, bound these steps")
     assert cores_line({"b": apart["b"]}) is None
+    # links at their bound as well: the line says both
+    assert cores_line(lab, link_pct=92.4).endswith(
+        "(2 cores, shared by 25 hosts), and the links carried 92 % of their bound: both were at "
+        "their limit")
+    assert cores_line(lab, link_pct=42.3).endswith("the cores, not the links, bound these steps")
     addresses = {f"198.18.126.{i}": lab["h1"] for i in range(1, 26)}    # a lab's host names
     assert "on the machine of 198.18.126.1-25 (2 cores, shared by 25 hosts)" in \
         cores_line(addresses)

@@ -35,6 +35,7 @@ from pathlib import Path
 _QDISC_DEV = re.compile(r"^qdisc \S+ \S+ dev (\S+)")
 _DROPPED = re.compile(r"dropped (\d+)")
 CPU_BUSY = 0.9          # a host's cores this busy bound the steps (the summary says so)
+LINK_FULL = 85.0        # % of the link bound at which the links, busy cores or not, were full
 
 
 def snapshot() -> dict:
@@ -152,12 +153,12 @@ def summary_line(per_host: dict, roles: dict) -> str | None:
         found = retrans[server]
         if len(found) == 1:
             host, share, count = found[0]
-            parts.append(f"{_who(host, roles)} retransmits {share:.1f} % of its segments "
+            parts.append(f"{_who(host, roles)} retransmits {_share(share)} % of its segments "
                          f"({count:,.0f} per step)")
         elif found:
             parts.append(f"{len(found)} {'server' if server else 'worker-only'} hosts "
                          f"({_span([h for h, *_ in found])}) retransmit "
-                         f"{_range([s for _, s, _ in found], '{:.1f}')} % of their segments")
+                         f"{_range([s for _, s, _ in found], _share)} % of their segments")
     return "#   link counters: " + "; ".join(parts) if parts else None
 
 
@@ -165,14 +166,24 @@ def _who(host: str, roles: dict) -> str:
     return f"{host} ({', '.join(roles[host])})" if roles.get(host) else host
 
 
-def _range(values: list[float], form: str) -> str:
-    low, high = form.format(min(values)), form.format(max(values))
+def _range(values: list[float], form) -> str:
+    """min-max of ``values``, each written by ``form`` (a format string or a function)."""
+    write = form.format if isinstance(form, str) else form
+    low, high = write(min(values)), write(max(values))
     return low if low == high else f"{low}-{high}"
 
 
-def cores_line(per_host: dict) -> str | None:
+def _share(pct: float) -> str:
+    """A percentage to one decimal, or to two significant digits below 0.1 (not "0.0")."""
+    return f"{pct:.1f}" if pct >= 0.1 else f"{pct:.2g}"
+
+
+def cores_line(per_host: dict, link_pct: float | None = None) -> str | None:
     """The line naming the machines whose cores were at least ``CPU_BUSY`` busy during the
-    steps, each once with the hosts it carried (None: no machine was)."""
+    steps, each once with the hosts it carried (None: no machine was). ``link_pct``: the run's
+    share of its link bound (``--link-rate``); at ``LINK_FULL`` % or more the links were at their
+    limit too, and the line says both, not that the cores bound the steps (100 dist_nccl ranks
+    at 100 Mbit/s: 92 % of the ring's bound with the cores 100 % busy)."""
     machines: dict = {}
     for host, c in per_host.items():
         if "cpu_busy" in c:
@@ -188,6 +199,9 @@ def cores_line(per_host: dict) -> str | None:
                      f"{_span(names)} ({hosts[0][1]['cores']} cores{shared})")
     if not parts:
         return None
+    if link_pct is not None and link_pct >= LINK_FULL:
+        return ("#   cores: " + "; ".join(parts) + f", and the links carried {link_pct:.0f} % of "
+                "their bound: both were at their limit")
     return ("#   cores: " + "; ".join(parts) + ": the cores, not the links, bound these steps")
 
 

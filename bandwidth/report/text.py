@@ -186,8 +186,9 @@ def summary_lines(result: Result) -> list[str]:
     if result.link_counters:
         from bandwidth.hardware.linkcounters import cores_line, summary_line
         roles = {h: c["processes"] for h, c in result.link_counters.items()}
+        link_pct = getattr(result.link_bound, "pct", None)
         lines += [line for line in (summary_line(result.link_counters, roles),
-                                    cores_line(result.link_counters)) if line]
+                                    cores_line(result.link_counters, link_pct)) if line]
     return lines
 
 
