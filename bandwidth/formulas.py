@@ -49,15 +49,10 @@ def one_gpu_device_bound_gbps(n: int, memory_gbps: float) -> float:
 # step's compute alone (an infinitely fast network), ``exchange_s`` the exchange alone (no
 # compute), ``step_s`` the step with both.
 
-def exposed_s(step_s: float, compute_s: float) -> float:
-    """Exposed communication: the time the network adds to a step, step - compute alone (0 at
-    the least; a step a little faster than compute alone is timing noise, not a gain)."""
-    return max(0.0, step_s - compute_s)
-
-
 def paired_exposed_s(step_s: list[float], compute_s: list[float]) -> float:
-    """Exposed communication from interleaved iterations: the median over rounds of step k -
-    compute alone k (floored at 0). The two iterations of a round run back to back, so a drift of
+    """Exposed communication, the time the network adds to a step, from interleaved iterations:
+    the median over rounds of step k - compute alone k (0 at the least: a step a little faster
+    than compute alone is timing noise, not a gain). The two iterations of a round run back to back, so a drift of
     the device's clock or of the host's load between rounds falls on both and cancels; the
     difference of the two medians does not cancel it, and a round disturbed in one list but not
     the other moves it (a 19 ms step against an exchange of 0.5 ms leaves little room)."""
@@ -67,14 +62,9 @@ def paired_exposed_s(step_s: list[float], compute_s: list[float]) -> float:
     return max(0.0, statistics.median(pairs))
 
 
-def overlap(step_s: float, compute_s: float, exchange_s: float) -> float:
-    """The share of the exchange that compute hides: 1 - exposed / exchange alone, in [0, 1]
-    (1: the exchange costs nothing; 0: none of it overlaps)."""
-    return overlap_of(exposed_s(step_s, compute_s), exchange_s)
-
-
 def overlap_of(exposed: float, exchange_s: float) -> float:
-    """``overlap`` from the exposed time itself (``paired_exposed_s``)."""
+    """The share of the exchange that compute hides: 1 - exposed (``paired_exposed_s``) /
+    exchange alone, in [0, 1] (1: the exchange costs nothing; 0: none of it overlaps)."""
     if exchange_s <= 0:
         return 1.0
     return min(1.0, max(0.0, 1.0 - exposed / exchange_s))

@@ -32,8 +32,14 @@ def test_one_gpu_device_bound():
 
 
 def test_step_costs():
-    from bandwidth.formulas import (compute_slowdown, exposed_s, overlap, performance_ratio,
-                                    samples_per_s, serial_step_s)
+    from bandwidth.formulas import (compute_slowdown, overlap_of, paired_exposed_s,
+                                    performance_ratio, samples_per_s, serial_step_s)
+
+    def exposed_s(step, compute):          # one round
+        return paired_exposed_s([step], [compute])
+
+    def overlap(step, compute, exchange):
+        return overlap_of(exposed_s(step, compute), exchange)
     # compute 30 ms, exchange 20 ms alone, the step 35 ms: 5 ms exposed, 3/4 of it hidden.
     assert exposed_s(0.035, 0.030) == pytest.approx(0.005)
     assert overlap(0.035, 0.030, 0.020) == pytest.approx(0.75)
