@@ -52,10 +52,11 @@ def one_gpu_device_bound_gbps(n: int, memory_gbps: float) -> float:
 def paired_exposed_s(step_s: list[float], compute_s: list[float]) -> float:
     """Exposed communication, the time the network adds to a step, from interleaved iterations:
     the median over rounds of step k - compute alone k (0 at the least: a step a little faster
-    than compute alone is timing noise, not a gain). The two iterations of a round run back to back, so a drift of
-    the device's clock or of the host's load between rounds falls on both and cancels; the
-    difference of the two medians does not cancel it, and a round disturbed in one list but not
-    the other moves it (a 19 ms step against an exchange of 0.5 ms leaves little room)."""
+    than compute alone is timing noise, not a gain). The two iterations of a round run back to
+    back, so a drift of the device's clock or of the host's load between rounds falls on both and
+    cancels; the difference of the two medians does not cancel it, and a round disturbed in one
+    list but not the other moves it (a 19 ms step against an exchange of 0.5 ms leaves little
+    room)."""
     pairs = [s - c for s, c in zip(step_s, compute_s)]
     if not pairs:
         return 0.0

@@ -30,8 +30,8 @@ requires_cuda = pytest.mark.skipif(
 # Under pytest-xdist (CI: `-n 2 --dist loadgroup`), the tests that build machine-wide things run
 # one after another on one worker: network namespaces and their labs (module fixtures with fixed
 # names), sshd, Open MPI, the Slurm daemons, the shared /tmp/heavy.lock, and the store gate's
-# tests, which read the machine's TCP table (/proc/net/tcp; a stranger's connection among another
-# test's left it unanswered once). The rest make their own processes (each test finds its own by
+# tests, which read the machine's TCP table (/proc/net/tcp), where other tests' connections
+# would be counted. The rest make their own processes (each test finds its own by
 # a marker or as its children) and spread over the workers.
 ONE_AT_A_TIME = {
     "test_faults_lab.py", "test_launch_contract.py", "test_launch_interface.py",

@@ -141,10 +141,10 @@ def _parameter_server(plan: Plan, role: Role, on_report) -> Result | None:
             result.server_hosts = hosts[role.job.num_workers:]
             if raw is not None:
                 result.ceiling = _raw_bound(plan, result.summary, group.max(raw))
-        counters = all_gather_json(linkcounters.difference(
-            counters_before, linkcounters.snapshot(), c.warmup + c.num_batches), role.world_size)
-        if result is not None and len(set(hosts)) > 1:     # one host: no link crossed
-            result.link_counters = per_host_counters(hosts, role.job.num_workers, counters)
+        counters = gather_counters(counters_before, c.warmup + c.num_batches, hosts,
+                                   role.world_size, role.job.num_workers)
+        if result is not None:
+            result.link_counters = counters
         # Every process's peak RSS, to worker 0 (JSON: nothing received is unpickled).
         peaks = all_gather_json(peak_rss_bytes(), role.world_size)
         if result is not None:
@@ -162,6 +162,16 @@ def _server_parts(plan: Plan) -> list | None:
         return None
     return [plan.schedule.part_shapes(plan.schedule.parts[i])
             for i in exchange_order(plan.schedule)]
+
+
+def gather_counters(before: dict, steps: int, hosts: list, world_size: int,
+                    num_workers: int) -> dict | None:
+    """Every process's counters since ``before``, per step, gathered (a collective over the
+    default group of ``world_size`` processes, ``hosts`` theirs in rank order): one entry per
+    host, or None where every process ran on one host (no link crossed)."""
+    counters = all_gather_json(linkcounters.difference(before, linkcounters.snapshot(), steps),
+                               world_size)
+    return per_host_counters(hosts, num_workers, counters) if len(set(hosts)) > 1 else None
 
 
 def per_host_counters(hosts: list, num_workers: int, counters: list) -> dict:
@@ -256,13 +266,12 @@ def _dist_nccl(plan: Plan, role: Role, on_report) -> Result | None:
         # bytes as a step, so the figures stay per step).
         all_reduces = exchange_steps(plan) + (c.warmup + c.num_batches if "reference" in tasks
                                               else 0)
-        counters = all_gather_json(linkcounters.difference(
-            counters_before, linkcounters.snapshot(), all_reduces), role.job.num_workers)
+        counters = gather_counters(counters_before, all_reduces, hosts, role.job.num_workers,
+                                   role.job.num_workers)
         result = _result(plan, out["measure"], DistGroup(torch.device("cpu")), replicas,
                          reference=out.get("reference"))
         result.worker_hosts = hosts               # dist_nccl's servers take no part
-        if len(set(hosts)) > 1:                   # one host: no link crossed
-            result.link_counters = per_host_counters(hosts, role.job.num_workers, counters)
+        result.link_counters = counters
         # A worker and its device ranks, if any (each rank's peak taken as the largest one's).
         peaks = all_gather_json(peak_rss_bytes() + per_worker * peak_rss_bytes(True),
                                 role.job.num_workers)

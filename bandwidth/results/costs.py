@@ -96,7 +96,8 @@ class StepCosts:
 
     @property
     def _issued(self) -> str:
-        return ("from a CUDA graph per run of slots" if self.compute_launch == "graph" else "eagerly")
+        return ("from a CUDA graph per run of slots" if self.compute_launch == "graph"
+                else "eagerly")
 
     def to_dict(self) -> dict:
         return dict(asdict(self), rate_pct=self.rate_pct, last_exchange_s=self.last_exchange_s)
