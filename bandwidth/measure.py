@@ -53,7 +53,12 @@ class Stopped(BaseException):
         self.signum = signum
 
 
+_stopping = {"armed": False}
+
+
 def _stop_on_signal(signum, frame):
+    if not _stopping["armed"]:
+        return          # main has its status: a late SIGTERM (the launcher stopping the rest)
     signal.signal(signum, signal.SIG_DFL)       # a second one ends the process at once
     raise Stopped(signum)
 
@@ -62,10 +67,16 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
     whole_lines()                  # the job's processes share stdout: no line split by another's
     args = build_parser().parse_args(argv)
+    _stopping["armed"] = True
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _stop_on_signal)
     try:
-        return _main(args)
+        try:
+            return _main(args)
+        finally:
+            # From here the status is decided: a signal that lands while main returns, or in
+            # the exit handlers after it, is ignored; one that landed just before is caught below.
+            _stopping["armed"] = False
     except Stopped as stop:
         # A signal that arrived while an error was being handled (a collective blocked in C++
         # runs the handler only when it returns, often with its own timeout error): one line.

@@ -292,3 +292,18 @@ def test_a_failed_ceiling_part_fails_the_run(monkeypatch, tmp_path, capsys):
     assert "# summary: kvstore local, 2 devices" in captured.out     # measured all the same
     assert json.loads(out.read_text())["ceiling"]["failures"] == [
         "collectives: rank 1 exited with status 9"]
+
+
+def test_a_sigterm_after_main_has_returned_changes_nothing():
+    # The launcher stops the other processes once one has failed: a SIGTERM that lands after
+    # main has its status (before the exit handlers ignore it) must not raise from the handler.
+    code = ("import os, signal\n"
+            "from bandwidth import measure\n"
+            "status = measure.main(['--list-networks'])\n"
+            "os.kill(os.getpid(), signal.SIGTERM)\n"
+            "print('status', status)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "status 0"
+    assert "Traceback" not in proc.stderr
