@@ -84,6 +84,8 @@ def test_a_step_with_compute_on_cpu_devices(tmp_path):
     assert "performance ratio" in done.stdout and "compute rate" in done.stdout
     costs = json.loads(out.read_text())["results"][0]["step_costs"]
     assert costs["batch_size"] == 256 and costs["devices"] == 2
+    assert costs["error_max"] == 0.0
+    assert "max error 0.000000 in the steps with compute" in done.stdout
     assert 0 < costs["performance_ratio"] <= 1 and 0 <= costs["overlap"] <= 1
     assert costs["exposed_s"] == pytest.approx(max(0.0, costs["step_s"] - costs["compute_s"]))
     # 2 replicas x (forward + backward FLOPs of mlp at batch 256), each a whole number of rows
@@ -175,7 +177,7 @@ def test_compute_flops_on_one_gpu(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(out.read_text())["results"][0]
     costs = result["step_costs"]
-    assert result["summary"]["error_max"] <= 0.01
+    assert result["summary"]["error_max"] <= 0.01 and 0 <= costs["error_max"] <= 0.01
     assert costs["device_type"] == "cuda" and costs["large_matmul_rate_flops"] > 1e12
     assert {e["device"] for e in costs["timeline"]} == {"replica 0 (cuda:0)",
                                                         "replica 1 (cuda:0)"}

@@ -281,3 +281,62 @@ def test_compute_slots_run_together_where_no_exchange_parts_them():
     # a run per unit that completes buckets (one unit may complete two)
     assert 1 < len(backward_runs) <= len(ddp.parts)
     assert sum(map(len, backward_runs)) == len(ddp.units)
+
+
+def test_a_step_replayed_whole_counts_as_one_of_the_sessions_steps():
+    """compute.stepgraph: a step with compute replayed as one graph is one session step (the
+    error check counts it: with sgd every step moves the weights), and the compute alone's graph
+    replays instead of the slots. Here the "graph" is the eager step, on CPU devices."""
+    from bandwidth.measurement.costs import ComputeAlone, StepWithCompute
+    s = scheduled_session("device", 2, "backward", optimizer="sgd")
+
+    class Replay:
+        def __init__(self, work):
+            self.work, self.replays = work, 0
+
+        def replay(self):
+            self.replays += 1
+            self.work()
+
+    whole = Replay(s.store.step)
+    step = StepWithCompute(s, [], None, s.store.events, whole)
+    errs = errors(step, iterations=3)
+    assert whole.replays == 4 and s.steps == 4
+    assert all(0 <= e <= 1e-6 for e in errs), errs
+    alone = Replay(lambda: None)
+    ComputeAlone(s, [], None, s.store.events, alone).step()       # no slots: slots is None
+    assert alone.replays == 1 and s.steps == 4
+    s.close()
+
+
+def test_a_whole_step_graph_needs_one_gpu_and_graphs_per_part():
+    from types import SimpleNamespace as NS
+
+    from bandwidth.compute.stepgraph import step_graph_unavailable
+    from bandwidth.schedules.graphs import PartGraphs
+    gpu0, gpu1 = torch.device("cuda", 0), torch.device("cuda", 1)
+    runners = [NS(kind="cuda", waits=False, device=gpu0)]
+    parts = PartGraphs.__new__(PartGraphs)          # what the session replays per part
+    one = NS(graph=parts, replicas=[NS(device=gpu0), NS(device=gpu0)])
+    assert step_graph_unavailable(one, runners) is None
+    assert step_graph_unavailable(one, [NS(kind="cpu", waits=False)]) == "no products on a GPU"
+    assert step_graph_unavailable(one, [NS(kind="cuda", waits=True)]) == "no products on a GPU"
+    eager = NS(graph=None, replicas=one.replicas)
+    assert "not replayed from graphs" in step_graph_unavailable(eager, runners)
+    two = NS(graph=parts, replicas=[NS(device=gpu0), NS(device=gpu1)])
+    assert step_graph_unavailable(two, runners) == "the process drives 2 GPUs"
+
+
+def test_the_summary_says_how_the_products_were_issued():
+    from bandwidth.results.costs import StepCosts
+    base = dict(batch_size=32, devices=2, compute_s=1e-3, exchange_s=1e-3, step_s=1.5e-3,
+                exposed_s=5e-4, overlap=0.5, compute_slowdown=1.0, samples_per_s=1.0,
+                performance_ratio=0.7, compute_rate_flops=5e14, large_matmul_rate_flops=7e14,
+                calibrated_rate_flops=6e14, step_flops=10 ** 12, device_type="cuda")
+    words = {"eager": "products issued eagerly",
+             "graph": "products issued from a CUDA graph per run of slots",
+             "step graph": "products issued with the exchange, one CUDA graph per step"}
+    for launch, said in words.items():
+        assert said in StepCosts(**base, compute_launch=launch).lines()[2]
+    assert "max error not checked in the steps" in StepCosts(**base).lines()[1]
+    assert "max error 0.000000 in the steps" in StepCosts(**base, error_max=0.0).lines()[1]

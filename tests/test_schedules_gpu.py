@@ -1,7 +1,8 @@
 """Schedules on GPUs through their CUDA code paths (benchmarks/gpu_all.sh runs them; skipped
 without CUDA): ``backward`` on ``device`` with two replicas sharing GPU 0 and on ``local``, with
 each part's exchange a CUDA graph of its own (schedules.graphs.PartGraphs) and issued eagerly,
-and, with two GPUs, ``ddp`` and ``fsdp`` on ``nccl``."""
+a step with compute as one graph (compute.stepgraph), and, with two GPUs, ``ddp`` and ``fsdp`` on
+``nccl``."""
 
 import pytest
 import torch
@@ -99,6 +100,58 @@ def test_backward_with_compute_replays_parts_and_keeps_the_timeline():
     for name, exchange in exchanges.items():
         # each exchange ends (its WAIT on the compute stream) before its layer's forward starts
         assert 0 <= exchange["start_s"] <= exchange["end_s"] <= forwards[name]["start_s"]
+
+
+@pytest.mark.parametrize("kv, gpus, optimizer, launch, bound", [
+    ("device", (0, 0), "none", "graph", 0.0), ("device", (0, 0), "sgd", "auto", 1e-6),
+    ("local", (0,), "none", "graph", 0.0), ("nccl", (0,), "none", "graph", 0.0)])
+def test_a_step_with_compute_on_one_gpu_is_one_graph(kv, gpus, optimizer, launch, bound):
+    """compute.stepgraph: under --launch graph a backward step with compute is one CUDA graph
+    (and the compute alone another); auto keeps it where its trial steps ran faster, and those
+    steps are counted (with sgd every step moves the weights). The steps with compute are exact
+    and the traced step still marks every exchange and slot."""
+    result = run(Config(kv_store=kv, gpus=gpus, schedule="backward", launch=launch,
+                        optimizer=optimizer, compute="flops", batch_size=8, **RESNET50))
+    costs = result.costs
+    assert costs.compute_launch == "step graph" or launch == "auto", costs.compute_launch
+    assert 0 <= costs.error_max <= bound and all(0 <= s.error <= bound for s in result.samples)
+    lanes = [e["lane"] for e in costs.timeline if e["device"] == "replica 0 (cuda:0)"]
+    assert lanes.count("exchange") == lanes.count("compute") // 2 > 50
+
+
+def test_the_whole_step_graph_orders_each_forward_after_its_part():
+    """schedules.graphs.capture_step: a FORWARD slot captured after its part's WAIT reads the
+    finished sum on the capture stream (from outputs zeroed before the replay, a slot not ordered
+    after its part's exchange on the side stream would read zeros for the parts exchanged last)."""
+    from bandwidth.schedules.graphs import capture_step
+    shapes = networks.get_shapes("resnet", num_layers=50)
+    schedule = SCHEDULES["backward"](shapes, 4)
+    session = Session("device", shapes, DeviceSet("cuda", (0, 0)), [0, 1], LocalGroup(),
+                      dtype="float32", optimizer="none", seed=5, chunk_mb=None, launch="graph",
+                      schedule=schedule)
+    try:
+        store = session.store
+        read = {}
+
+        def compute(event):
+            if event.kind == FORWARD:       # backward's part p is unit p
+                read[event.unit] = [r.outputs.clone() for r in store.stores[event.unit].replicas]
+
+        graph = capture_step(store, compute)
+        for replica in session.replicas:
+            replica.outputs.zero_()
+        session.prepare()
+        session.step(graph=graph)
+        session.synchronize()
+        assert sorted(read) == list(range(len(schedule.parts)))
+        for part, clones in read.items():
+            view = store.stores[part].replicas[0].outputs
+            start = view.storage_offset()
+            want = expected_sum(start, start + view.numel(), 2, 5, view.device).to(torch.float32)
+            assert all(torch.equal(c, want) for c in clones), part
+        assert session.steps == 1 and session.error() == 0.0
+    finally:
+        session.close()
 
 
 def test_flat_compute_replays_one_graph_per_run_of_slots():

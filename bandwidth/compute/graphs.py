@@ -19,7 +19,8 @@ under ``ddp``; a single slot under ``backward``. A run's graph replays at its fi
 other slots add nothing, in the step and in the compute alone alike (which keeps the step's runs,
 so both pay the same launches). On an H200, resnet-50's 108 slots at batch 32 in bfloat16 ran at
 66 % of a large product's rate as a graph each and at 76 % as one graph: a replay's launch
-costs about as much as a small unit's products.
+costs about as much as a small unit's products. On one GPU, where the parts' exchanges are graphs
+too, a scheduled step and its compute alone may instead each be one graph (compute.stepgraph).
 
 A graph replays on its GPU's current stream, as the eager products run, so the schedule's events
 (bandwidth.schedules.graphs) order it against the exchange exactly as they order eager work. The

@@ -9,17 +9,21 @@ The step runs the schedule's events (bandwidth.schedules): the schedule's runner
 (``schedules.runner.ScheduledStore``, the session's store) calls ``compute.slots.Slots`` for each
 compute slot and around every event; under ``flat``, whose step is the mode's one operation, the
 Slots run flat's events themselves: every unit's backward (last first), the exchange of all the
-arrays, then every unit's forward (nothing overlaps).
+arrays, then every unit's forward (nothing overlaps). On GPUs a scheduled step and its compute
+alone may each be one CUDA graph (compute.stepgraph: ``--launch graph``, or ``auto`` where its
+trial steps are faster); the traced step then still runs a graph per part and per run of slots.
 """
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import asdict
 
 from bandwidth.compute.graphs import SlotGraphs
 from bandwidth.compute.layers import unit_work
 from bandwidth.compute.runner import Runner, large_matmul_rate
 from bandwidth.compute.slots import Slots
+from bandwidth.compute.stepgraph import TRIAL_STEPS, StepGraphs, step_graph_unavailable
 from bandwidth.measurement import protocol
 from bandwidth.plan.layout import DTYPE_BYTES
 from bandwidth.plan.plan import Plan
@@ -31,15 +35,20 @@ class ComputeAlone:
     """The step's compute on every replica of this process, no exchange: every unit's backward,
     last first, then every unit's forward (the compute slots of a step, in a schedule's order)."""
 
-    def __init__(self, session, runners: list[Runner], slots: Slots, events: list[Event]):
+    def __init__(self, session, runners: list[Runner], slots: Slots, events: list[Event],
+                 graph=None):
+        """``graph``: a CUDA graph replayed as the whole of each step (compute.stepgraph)."""
         self.session, self.runners, self.group = session, runners, session.group
-        self.slots = slots
+        self.slots, self.graph = slots, graph
         self.events = [e for e in events if e.kind in (FORWARD, BACKWARD)]
 
     def prepare(self) -> None:
         pass
 
     def step(self) -> None:
+        if self.graph is not None:
+            self.graph.replay()
+            return
         for event in self.events:
             self.slots(event)
 
@@ -54,14 +63,18 @@ class ComputeAlone:
 class StepWithCompute(ComputeAlone):
     """A training step: the schedule's events, compute slots and exchanges (checked as always)."""
 
-    def __init__(self, session, runners: list[Runner], slots: Slots, events: list[Event]):
-        super().__init__(session, runners, slots, events)
+    def __init__(self, session, runners: list[Runner], slots: Slots, events: list[Event],
+                 graph=None):
+        super().__init__(session, runners, slots, events, graph)
         self.events = events
 
     def prepare(self) -> None:
         self.session.prepare()
 
     def step(self) -> None:
+        if self.graph is not None:                       # one replay: the session's step
+            self.session.step(graph=self.graph)
+            return
         store = self.session.store
         if getattr(store, "events", None) is None:       # flat: the mode's one operation
             self.slots.run(self.events, self.session.step)
@@ -112,12 +125,20 @@ def measure_costs(plan: Plan, session, kick) -> dict:
             alone = ComputeAlone(session, runners, slots, events)
             if c.launch == "graph" or graphs.faster(alone, slots):
                 slots.graphs, compute_launch = graphs, "graph"
+        whole = None
+        if step_graph_unavailable(session, runners) is None:
+            whole = StepGraphs(session, runners)    # a step, and its compute alone: one replay
+            if c.launch == "graph" or whole_is_faster(plan, session, runners, slots, events,
+                                                      whole):
+                compute_launch = "step graph"
+            else:
+                whole = None
         large = large_matmul_rate(runners[0].device, c.dtype)
         # Interleaved, iteration by iteration, the first rotating: load from other processes
         # falls on both alike (protocol.measure_interleaved).
         (alone, _), (step, _) = protocol.measure_interleaved(
-            [kick(ComputeAlone(session, runners, slots, events)),
-             kick(StepWithCompute(session, runners, slots, events))],
+            [kick(ComputeAlone(session, runners, slots, events, whole and whole.alone)),
+             kick(StepWithCompute(session, runners, slots, events, whole and whole.step))],
             iterations=c.num_batches, warmup=c.warmup, disp_batches=c.num_batches,
             check=c.test_results, nbytes=plan.nbytes, bus_factors=[0.0, 0.0])
         timeline = trace(StepWithCompute(session, runners, slots, events), session)
@@ -136,6 +157,22 @@ def measure_costs(plan: Plan, session, kick) -> dict:
     finally:
         for runner in runners:
             runner.close()
+
+
+def whole_is_faster(plan: Plan, session, runners: list[Runner], slots: Slots,
+                    events: list[Event], whole: StepGraphs) -> bool:
+    """``--launch auto``: whether steps with compute run faster as one replay of ``whole`` than
+    as before (a graph per part, the compute as ``slots`` issues it): TRIAL_STEPS untimed steps
+    each way after one of each, interleaved, the slowest rank's medians. They are the session's
+    steps (counted for the error check, which stays exact); only single-host modes capture
+    their parts, so no parameter server counts them (``exchange_steps``)."""
+    (one, _), (parts, _) = protocol.measure_interleaved(
+        [StepWithCompute(session, runners, slots, events, whole.step),
+         StepWithCompute(session, runners, slots, events)],
+        iterations=TRIAL_STEPS, warmup=1, disp_batches=TRIAL_STEPS, check=False,
+        nbytes=plan.nbytes, bus_factors=[0.0, 0.0])
+    return (statistics.median(s.seconds for s in one)
+            < statistics.median(s.seconds for s in parts))
 
 
 def trace(step: StepWithCompute, session) -> list[dict]:

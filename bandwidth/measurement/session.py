@@ -275,8 +275,14 @@ class Session:
         for _, store, _ in self.more_sets:
             store.prepare()
 
-    def step(self) -> None:
-        """One timed iteration: ``turns`` steps on every set of buffers, the sets taking turns."""
+    def step(self, graph=None) -> None:
+        """One timed iteration: ``turns`` steps on every set of buffers, the sets taking turns;
+        ``graph``: one step replayed from it instead (a scheduled step with its compute on this
+        session's one set of buffers, bandwidth.compute.stepgraph)."""
+        if graph is not None:
+            graph.replay()
+            self.steps += 1
+            return
         if self.graph is not None:
             for _ in range(self.turns):
                 self.graph.replay()

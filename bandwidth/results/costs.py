@@ -31,8 +31,11 @@ class StepCosts:
     step_flops: int
     device_type: str
     schedule: str = "flat"
-    compute_launch: str = "eager"    # "graph": each compute slot one CUDA graph replay per GPU
+    # "graph": each run of compute slots one CUDA graph replay per GPU; "step graph": the whole
+    # step (compute and exchange) one replay, and the compute alone another
+    compute_launch: str = "eager"
     timeline: list = field(default_factory=list)
+    error_max: float = -1.0          # the steps with compute, checked as the exchange's (-1: not)
 
     @property
     def rate_pct(self) -> float:
@@ -72,7 +75,8 @@ class StepCosts:
                    step_flops=measured["step_flops"], device_type=measured["device_type"],
                    schedule=measured.get("schedule", "flat"),
                    compute_launch=measured.get("compute_launch", "eager"),
-                   timeline=measured["timeline"])
+                   timeline=measured["timeline"],
+                   error_max=max((s["error"] for s in measured["step_samples"]), default=-1.0))
 
     def lines(self) -> list[str]:
         """The summary's lines on what the step cost."""
@@ -84,7 +88,8 @@ class StepCosts:
             f"unit's exchange {self.last_exchange_s * ms:.3f} ms), overlap "
             f"{100 * self.overlap:.1f} %, compute slowdown x{self.compute_slowdown:.3f}",
             f"#   {self.samples_per_s:.1f} samples/s, performance ratio "
-            f"{self.performance_ratio:.3f} (compute alone / step; 1: the network costs nothing)",
+            f"{self.performance_ratio:.3f} (compute alone / step; 1: the network costs "
+            f"nothing), max error {self._error} in the steps with compute",
             f"#   compute rate {self.compute_rate_flops / 1e12:.3f} TFLOP/s against a large "
             f"matmul's {self.large_matmul_rate_flops / 1e12:.3f} TFLOP/s in the same run: "
             f"{self.rate_pct:.1f} % (target {self.rate_target_pct:.0f} % on "
@@ -95,9 +100,14 @@ class StepCosts:
             "CPU devices stand for a GPU's compute, leaving the host's cores to the exchange)"]
 
     @property
+    def _error(self) -> str:
+        return "not checked" if self.error_max < 0 else f"{self.error_max:.6f}"
+
+    @property
     def _issued(self) -> str:
-        return ("from a CUDA graph per run of slots" if self.compute_launch == "graph"
-                else "eagerly")
+        return {"graph": "from a CUDA graph per run of slots",
+                "step graph": "with the exchange, one CUDA graph per step"}.get(
+                    self.compute_launch, "eagerly")
 
     def to_dict(self) -> dict:
         return dict(asdict(self), rate_pct=self.rate_pct, last_exchange_s=self.last_exchange_s)

@@ -19,11 +19,17 @@ The host's work per part is one replay and a few event records. The parts' excha
 after another on the side stream, in the order the step starts them (NCCL collectives in the same
 order on every rank). The session (bandwidth.measurement.session) treats the object as the flat
 step's graph: ``replay`` is one step, ``--launch auto`` times it against the eager step.
+
+With compute on one GPU, ``capture_step`` records the whole step, compute slots and every part's
+exchange, as a single CUDA graph (bandwidth.compute.stepgraph): the same events and streams as
+``PartGraphs``, captured once instead of replayed part by part.
 """
 
 from __future__ import annotations
 
 import torch
+
+from bandwidth.schedules.base import BACKWARD, EXCHANGE, FORWARD, REDUCE, WAIT
 
 
 class PartGraphs:
@@ -59,3 +65,38 @@ class PartGraphs:
     def _finish(self, event) -> None:
         for stream in self.compute:
             stream.wait_event(self.done[event.part])
+
+
+def capture_step(store, compute) -> torch.cuda.CUDAGraph:
+    """A whole step of ``store`` (a runner.ScheduledStore whose replicas share one GPU and
+    whose parts' graphs ``PartGraphs`` captured already) as one CUDA graph: ``compute(event)``
+    issues each FORWARD and BACKWARD slot's work on the current stream (the capture stream),
+    each part's exchange is its store's ``record_step`` (what its own graph holds) on a side
+    stream forked from the capture stream at its EXCHANGE (an event recorded there, as
+    ``PartGraphs`` records one per step) and joined to it at its WAIT. The parts' exchanges
+    follow one another on the side stream in the order the step starts them."""
+    (device,) = set(r.device for r in store.replicas)
+    graph = torch.cuda.CUDAGraph()
+    capture = torch.cuda.Stream(device=device)
+    side = torch.cuda.Stream(device=device)
+    capture.wait_stream(torch.cuda.current_stream(device))
+    done: dict[int, torch.cuda.Event] = {}
+    with torch.cuda.device(device), torch.cuda.graph(graph, stream=capture):
+        for event in store.events:
+            if event.kind in (FORWARD, BACKWARD):
+                compute(event)
+            elif event.kind == EXCHANGE:
+                if event.op != REDUCE:
+                    raise RuntimeError(f"a part's {event.op} is not captured (fsdp is eager)")
+                ready = torch.cuda.Event()
+                ready.record(capture)
+                side.wait_event(ready)
+                with torch.cuda.stream(side):
+                    store.stores[event.part].record_step()
+                done[event.part] = torch.cuda.Event()
+                done[event.part].record(side)
+            elif event.kind == WAIT:
+                capture.wait_event(done.pop(event.part))
+    torch.cuda.current_stream(device).wait_stream(capture)
+    torch.cuda.synchronize(device)
+    return graph

@@ -171,5 +171,12 @@ class KVStore:
         it must leave the buffers as ``__init__`` did."""
         raise NotImplementedError
 
+    def record_step(self) -> None:
+        """What ``capture`` records, issued on the current stream while a larger graph is being
+        captured there (a whole scheduled step, bandwidth.schedules.graphs.capture_step): every
+        other stream the step uses is forked from the current one and joined back to it. Called
+        after ``capture`` (which ran the eager warm-up), on one GPU."""
+        raise NotImplementedError
+
     def close(self) -> None:
         """Release what ``__init__`` set up."""

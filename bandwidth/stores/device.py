@@ -268,15 +268,11 @@ class DeviceStore(KVStore):
                     copy()
 
     def capture(self):
-        """The step as one CUDA graph, captured on a stream of the first replica's GPU: every
-        stream the step uses (the copy streams, a sum stream on each other GPU) is forked from
-        it and joined back, so that the graph holds the whole step across every GPU. Replicas
-        that all share one GPU are captured with the schedule of ``_shared_schedule``. The eager
-        plan is restored afterwards, so that eager steps (``--launch auto``'s trial) still run
-        the eager schedule."""
+        """The step as one CUDA graph, captured on a stream of the first replica's GPU
+        (``record_step``). One eager step first: every kernel is loaded and every peer mapping
+        made before capture."""
         devices = [r.device for r in self.replicas]
         home = devices[0]
-        # One eager step first: every kernel is loaded and every peer mapping made before capture.
         self.step()
         for d in set(devices):
             torch.cuda.synchronize(d)
@@ -286,17 +282,34 @@ class DeviceStore(KVStore):
         graph = torch.cuda.CUDAGraph()
         capture = torch.cuda.Stream(device=home)
         capture.wait_stream(torch.cuda.current_stream(home))
+        with torch.cuda.device(home), torch.cuda.graph(graph, stream=capture):
+            self.record_step()
+        torch.cuda.current_stream(home).wait_stream(capture)
+        for d in set(devices):
+            torch.cuda.synchronize(d)
+        return graph
+
+    def record_step(self):
+        """The step on the first replica's GPU's current stream, which is being captured: every
+        stream the step uses (the copy streams, a sum stream on each other GPU) is forked from
+        it and joined back, so that the graph holds the whole step across every GPU. Replicas
+        that all share one GPU are captured with the schedule of ``_shared_schedule``. The eager
+        plan is restored afterwards, so that eager steps (``--launch auto``'s trial) still run
+        the eager schedule."""
+        devices = [r.device for r in self.replicas]
+        home = devices[0]
+        capture = torch.cuda.current_stream(home)
         eager_plan = {name: getattr(self, name) for name in _PLAN}
         eager = self.compute
         sums = {d: capture if d == home else torch.cuda.Stream(device=d) for d in set(devices)}
         compute = [sums[d] for d in devices]
-        if len(set(devices)) == 1 and len(devices) > 1:
-            compute = self._shared_schedule(capture)
-        side = {s for matrix in (self.send, self.push_send) for row in matrix for s in row
-                if s is not None and s is not capture}
-        side = list(side | {s for s in compute if s is not capture})
         try:
-            with torch.cuda.device(home), torch.cuda.graph(graph, stream=capture):
+            if len(set(devices)) == 1 and len(devices) > 1:
+                compute = self._shared_schedule(capture)
+            side = {s for matrix in (self.send, self.push_send) for row in matrix for s in row
+                    if s is not None and s is not capture}
+            side = list(side | {s for s in compute if s is not capture})
+            with torch.cuda.device(home):
                 with dev.on_streams(*[s for d, s in sums.items() if d != home]):
                     self.compute = compute
                     for stream in side:
@@ -313,10 +326,6 @@ class DeviceStore(KVStore):
             self.compute = eager
             for name, value in eager_plan.items():
                 setattr(self, name, value)
-        torch.cuda.current_stream(home).wait_stream(capture)
-        for d in set(devices):
-            torch.cuda.synchronize(d)
-        return graph
 
     def _shared_schedule(self, capture) -> list:
         """The plan captured for replicas that all share one GPU (``--gpus 0,0``): no link to

@@ -118,16 +118,20 @@ class LocalStore(KVStore):
         graph = torch.cuda.CUDAGraph()
         capture = torch.cuda.Stream(device=device)
         capture.wait_stream(torch.cuda.current_stream(device))
-        side = (self.down[0], self.up[0])
         with torch.cuda.device(device), torch.cuda.graph(graph, stream=capture):
-            for stream in side:
-                stream.wait_stream(capture)
-            self._step_gpu()
-            for stream in side:
-                capture.wait_stream(stream)
+            self.record_step()
         torch.cuda.current_stream(device).wait_stream(capture)
         torch.cuda.synchronize(device)
         return graph
+
+    def record_step(self):
+        capture = torch.cuda.current_stream(self.replicas[0].device)
+        side = (self.down[0], self.up[0])
+        for stream in side:
+            stream.wait_stream(capture)
+        self._step_gpu()
+        for stream in side:
+            capture.wait_stream(stream)
 
     def reset_weights(self) -> None:
         super().reset_weights()

@@ -99,10 +99,13 @@ class NcclStore(KVStore):
             # empty; the summary already says that one rank moves nothing.
             warnings.filterwarnings("ignore", message="The CUDA Graph is empty")
             with torch.cuda.graph(graph, stream=stream):
-                self.step()
+                self.record_step()
         torch.cuda.current_stream(device).wait_stream(stream)
         torch.cuda.synchronize(device)
         return graph
+
+    def record_step(self):
+        self.step()       # the all-reduce (and the optimizer) on the current stream
 
 
 class DistNcclStore(NcclStore):

@@ -1,0 +1,80 @@
+"""A scheduled step with its compute on one GPU as a single CUDA graph, and its compute alone as
+another (``StepGraphs``): one step, one replay.
+
+With a graph per run of compute slots (compute.graphs.SlotGraphs) and one per part's exchange
+(schedules.graphs.PartGraphs), resnet-50 under ``backward`` replays 108 slot graphs and 54 part
+graphs a step, and each replay's launch costs the GPU about as much as a small unit's products
+(at batch 32 in bfloat16 a step is about 1 ms of compute on an H200): the products reached 66-69 %
+of a large matmul's rate, against 73-78 % for ``flat``'s two runs. Here the step's events are
+captured once at set-up (schedules.graphs.capture_step): every compute slot's products issued on
+the capture stream, every part's exchange (what its own graph holds) on a side stream forked from
+the capture stream at its EXCHANGE and joined to it at its WAIT; the compute alone is the same
+slots with no exchange, captured likewise, so that both pay one launch. On an H200 (2026-11-26,
+``device --gpus 0,0``, resnet-50 at batch 32, ``--launch graph``, one call): bfloat16 products
+at 76.0 % of a large matmul's rate against 51.2 % with a graph per slot and part (this host's
+replays paced those: 3.72 ms of compute alone against 2.65 ms), the step 2.89 ms against 3.20;
+float32, where the GPU binds, 89.4 % against 89.2 %. The exposed communication did not fall
+(float32 0.27-0.41 ms either way, bfloat16 0.24 ms against 0.18 ms allowed): on one GPU the
+exchange's copy kernels take the products' memory and SMs, which no launch saving gives back.
+
+Where: a process whose replicas share one GPU (``nccl``'s process per GPU, ``device`` or
+``local`` on ``--gpus 0,0``), replaying a graph per part (``backward``, ``ddp``). Several GPUs
+driven by one process keep the graphs per part and per run of slots (a whole step across GPUs was
+not tried). ``--launch graph`` keeps these graphs; ``--launch auto`` times ``TRIAL_STEPS`` steps
+with compute each way (measurement.costs) and keeps the faster.
+
+The traced step (measurement.costs.trace) is not replayed from here: its timeline is CUDA events
+recorded between launches (each slot's and each exchange's start and end), and a single replay
+has no place for them; it runs the graphs per part and per run of slots as before.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from bandwidth.compute.runner import Runner
+from bandwidth.schedules.base import BACKWARD, FORWARD, Event
+from bandwidth.schedules.graphs import PartGraphs, capture_step
+
+# --launch auto: steps with compute timed each way (after one of each), medians compared.
+TRIAL_STEPS = 5
+
+
+def step_graph_unavailable(session, runners: list[Runner]) -> str | None:
+    """Why a step of ``session`` with ``runners``' compute is not one CUDA graph (None: it can
+    be)."""
+    if not runners or runners[0].kind != "cuda" or runners[0].waits:
+        return "no products on a GPU"
+    if not isinstance(session.graph, PartGraphs):
+        return "the parts' exchanges are not replayed from graphs"
+    gpus = {r.device for r in session.replicas}
+    if len(gpus) != 1:
+        return f"the process drives {len(gpus)} GPUs"
+    return None
+
+
+class StepGraphs:
+    def __init__(self, session, runners: list[Runner]):
+        """``session``: its store a scheduled step replayed from a graph per part
+        (``step_graph_unavailable`` is None); ``runners``: calibrated and tuned."""
+        self.runners = runners
+        store = session.store
+        self.step = capture_step(store, self._compute)
+        self.alone = self._capture_alone([e for e in store.events
+                                          if e.kind in (FORWARD, BACKWARD)])
+
+    def _compute(self, event: Event) -> None:
+        for runner in self.runners:
+            runner.layer(event.unit, backward=event.kind == BACKWARD)
+
+    def _capture_alone(self, events: list[Event]) -> torch.cuda.CUDAGraph:
+        device = self.runners[0].device
+        graph = torch.cuda.CUDAGraph()
+        stream = torch.cuda.Stream(device=device)
+        stream.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.device(device), torch.cuda.graph(graph, stream=stream):
+            for event in events:
+                self._compute(event)
+        torch.cuda.current_stream(device).wait_stream(stream)
+        torch.cuda.synchronize(device)
+        return graph
