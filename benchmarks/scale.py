@@ -4,8 +4,9 @@
     flock /tmp/heavy.lock python3 benchmarks/scale.py --cells 50x5:dist_sync:resnet-50
     flock /tmp/heavy.lock python3 benchmarks/scale.py --lab 25 --rate 100mbit --cells 50x5:dist_sync
 
-A cell is ``WxS:MODE[:NETWORK]`` (network default: mlp on 1x28x28 images, 0.4 MB; ``resnet-50``
-and the others at their own sizes). ``dist_async`` runs with ``--optimizer sgd``; ``dist_nccl``
+A cell is ``WxS:MODE[:NETWORK[:FLAGS]]`` (network default: mlp on 1x28x28 images, 0.4 MB;
+``resnet-50`` and the others at their own sizes; FLAGS: measure.py options joined by ``+``, each
+without its dashes, ``server-order=staggered+max-in-flight=2``). ``dist_async`` runs with ``--optimizer sgd``; ``dist_nccl``
 takes W ranks and no servers (S is ignored). ``mxnet-dist_sync`` is real MXNet ps-lite
 (``--backend mxnet``, launch.py ``--scheduler``) under the interpreter ``--mxnet PYTHON``, the
 same placement: the toolkit's cell before it in ``--cells`` is the comparison of the same run::
@@ -72,6 +73,9 @@ class MemoryWatch(threading.Thread):
 def cell_argv(cell: str, batches: int, out: Path, lab, placement: str, rate: str,
               mxnet: str | None) -> list[str]:
     shape, mode, *net = cell.split(":")
+    flags = [f"--{flag.replace('=', ' ', 1)}".split() for flag in net[1].split("+")] \
+        if len(net) > 1 else []
+    net = net[:1]
     workers, servers = (int(x) for x in shape.split("x"))
     if mode == "dist_nccl":
         servers = 0
@@ -92,7 +96,8 @@ def cell_argv(cell: str, batches: int, out: Path, lab, placement: str, rate: str
     if mode.startswith("dist_async"):
         extra += ["--optimizer", "sgd"]
     return [*launch, python, "bandwidth/measure.py", "--kv-store", mode, "--cpus", "1",
-            *network, *extra, "--num-batches", str(batches), "--json", str(out)]
+            *network, *extra, *(word for flag in flags for word in flag),
+            "--num-batches", str(batches), "--json", str(out)]
 
 
 def net_flags(network: str) -> list[str]:

@@ -147,6 +147,11 @@ def test_mode_across_hosts_is_exact(lab, mode, tmp_path):
     assert all(0.0 <= c["cpu_busy"] <= 1.0 and c["cores"] == os.cpu_count()
                for c in counters.values())
     assert len({c["machine"] for c in counters.values()}) == 1
+    # A host with a worker counts the machine's CPU inside the timed steps only; a server-only
+    # host, which times no step, the whole run.
+    for c in counters.values():
+        worker = any(p.startswith("worker") for p in c["processes"])
+        assert c["cpu_window"] == ("steps" if worker else "run"), c
     assert all(c["bytes_out"] > 0 and c["bytes_in"] > 0 for c in counters.values())
     assert_clean(lab)
 

@@ -192,6 +192,13 @@ def test_busy_cores_are_named_once_per_machine():
     addresses = {f"198.18.126.{i}": lab["h1"] for i in range(1, 26)}    # a lab's host names
     assert "on the machine of 198.18.126.1-25 (2 cores, shared by 25 hosts)" in \
         cores_line(addresses)
+    # The CPU time inside timed steps, where the process timed any, is the figure (the rest of
+    # the window is untimed refills and checks); a machine's is taken from such hosts.
+    steps = dict(snap(1090, 2000, "m1"), cpu_steps={"busy": 60, "total": 200, "count": 3})
+    timed = difference(snap(100, 1000, "m1"), steps, 1)
+    assert timed["cpu_busy"] == pytest.approx(0.3) and timed["cpu_window"] == "steps"
+    assert lab["h7"]["cpu_window"] == "run"
+    assert cores_line({"h1": timed, **{h: lab[h] for h in ("h2", "h3")}}) is None
     real = snapshot()["cpu"]                # this machine's own
     assert real["total"] >= real["busy"] > 0 and real["cores"] >= 1 and real["machine"]
     # a busy loop of 0.3 s on this machine shows in the difference
@@ -200,6 +207,22 @@ def test_busy_cores_are_named_once_per_machine():
     while time.perf_counter() < end:
         pass
     assert difference(start, snapshot(), 1)["cpu_busy"] > 0
+    # Timed steps (the protocol's step_began and step_ended) are counted from a snapshot on: a
+    # busy step keeps at least one of the machine's cores busy.
+    from bandwidth.hardware.linkcounters import step_began, step_ended
+    start = snapshot()
+    for _ in range(3):
+        began, end = step_began(), time.perf_counter() + 0.1
+        while time.perf_counter() < end:
+            pass
+        step_ended(began)
+    time.sleep(0.2)
+    after = snapshot()
+    assert after["cpu_steps"]["count"] == 3
+    found = difference(start, after, 3)
+    assert found["cpu_window"] == "steps"
+    assert found["cpu_busy"] >= 0.8 / found["cores"]
+    assert "cpu_steps" not in snapshot()    # counted afresh from each snapshot
 
 
 def test_host_matrix_gives_each_host_its_slowest_cell(tmp_path):

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from bandwidth.formulas import algbw_gbps, busbw_gbps
+from bandwidth.hardware import linkcounters
 
 
 @dataclass(frozen=True)
@@ -122,11 +123,13 @@ def _iteration(session, iteration: int, check: bool) -> Sample:
     session.prepare()
     session.group.barrier()
     session.synchronize()
+    cpu = linkcounters.step_began()
     start = time.perf_counter()
     session.step()
     issued = time.perf_counter()
     session.synchronize()
     own_seconds = (time.perf_counter() - start) / steps
+    linkcounters.step_ended(cpu)
     seconds = session.group.max(own_seconds)
     error = session.error() if check else -1.0
     return Sample(iteration, seconds, error, own_seconds, (issued - start) / steps)
