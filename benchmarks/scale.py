@@ -125,7 +125,8 @@ def run_cell(cell: str, batches: int, lab, placement: str, rate: str = "",
                "returncode": proc.returncode, "stderr_lines": len(proc.stderr.splitlines()),
                # what the summary says bound the steps (linkcounters: drops, busy cores)
                "bound_lines": [text.strip() for text in proc.stdout.splitlines()
-                               if text.startswith(("#   cores:", "#   link counters:"))]}
+                               if text.startswith(("#   cores:", "#   link counters:",
+                                                   "#   bound:"))]}
         if proc.returncode != 0 or not out.exists():
             lines = proc.stderr.strip().splitlines() or ["?"]
             row["error"] = lines[-1][:300]

@@ -199,6 +199,20 @@ def test_busy_cores_are_named_once_per_machine():
     assert timed["cpu_busy"] == pytest.approx(0.3) and timed["cpu_window"] == "steps"
     assert lab["h7"]["cpu_window"] == "run"
     assert cores_line({"h1": timed, **{h: lab[h] for h in ("h2", "h3")}}) is None
+    # Cores not busy, the run short of its bound and drops into the server hosts: incast is
+    # named as what held the steps; not where the links were full or no server host dropped.
+    def host(drops, busy):
+        return {"drops": drops, "cpu_busy": busy, "cpu_window": "steps", "cores": 2,
+                "machine": "m1"}
+    held = {"h1": host(1200, 0.61), "h2": host(900, 0.55), "h3": host(0, 0.58)}
+    roles = {"h1": ["worker 0", "server 0"], "h2": ["server 1"], "h3": ["worker 1"]}
+    assert cores_line(held, 41.7, roles) == (
+        "#   bound: the links carried 42 % of their bound, with the cores at most 61 % busy "
+        "during the steps: incast into the 2 server hosts' links (h1-h2; the drops above), not "
+        "the cores, held the steps")
+    assert cores_line(held, 91.0, roles) is None
+    assert cores_line(held, 41.7, {"h1": ["worker 0"], "h2": ["worker 1"]}) is None
+    assert cores_line(held, None, roles) is None
     real = snapshot()["cpu"]                # this machine's own
     assert real["total"] >= real["busy"] > 0 and real["cores"] >= 1 and real["machine"]
     # a busy loop of 0.3 s on this machine shows in the difference

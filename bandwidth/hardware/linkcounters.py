@@ -32,6 +32,13 @@ that timed steps wherever one did.
 
     #   cores: 99 % busy during the steps on the machine of h1-h25 (2 cores, shared by 25
     #   hosts): the cores, not the links, bound these steps
+
+and where no machine was, the run fell short of its link bound and packets were dropped into
+the hosts with a server, incast is named instead:
+
+    #   bound: the links carried 42 % of their bound, with the cores at most 61 % busy during
+    #   the steps: incast into the 5 server hosts' links (h1-h5; the drops above), not the
+    #   cores, held the steps
 """
 
 from __future__ import annotations
@@ -217,32 +224,51 @@ def _share(pct: float) -> str:
     return f"{pct:.1f}" if pct >= 0.1 else f"{pct:.2g}"
 
 
-def cores_line(per_host: dict, link_pct: float | None = None) -> str | None:
+def cores_line(per_host: dict, link_pct: float | None = None,
+               roles: dict | None = None) -> str | None:
     """The line naming the machines whose cores were at least ``CPU_BUSY`` busy during the
-    steps, each once with the hosts it carried (None: no machine was). ``link_pct``: the run's
-    share of its link bound (``--link-rate``); at ``LINK_FULL`` % or more the links were at their
-    limit too, and the line says both, not that the cores bound the steps (100 dist_nccl ranks
-    at 100 Mbit/s: 92 % of the ring's bound with the cores 100 % busy)."""
+    steps, each once with the hosts it carried. ``link_pct``: the run's share of its link bound
+    (``--link-rate``); at ``LINK_FULL`` % or more the links were at their limit too, and the line
+    says both, not that the cores bound the steps (100 dist_nccl ranks at 100 Mbit/s: 92 % of
+    the ring's bound with the cores 100 % busy). Where no machine was that busy, the run fell
+    short of ``LINK_FULL`` % and packets were dropped at hosts with a server (``roles``), the
+    line names incast as what held the links instead (50 x 5 at 1 Gbit/s on a netlab: 42 % of
+    the bound, the cores below 90 % during the steps). None otherwise."""
     machines: dict = {}
     for host, c in per_host.items():
         if "cpu_busy" in c:
             machines.setdefault(c["machine"], []).append((host, c))
-    parts = []
+    parts, quiet = [], []
     for hosts in machines.values():
         timed = [c for _, c in hosts if c.get("cpu_window") == "steps"]
         busy = max(c["cpu_busy"] for c in (timed or [c for _, c in hosts]))
         if busy < CPU_BUSY:
+            quiet.append(busy)
             continue
         names = [h for h, _ in hosts]
         shared = f", shared by {len(names)} hosts" if len(names) > 1 else ""
         parts.append(f"{100 * busy:.0f} % busy during the steps on the machine of "
                      f"{_span(names)} ({hosts[0][1]['cores']} cores{shared})")
     if not parts:
-        return None
+        return _incast_line(per_host, link_pct, roles or {}, quiet)
     if link_pct is not None and link_pct >= LINK_FULL:
         return ("#   cores: " + "; ".join(parts) + f", and the links carried {link_pct:.0f} % of "
                 "their bound: both were at their limit")
     return ("#   cores: " + "; ".join(parts) + ": the cores, not the links, bound these steps")
+
+
+def _incast_line(per_host: dict, link_pct: float | None, roles: dict,
+                 busy: list[float]) -> str | None:
+    """Incast named as what held a run below its link bound (cores_line says when)."""
+    servers = [h for h, c in per_host.items() if c["drops"] > 0
+               and any(r.startswith("server") for r in roles.get(h, []))]
+    if link_pct is None or link_pct >= LINK_FULL or not servers:
+        return None
+    cores = f"the cores at most {100 * max(busy):.0f} % busy during the steps" if busy else \
+        "no busy cores"
+    return (f"#   bound: the links carried {link_pct:.0f} % of their bound, with {cores}: incast "
+            f"into the {len(servers)} server host{'s' if len(servers) > 1 else ''}' links "
+            f"({_span(servers)}; the drops above), not the cores, held the steps")
 
 
 def _span(names: list[str]) -> str:

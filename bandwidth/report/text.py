@@ -188,7 +188,7 @@ def summary_lines(result: Result) -> list[str]:
         roles = {h: c["processes"] for h, c in result.link_counters.items()}
         link_pct = getattr(result.link_bound, "pct", None)
         lines += [line for line in (summary_line(result.link_counters, roles),
-                                    cores_line(result.link_counters, link_pct)) if line]
+                                    cores_line(result.link_counters, link_pct, roles)) if line]
     return lines
 
 
