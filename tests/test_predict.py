@@ -210,6 +210,9 @@ def test_busy_cores_are_named_once_per_machine():
         "#   bound: the links carried 42 % of their bound, with the cores at most 61 % busy "
         "during the steps: incast into the 2 server hosts' links (h1-h2; the drops above), not "
         "the cores, held the steps")
+    one = {h: held[h] for h in ("h1", "h3")}
+    assert "incast into the server host's link (h1; the drops above)" in \
+        cores_line(one, 41.7, roles)
     assert cores_line(held, 91.0, roles) is None
     assert cores_line(held, 41.7, {"h1": ["worker 0"], "h2": ["worker 1"]}) is None
     assert cores_line(held, None, roles) is None

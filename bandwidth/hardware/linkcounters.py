@@ -266,9 +266,10 @@ def _incast_line(per_host: dict, link_pct: float | None, roles: dict,
         return None
     cores = f"the cores at most {100 * max(busy):.0f} % busy during the steps" if busy else \
         "no busy cores"
+    where = (f"the {len(servers)} server hosts' links" if len(servers) > 1
+             else "the server host's link")
     return (f"#   bound: the links carried {link_pct:.0f} % of their bound, with {cores}: incast "
-            f"into the {len(servers)} server host{'s' if len(servers) > 1 else ''}' links "
-            f"({_span(servers)}; the drops above), not the cores, held the steps")
+            f"into {where} ({_span(servers)}; the drops above), not the cores, held the steps")
 
 
 def _span(names: list[str]) -> str:
