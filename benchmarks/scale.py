@@ -6,17 +6,19 @@
 
 A cell is ``WxS:MODE[:NETWORK[:FLAGS]]`` (network default: mlp on 1x28x28 images, 0.4 MB;
 ``resnet-50`` and the others at their own sizes; FLAGS: measure.py options joined by ``+``, each
-without its dashes, ``server-order=staggered+max-in-flight=2``). ``dist_async`` runs with ``--optimizer sgd``; ``dist_nccl``
-takes W ranks and no servers (S is ignored). ``mxnet-dist_sync`` is real MXNet ps-lite
-(``--backend mxnet``, launch.py ``--scheduler``) under the interpreter ``--mxnet PYTHON``, the
-same placement: the toolkit's cell before it in ``--cells`` is the comparison of the same run::
+without its dashes, ``server-order=staggered+max-in-flight=2``). ``dist_async`` runs with
+``--optimizer sgd``; ``dist_nccl`` takes W ranks and no servers (S is ignored).
+``mxnet-dist_sync`` is real MXNet ps-lite (``--backend mxnet``, launch.py ``--scheduler``) under
+the interpreter ``--mxnet PYTHON``, the same placement: the toolkit's cell before it in
+``--cells`` is the comparison of the same run::
 
     flock /tmp/heavy.lock python3 benchmarks/scale.py --lab 25 --rate 1gbit --mxnet \
         /tmp/mxv/bin/python --cells 50x5:dist_sync:mobilenet,50x5:mxnet-dist_sync:mobilenet
 
 Every cell runs launch.py with its default timeouts (no ``--timeout``), one CPU device per
-worker, ``--json``; with ``--lab N`` on a ``bandwidth.netlab`` lab of N hosts (``--name``, removed on every exit path) with every link
-shaped to ``--rate``, through the ssh launcher, round-robin (``--placement`` to choose).
+worker, ``--json``; with ``--lab N`` on a ``bandwidth.netlab`` lab of N hosts (``--name``,
+removed on every exit path) with every link shaped to ``--rate``, through the ssh launcher,
+round-robin (``--placement`` to choose).
 
 Prints per cell: exact (every worker's every iteration has error 0, read from the JSON's
 ``workers``; async modes: the largest error), the wall time of the whole launch, the median step,

@@ -75,12 +75,7 @@ def test_each_part_is_a_graph_and_compute_waits_for_its_part():
         session.step()
         store.compute = None
         session.synchronize()
-        assert sorted(read) == list(range(len(schedule.parts)))
-        for part, clones in read.items():
-            view = store.stores[part].replicas[0].outputs
-            start = view.storage_offset()
-            want = expected_sum(start, start + view.numel(), 2, 5, view.device).to(torch.float32)
-            assert all(torch.equal(c, want) for c in clones), part
+        assert_each_forward_read_its_sum(read, store, len(schedule.parts))
         assert session.error() == 0.0
     finally:
         session.close()
@@ -143,12 +138,7 @@ def test_the_whole_step_graph_orders_each_forward_after_its_part():
         session.prepare()
         session.step(graph=graph)
         session.synchronize()
-        assert sorted(read) == list(range(len(schedule.parts)))
-        for part, clones in read.items():
-            view = store.stores[part].replicas[0].outputs
-            start = view.storage_offset()
-            want = expected_sum(start, start + view.numel(), 2, 5, view.device).to(torch.float32)
-            assert all(torch.equal(c, want) for c in clones), part
+        assert_each_forward_read_its_sum(read, store, len(schedule.parts))
         assert session.steps == 1 and session.error() == 0.0
     finally:
         session.close()
@@ -202,3 +192,14 @@ def test_every_gpu_of_one_process_computes_its_share(launch):
             busy[e["on"]] = busy.get(e["on"], 0.0) + e["end_s"] - e["start_s"]
     assert set(busy) == {"cuda:0", "cuda:1"}
     assert min(busy.values()) > 0.5 * max(busy.values()), busy
+
+
+def assert_each_forward_read_its_sum(read: dict, store, parts: int) -> None:
+    """``read``: part -> its replicas' outputs cloned at the forward slot that reads them; each
+    is the exact sum of the two replicas (seed 5)."""
+    assert sorted(read) == list(range(parts))
+    for part, clones in read.items():
+        view = store.stores[part].replicas[0].outputs
+        start = view.storage_offset()
+        want = expected_sum(start, start + view.numel(), 2, 5, view.device).to(torch.float32)
+        assert all(torch.equal(c, want) for c in clones), part

@@ -24,9 +24,9 @@ once for the hosts that share it (a netlab's hosts share the one machine they ru
 time between each timed step's start and end (``step_began``, ``step_ended``), from the first
 snapshot on. The whole window between the snapshots also holds each iteration's untimed work:
 every worker's refill of its gradients and its error check, about 0.13 CPU-s per worker and step
-for mobilenet, which on 50 workers sharing 2 cores made the machine read 96 % busy while the
-steps themselves ran on about a third of it (50 x 5 at 1 Gbit/s: the same job unshaped took 1.4 s
-a step against 4.7 s shaped, so its cores were not what bound it). A process with no timed step
+for mobilenet, which on 50 workers sharing 2 cores made the machine read 96 % busy; inside the
+steps it was at most 80 % busy (50 x 5 at 1 Gbit/s, whose same job unshaped took 1.4 s a step
+against 4.7 s shaped: its cores were not what bound it). A process with no timed step
 (a server) reports the whole window, and the line takes a machine's figure from the processes
 that timed steps wherever one did.
 
@@ -55,8 +55,9 @@ CPU_BUSY = 0.9          # a host's cores this busy bound the steps (the summary 
 LINK_FULL = 85.0        # % of the link bound at which the links, busy cores or not, were full
 
 
-# The machine's CPU time inside timed steps since the last snapshot (``step_began``, ``step_ended``):
-# jiffies busy and in all, and how many steps; "on" once a snapshot has been taken (no cost else).
+# The machine's CPU time inside timed steps since the last snapshot (``step_began`` and
+# ``step_ended``): jiffies busy and in all, and how many steps; "on" once a snapshot has been
+# taken (no cost before).
 _steps = {"on": False, "busy": 0, "total": 0, "count": 0}
 
 
