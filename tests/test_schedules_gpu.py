@@ -52,11 +52,7 @@ def test_each_part_is_a_graph_and_compute_waits_for_its_part():
     """The session replays one graph per part, and a FORWARD slot issued after its part's WAIT
     reads the finished sum on the compute stream: from outputs zeroed before the step, a stream
     that did not wait would read zeros for the parts exchanged last (the first layers)."""
-    shapes = networks.get_shapes("resnet", num_layers=50)
-    schedule = SCHEDULES["backward"](shapes, 4)
-    session = Session("device", shapes, DeviceSet("cuda", (0, 0)), [0, 1], LocalGroup(),
-                      dtype="float32", optimizer="none", seed=5, chunk_mb=None, launch="graph",
-                      schedule=schedule)
+    schedule, session = backward_session()
     try:
         assert session.launch == "graph" and isinstance(session.graph, PartGraphs)
         assert len(session.graph.graphs) == len(schedule.parts) > 50
@@ -119,11 +115,7 @@ def test_the_whole_step_graph_orders_each_forward_after_its_part():
     finished sum on the capture stream (from outputs zeroed before the replay, a slot not ordered
     after its part's exchange on the side stream would read zeros for the parts exchanged last)."""
     from bandwidth.schedules.graphs import capture_step
-    shapes = networks.get_shapes("resnet", num_layers=50)
-    schedule = SCHEDULES["backward"](shapes, 4)
-    session = Session("device", shapes, DeviceSet("cuda", (0, 0)), [0, 1], LocalGroup(),
-                      dtype="float32", optimizer="none", seed=5, chunk_mb=None, launch="graph",
-                      schedule=schedule)
+    schedule, session = backward_session()
     try:
         store = session.store
         read = {}
@@ -203,3 +195,13 @@ def assert_each_forward_read_its_sum(read: dict, store, parts: int) -> None:
         start = view.storage_offset()
         want = expected_sum(start, start + view.numel(), 2, 5, view.device).to(torch.float32)
         assert all(torch.equal(c, want) for c in clones), part
+
+
+def backward_session():
+    """(schedule, session): resnet-50 under ``backward`` on ``device --gpus 0,0`` with a CUDA
+    graph per part, seed 5."""
+    shapes = networks.get_shapes("resnet", num_layers=50)
+    schedule = SCHEDULES["backward"](shapes, 4)
+    return schedule, Session("device", shapes, DeviceSet("cuda", (0, 0)), [0, 1], LocalGroup(),
+                             dtype="float32", optimizer="none", seed=5, chunk_mb=None,
+                             launch="graph", schedule=schedule)
