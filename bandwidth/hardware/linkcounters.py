@@ -61,19 +61,17 @@ LINK_FULL = 85.0        # % of the link bound at which the links, busy cores or 
 _steps = {"on": False, "busy": 0, "total": 0, "count": 0}
 
 
-def step_began() -> dict | None:
-    """The machine's CPU time at a timed step's start (None: not counting)."""
-    return _cpu() if _steps["on"] else None
+def step_began() -> tuple[int, int] | None:
+    """The machine's CPU time (busy, total) at a timed step's start (None: not counting)."""
+    return _jiffies() if _steps["on"] else None
 
 
-def step_ended(began: dict | None) -> None:
+def step_ended(began: tuple[int, int] | None) -> None:
     """Add the CPU time since ``began`` (``step_began``'s) to the steps' total."""
-    if not began:
-        return
-    now = _cpu()
+    now = _jiffies() if began else None
     if now:
-        _steps["busy"] += now["busy"] - began["busy"]
-        _steps["total"] += now["total"] - began["total"]
+        _steps["busy"] += now[0] - began[0]
+        _steps["total"] += now[1] - began[1]
         _steps["count"] += 1
 
 
@@ -100,16 +98,29 @@ def snapshot() -> dict:
     return snap
 
 
-def _cpu() -> dict:
-    """The machine's CPU time so far (jiffies, busy and in all), cores and boot id."""
+def _jiffies() -> tuple[int, int] | None:
+    """The machine's CPU time so far in jiffies, (busy, in all), from /proc/stat's first line
+    alone (read around every timed step: the rest of the file grows with the cores)."""
     try:
-        fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+        with open("/proc/stat") as stat:
+            fields = [int(x) for x in stat.readline().split()[1:]]
         idle = fields[3] + (fields[4] if len(fields) > 4 else 0)        # idle + iowait
         total = sum(fields[:8])                  # guest time is inside user already
-        machine = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     except (OSError, ValueError, IndexError):
+        return None
+    return total - idle, total
+
+
+def _cpu() -> dict:
+    """The machine's CPU time so far (jiffies, busy and in all), cores and boot id."""
+    jiffies = _jiffies()
+    try:
+        machine = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
         return {}
-    return {"busy": total - idle, "total": total, "cores": os.cpu_count() or 1,
+    if jiffies is None:
+        return {}
+    return {"busy": jiffies[0], "total": jiffies[1], "cores": os.cpu_count() or 1,
             "machine": machine}
 
 
