@@ -1,5 +1,7 @@
 """How the parameter-server modes cut a push into messages (bandwidth/stores/dist.py)."""
 
+import pytest
+
 from bandwidth.stores.dist import messages, ramped_ranges
 
 
@@ -60,3 +62,39 @@ def test_one_message_in_flight_per_server_is_exact_and_stated():
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "max error 0.000000" in proc.stdout
     assert "at most 1 per server in flight; servers visited staggered" in proc.stdout
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("mode", ["dist_sync", "dist_async"])
+def test_a_server_that_admits_one_push_at_a_time_is_exact_and_stated(mode):
+    """Real processes: 3 workers, 2 servers, 4 MB in 1 MB messages, each server posting one
+    receive at a time (Gloo moves a push only once its receive is posted): sync pulls are exact;
+    async errs only by staleness, as tests/test_dist.py bounds it; the note says so."""
+    import re
+
+    from tests.test_dist import launch
+
+    workers = 3
+    extra = ("--optimizer", "sgd", "--all-worker-lines") if mode == "dist_async" else ()
+    proc = launch(workers, 2, "--kv-store", mode, "--network", "flat:1000000", "--cpus", "1",
+                  *extra, "--server-admit", "1", "--num-batches", "3")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "each server accepts at most 1 pushes at once" in proc.stdout
+    if mode == "dist_sync":
+        assert "max error 0.000000" in proc.stdout
+    else:
+        lines = re.findall(r"iter (\d+), .* error ([0-9.]+)", proc.stdout)
+        assert len(lines) == workers * 3
+        assert all(float(e) <= 1.2 * (workers - 1) / (int(i) + 1) for i, e in lines), lines
+
+
+def test_server_admit_of_zero_is_one_line():
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+    proc = subprocess.run([sys.executable, "bandwidth/measure.py", "--kv-store", "dist_sync",
+                           "--server-admit", "0"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].endswith("--server-admit must be 1 or more; got 0")

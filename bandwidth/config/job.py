@@ -54,6 +54,7 @@ class Config:
     compute_layers_ms: tuple[tuple[str, float, float], ...] | None = None  # per layer
     max_in_flight: int | None = None       # PS modes: messages per server in flight (None: all)
     server_order: str = "same"             # PS modes: "same" | "staggered" (stores/dist.py)
+    server_admit: int | None = None        # PS modes: pushes a server accepts at once (None: slots)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -47,6 +47,8 @@ def _check_scalars(args: argparse.Namespace) -> None:
         raise ConfigError("give either --gpus or --cpus, not both")
     if args.max_in_flight is not None and args.max_in_flight < 1:
         raise ConfigError(f"--max-in-flight must be 1 or more; got {args.max_in_flight}")
+    if args.server_admit is not None and args.server_admit < 1:
+        raise ConfigError(f"--server-admit must be 1 or more; got {args.server_admit}")
     if args.num_servers is not None and args.num_servers < 0:
         raise ConfigError(f"--num-servers must be 0 or more; got {args.num_servers}")
     if args.cpus is not None and args.cpus < 1:
@@ -182,6 +184,7 @@ def job_from_args(args: argparse.Namespace) -> Job:
                   seed=args.seed, gc_type=args.gc_type.lower(), launch=args.launch,
                   owners=args.owners, graph_steps=parse_graph_steps(args.graph_steps),
                   max_in_flight=args.max_in_flight, server_order=args.server_order,
+                  server_admit=args.server_admit,
                   **compute_fields(args))
     # The backend varies fastest, so that the rows of a comparison sit side by side.
     configs = tuple(Config(network=network, kv_store=mode, gpus=gpus, cpus=cpus, backend=backend,

@@ -62,6 +62,11 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--max-in-flight", type=int, default=None, metavar="N",
                     help="parameter-server modes: messages per server a worker keeps in flight "
                          "(default: all of them at once)")
+    ex.add_argument("--server-admit", type=int, default=None, metavar="N",
+                    help="parameter-server modes: pushes a server accepts at once, from all its "
+                         "workers together (Gloo moves a push only once its receive is posted, so "
+                         "this caps the senders into a server's link; default: as many as its "
+                         "receive slots hold)")
     ex.add_argument("--server-order", default="same", choices=SERVER_ORDERS,
                     help="parameter-server modes: the order a worker visits the servers in each "
                          "round of messages: 'same' (0, 1, ... on every worker; default) or "

@@ -121,7 +121,8 @@ def _parameter_server(plan: Plan, role: Role, on_report) -> Result | None:
         cluster = Cluster(role.job.num_workers, role.job.num_servers,
                           role.task_id if role.name == WORKER else 0,
                           push_group=dist.new_group(everyone), pull_group=dist.new_group(everyone),
-                          max_in_flight=c.max_in_flight, server_order=c.server_order)
+                          max_in_flight=c.max_in_flight, server_order=c.server_order,
+                          server_admit=c.server_admit)
         raw = _raw_exchange(plan, cluster, role) if c.reference else None
         counters_before = linkcounters.snapshot()
         if role.name == SERVER:

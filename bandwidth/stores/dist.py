@@ -55,6 +55,7 @@ class Cluster:
     pull_group: object = None
     max_in_flight: int | None = None  # messages per server awaiting their answer (None: all)
     server_order: str = "same"        # "staggered": worker w starts each round at server w % S
+    server_admit: int | None = None   # pushes a server accepts at once (None: its slots' worth)
 
     def server_rank(self, server: int) -> int:
         return self.num_workers + server
@@ -252,7 +253,9 @@ class ParameterServerStore(KVStore):
         return [f"per-server load: {load}; {len(self.messages)} messages of at most "
                 f"{MESSAGE_BYTES / 1e6:g} MB per push, "
                 + ("all in flight" if flight is None else f"at most {flight} per server in flight")
-                + f"; {order}",
+                + f"; {order}"
+                + ("" if self.cluster.server_admit is None
+                   else f"; each server accepts at most {self.cluster.server_admit} pushes at once"),
                 f"{'sync' if self.sync else 'async'} servers, local reduce on the "
                 f"{self._reducer()}"]
 

@@ -12,6 +12,13 @@ the others' in slots and are added; once all W are in, the optimizer updates the
 message, worker by worker, as many at once as there are slots, so the first messages are answered
 while the later pushes are still arriving.
 
+Gloo moves a push only once its receive is posted, so a server admits the senders into its link:
+``--server-admit N`` (``Cluster.server_admit``) posts at most N receives at once (async: N slots
+shared by the worker threads). On the netlab at 1 Gbit/s (50 x 5, mobilenet, 2026-11-26) one at a
+time took the worker hosts' retransmissions from 8-20 % of their segments to 0.01 %, yet the step
+stayed 5.0 s (4.5-5.3 s with every setting tried): the losses into the servers were not what held
+it (BENCHMARKS.md).
+
 Async: one thread per worker; every push is applied at once with the optimizer, and the answer
 (the stored value at that moment) is copied into the push's slot and sent from it, so the slot
 returns to the shared pool once the answer has left; updates are serialised by a lock.
@@ -69,11 +76,15 @@ def serve(shapes, cluster, server: int, *, devices: int, by_owner: bool, sync: b
     torch_dtype = TORCH_DTYPES[dtype]
     slots = [torch.empty(largest, dtype=torch_dtype)
              for _ in range(slot_count(size, largest, held))]
+    admit = cluster.server_admit             # None: as many receives as the slots take
+    if admit is not None and not sync:
+        slots = slots[:admit]
     store = torch.zeros(size, dtype=torch_dtype)
     groups = (cluster.push_group, cluster.pull_group)
     if sync:
         total = store if optimizer is None else torch.zeros(size, dtype=torch_dtype)
-        _serve_sync(store, total, slots, mine, optimizer, cluster.num_workers, iterations, groups)
+        _serve_sync(store, total, slots, mine, optimizer, cluster.num_workers, iterations, groups,
+                    admit)
     else:
         _serve_async(store, slots, mine, optimizer, cluster.num_workers, iterations, groups)
 
@@ -97,21 +108,21 @@ def server_messages(parts, num_servers: int, server: int, devices: int, by_owner
 
 
 def _serve_sync(store, total, slots, mine, optimizer, workers: int, iterations: int,
-                groups) -> None:
+                groups, admit: int | None) -> None:
     push_group, pull_group = groups
     order = [(tag, s, e, w) for tag, s, e in mine for w in range(workers)]
     for _ in range(iterations):
         free = collections.deque(slots)
         pending = collections.deque()           # (tag, s, e, worker, slot or None, work)
         answers = []
-        posted = _post_sync(order, 0, free, pending, total, push_group)
+        posted = _post_sync(order, 0, free, pending, total, push_group, admit)
         while pending:
             tag, s, e, w, slot, work = pending.popleft()
             work.wait()
             if slot is not None:
                 total[s:e].add_(slot[:e - s])
                 free.append(slot)
-            posted = _post_sync(order, posted, free, pending, total, push_group)
+            posted = _post_sync(order, posted, free, pending, total, push_group, admit)
             if w == workers - 1:                 # every push of this message is in
                 if optimizer is not None:
                     optimizer.apply(store[s:e], total[s:e])
@@ -121,11 +132,11 @@ def _serve_sync(store, total, slots, mine, optimizer, workers: int, iterations: 
             work.wait()
 
 
-def _post_sync(order, posted: int, free, pending, total, group) -> int:
-    """Post receives in (message, worker) order from ``order[posted]`` while a slot is free;
-    worker 0's push of each message lands in the sum itself and needs none. Returns how many of
-    ``order`` are posted."""
-    while posted < len(order):
+def _post_sync(order, posted: int, free, pending, total, group, admit: int | None) -> int:
+    """Post receives in (message, worker) order from ``order[posted]`` while a slot is free and
+    fewer than ``admit`` (None: no limit) are pending; worker 0's push of each message lands in
+    the sum itself and needs no slot. Returns how many of ``order`` are posted."""
+    while posted < len(order) and (admit is None or len(pending) < admit):
         tag, s, e, w = order[posted]
         if w == 0:
             slot, into = None, total[s:e]
