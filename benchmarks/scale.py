@@ -26,7 +26,9 @@ on a lab its GB/s per worker and % of the full-duplex link bound (``--link-rate`
 the job's memory (the sum of every process's peak RSS from the JSON, and the machine's own peak:
 MemAvailable before the launch less its lowest value during it, sampled every 0.2 s), and the
 load average (1 min) before and after; under the table, each cell's summary lines on what bound
-its steps (the link counters' drops and retransmissions, busy cores).
+its steps (the link counters' drops and retransmissions, busy cores) and, on a lab, the drops of
+its bridge ports toward the hosts during the launch (what the links lost on the way in, which the
+hosts' own counters do not see).
 """
 
 from __future__ import annotations
@@ -114,6 +116,7 @@ def run_cell(cell: str, batches: int, lab, placement: str, rate: str = "",
         out = Path(tmp, "result.json")
         argv = cell_argv(cell, batches, out, lab, placement, rate, mxnet)
         load_before = os.getloadavg()[0]
+        inbound = lab_inbound(lab)
         watch = MemoryWatch()
         watch.start()
         start = time.monotonic()
@@ -129,6 +132,8 @@ def run_cell(cell: str, batches: int, lab, placement: str, rate: str = "",
                "bound_lines": [text.strip() for text in proc.stdout.splitlines()
                                if text.startswith(("#   cores:", "#   link counters:",
                                                    "#   bound:"))]}
+        if lab is not None:
+            row["bound_lines"].append(inbound_line(inbound, lab_inbound(lab)))
         if proc.returncode != 0 or not out.exists():
             lines = proc.stderr.strip().splitlines() or ["?"]
             row["error"] = lines[-1][:300]
@@ -143,6 +148,28 @@ def run_cell(cell: str, batches: int, lab, placement: str, rate: str = "",
                nbytes=result["summary"]["nbytes"],
                link_pct=(result.get("link_bound") or {}).get("pct"))
     return row
+
+
+def lab_inbound(lab) -> dict[str, int] | None:
+    if lab is None:
+        return None
+    from bandwidth.netlab.lab import inbound_drops
+    return inbound_drops(lab)
+
+
+def inbound_line(before: dict[str, int], after: dict[str, int]) -> str:
+    """The drops of the lab's bridge ports toward each host over the whole launch (every
+    exchange of it, warm-up and reference included): what the hosts' links lost on the way in,
+    which their own counters do not see."""
+    drops = {host: after[host] - before[host] for host in after}
+    hit = [host for host in drops if drops[host] > 0]
+    if not hit:
+        return "lab ports: no drops into any host's link during the launch"
+    low, high = min(drops[h] for h in hit), max(drops[h] for h in hit)
+    span = hit[0] if len(hit) == 1 else f"{hit[0]} .. {hit[-1]}"
+    return (f"lab ports: {low:,}-{high:,} drops into the link of each of {len(hit)} hosts ({span}) "
+            f"during the launch (warm-up and reference included); {len(drops) - len(hit)} "
+            "hosts none")
 
 
 def line(row: dict) -> str:

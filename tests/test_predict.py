@@ -141,7 +141,7 @@ def test_link_counters_per_step_and_the_summary_line():
     worker = difference(snap(0, 0, 0, 0, 0), snap(10, 10, 0, 1000, 62), steps=2)
     line = summary_line({"h3": server, "h5": worker},
                         {"h3": ["server 0"], "h5": ["worker 4"]})
-    assert line == ("#   link counters: incast: 1,080 drops per step at h3 (server 0); h5 "
+    assert line == ("#   link counters: 1,080 drops per step at h3 (server 0); h5 "
                     "(worker 4) retransmits 6.2 % of its segments (31 per step)")
     assert summary_line({"h1": difference(snap(0, 0, 0, 0, 0), snap(5, 5, 0, 10, 0), 1)},
                         {}) is None
@@ -155,7 +155,7 @@ def test_link_counters_per_step_and_the_summary_line():
         else:
             lab[host] = difference(snap(0, 0, 0, 0, 0), snap(9, 9, 0, 1000, 90 + i), 1)
     assert summary_line(lab, roles) == (
-        "#   link counters: incast: 1,100-1,500 drops per step at each of 5 server hosts "
+        "#   link counters: 1,100-1,500 drops per step at each of 5 server hosts "
         "(198.18.126.1-5); 5 server hosts (198.18.126.1-5) retransmit 2.0 % of their segments; "
         "20 worker-only hosts (198.18.126.6-25) retransmit 9.6-11.5 % of their segments")
     few = {h: dict(c, retrans_segs=c["out_segs"] * 3e-4) for h, c in lab.items()}
@@ -199,8 +199,9 @@ def test_busy_cores_are_named_once_per_machine():
     assert timed["cpu_busy"] == pytest.approx(0.3) and timed["cpu_window"] == "steps"
     assert lab["h7"]["cpu_window"] == "run"
     assert cores_line({"h1": timed, **{h: lab[h] for h in ("h2", "h3")}}) is None
-    # Cores not busy, the run short of its bound and drops into the server hosts: incast is
-    # named as what held the steps; not where the links were full or no server host dropped.
+    # Cores not busy, the run short of its bound and drops at the server hosts: their congested
+    # links are named as what held the steps; not where the links were full or no server host
+    # dropped.
     def host(drops, busy):
         return {"drops": drops, "cpu_busy": busy, "cpu_window": "steps", "cores": 2,
                 "machine": "m1"}
@@ -208,10 +209,11 @@ def test_busy_cores_are_named_once_per_machine():
     roles = {"h1": ["worker 0", "server 0"], "h2": ["server 1"], "h3": ["worker 1"]}
     assert cores_line(held, 41.7, roles) == (
         "#   bound: the links carried 42 % of their bound, with the cores at most 61 % busy "
-        "during the steps: incast into the 2 server hosts' links (h1-h2; the drops above), not "
-        "the cores, held the steps")
+        "during the steps: the 2 server hosts' links (h1-h2), congested (their drops above; what "
+        "they lose on the way in shows as the senders' retransmissions), not the cores, held "
+        "the steps")
     one = {h: held[h] for h in ("h1", "h3")}
-    assert "incast into the server host's link (h1; the drops above)" in \
+    assert ": the server host's link (h1), congested (its drops above; what it loses" in \
         cores_line(one, 41.7, roles)
     assert cores_line(held, 91.0, roles) is None
     assert cores_line(held, 41.7, {"h1": ["worker 0"], "h2": ["worker 1"]}) is None

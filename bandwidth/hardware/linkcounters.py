@@ -4,15 +4,21 @@ TCP's segments sent and retransmitted (``/proc/net/snmp``). Every process of a d
 takes a snapshot before and after its steps; the first worker gathers one difference per host and
 the summary names the hosts where packets were dropped or retransmitted:
 
-    #   link counters: incast: 1,080 drops per step at h3 (server 0); h5 (worker 4) retransmits
-    #   3.1 % of its segments (412 per step)
+    #   link counters: 1,080 drops per step at h3 (server 0); h5 (worker 4) retransmits 3.1 %
+    #   of its segments (412 per step)
 
 and, where several hosts share a finding, one clause for them all:
 
-    #   link counters: incast: 1,054-1,566 drops per step at each of 5 server hosts (h1-h5);
-    #   20 worker-only hosts (h6-h25) retransmit 9.0-19.2 % of their segments
+    #   link counters: 1,054-1,566 drops per step at each of 5 server hosts (h1-h5); 20
+    #   worker-only hosts (h6-h25) retransmit 9.0-19.2 % of their segments
 
-On a network namespace (a netlab host) these are the namespace's own counters.
+On a network namespace (a netlab host) these are the namespace's own counters. A host's drops are
+those of its own interfaces and queues: its outgoing queue is where it drops what it sends (a
+server's answers to every worker at once, and its acknowledgements behind them), while what its
+link loses on the way in is dropped by the switch (a netlab's bridge port), which no host
+counts; the senders see it as retransmissions. On the netlab at 1 Gbit/s (50 x 5, 2026-11-26) the
+server hosts' own queues and the bridge ports toward them both dropped about 1,000-1,500 packets
+per step.
 
 Beside them, the host's cores: the share of the machine's CPU time that was busy (``/proc/stat``:
 everything but idle and iowait) during the timed steps, its core count and the machine it ran on
@@ -33,12 +39,12 @@ that timed steps wherever one did.
     #   cores: 99 % busy during the steps on the machine of h1-h25 (2 cores, shared by 25
     #   hosts): the cores, not the links, bound these steps
 
-and where no machine was, the run fell short of its link bound and packets were dropped into
-the hosts with a server, incast is named instead:
+and where no machine was, the run fell short of its link bound and the hosts with a server
+dropped packets, their congested links are named instead:
 
     #   bound: the links carried 42 % of their bound, with the cores at most 61 % busy during
-    #   the steps: incast into the 5 server hosts' links (h1-h5; the drops above), not the
-    #   cores, held the steps
+    #   the steps: the 5 server hosts' links (h1-h5), congested (their drops above; what they
+    #   lose on the way in shows as the senders' retransmissions), not the cores, held the steps
 """
 
 from __future__ import annotations
@@ -183,7 +189,7 @@ def difference(before: dict, after: dict, steps: int) -> dict:
 
 def summary_line(per_host: dict, roles: dict) -> str | None:
     """The line naming hosts that dropped or retransmitted (None: every counter was zero).
-    Drops at hosts with a server are incast (senders converging on its link). Where several
+    Drops at hosts with a server and at the others are separate clauses. Where several
     hosts share a finding (drops at server hosts, drops elsewhere, retransmissions at server
     hosts, at the others) it is one clause with the range over those hosts and their names
     as a span: 25 lab hosts are four clauses, not 50."""
@@ -198,13 +204,12 @@ def summary_line(per_host: dict, roles: dict) -> str | None:
                                     c["retrans_segs"]))
     parts = []
     for server in (True, False):
-        kind = "incast: " if server else ""
         found = drops[server]
         if len(found) == 1:
             host, count = found[0]
-            parts.append(f"{kind}{count:,.0f} drops per step at {_who(host, roles)}")
+            parts.append(f"{count:,.0f} drops per step at {_who(host, roles)}")
         elif found:
-            parts.append(f"{kind}{_range([n for _, n in found], '{:,.0f}')} drops per step at "
+            parts.append(f"{_range([n for _, n in found], '{:,.0f}')} drops per step at "
                          f"each of {len(found)} {'server ' if server else ''}hosts "
                          f"({_span([h for h, _ in found])})")
     for server in (True, False):
@@ -243,9 +248,9 @@ def cores_line(per_host: dict, link_pct: float | None = None,
     (``--link-rate``); at ``LINK_FULL`` % or more the links were at their limit too, and the line
     says both, not that the cores bound the steps (100 dist_nccl ranks at 100 Mbit/s: 92 % of
     the ring's bound with the cores 100 % busy). Where no machine was that busy, the run fell
-    short of ``LINK_FULL`` % and packets were dropped at hosts with a server (``roles``), the
-    line names incast as what held the links instead (50 x 5 at 1 Gbit/s on a netlab: 42 % of
-    the bound, the cores below 90 % during the steps). None otherwise."""
+    short of ``LINK_FULL`` % and hosts with a server (``roles``) dropped packets, the line names
+    their congested links as what held the steps instead (50 x 5 at 1 Gbit/s on a netlab: 42 %
+    of the bound, the cores below 90 % during the steps). None otherwise."""
     machines: dict = {}
     for host, c in per_host.items():
         if "cpu_busy" in c:
@@ -262,26 +267,29 @@ def cores_line(per_host: dict, link_pct: float | None = None,
         parts.append(f"{100 * busy:.0f} % busy during the steps on the machine of "
                      f"{_span(names)} ({hosts[0][1]['cores']} cores{shared})")
     if not parts:
-        return _incast_line(per_host, link_pct, roles or {}, quiet)
+        return _congested_line(per_host, link_pct, roles or {}, quiet)
     if link_pct is not None and link_pct >= LINK_FULL:
         return ("#   cores: " + "; ".join(parts) + f", and the links carried {link_pct:.0f} % of "
                 "their bound: both were at their limit")
     return ("#   cores: " + "; ".join(parts) + ": the cores, not the links, bound these steps")
 
 
-def _incast_line(per_host: dict, link_pct: float | None, roles: dict,
-                 busy: list[float]) -> str | None:
-    """Incast named as what held a run below its link bound (cores_line says when)."""
+def _congested_line(per_host: dict, link_pct: float | None, roles: dict,
+                    busy: list[float]) -> str | None:
+    """The server hosts' congested links named as what held a run below its link bound
+    (cores_line says when)."""
     servers = [h for h, c in per_host.items() if c["drops"] > 0
                and any(r.startswith("server") for r in roles.get(h, []))]
     if link_pct is None or link_pct >= LINK_FULL or not servers:
         return None
     cores = f"the cores at most {100 * max(busy):.0f} % busy during the steps" if busy else \
         "no busy cores"
-    where = (f"the {len(servers)} server hosts' links" if len(servers) > 1
-             else "the server host's link")
-    return (f"#   bound: the links carried {link_pct:.0f} % of their bound, with {cores}: incast "
-            f"into {where} ({_span(servers)}; the drops above), not the cores, held the steps")
+    several = len(servers) > 1
+    where = f"the {len(servers)} server hosts' links" if several else "the server host's link"
+    return (f"#   bound: the links carried {link_pct:.0f} % of their bound, with {cores}: {where} "
+            f"({_span(servers)}), congested ({'their' if several else 'its'} drops above; what "
+            f"{'they lose' if several else 'it loses'} on the way in shows as the senders' "
+            "retransmissions), not the cores, held the steps")
 
 
 def _span(names: list[str]) -> str:

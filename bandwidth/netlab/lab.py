@@ -171,6 +171,17 @@ def sh(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
     return proc
 
 
+def inbound_drops(lab: Lab) -> dict[str, int]:
+    """Packets the bridge's port toward each host (its address) has dropped so far: what the
+    host's link lost on the way in (its tbf's queue full), which the host's own counters
+    (bandwidth.hardware.linkcounters) cannot see, as a real host cannot see its switch's."""
+    drops = {}
+    for host in lab.hosts:
+        proc = sh("tc", "-s", "qdisc", "show", "dev", host.port, check=False)
+        drops[host.address] = sum(int(n) for n in re.findall(r"dropped (\d+)", proc.stdout))
+    return drops
+
+
 def shape(device: str, rate_bits: int | None, namespace: str | None = None) -> None:
     """A tbf on ``device``'s egress at ``rate_bits`` (None: none). The bucket holds at least a
     64 KiB GSO packet (tbf would split bigger ones) and 1 ms at the rate."""
