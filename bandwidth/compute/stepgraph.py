@@ -19,9 +19,14 @@ exchange's copy kernels take the products' memory and SMs, which no launch savin
 
 Where: a process whose replicas share one GPU (``nccl``'s process per GPU, ``device`` or
 ``local`` on ``--gpus 0,0``), replaying a graph per part (``backward``, ``ddp``). Several GPUs
-driven by one process keep the graphs per part and per run of slots (a whole step across GPUs was
-not tried). ``--launch graph`` keeps these graphs; ``--launch auto`` times ``TRIAL_STEPS`` steps
-with compute each way (measurement.costs) and keeps the faster.
+driven by one process keep the graphs per part and per run of slots. A whole step across two GPUs
+was tried (2026-11-26, 2 x H100, ``device --gpus 0,1 --schedule backward``, resnet-50 at batch
+32, a capture lane per GPU forked from the capture stream): its compute alone as one replay
+reached 72.6 % of a large matmul's rate in bfloat16 (61.0 % per run of slots), but the step,
+whose parts' exchanges tie the two GPUs together at every EXCHANGE and WAIT inside the graph,
+took 17.1 ms against 1.3 ms of compute alone (float32: 20.3 against 17.3 ms; per part: 17.9
+ms), so it was not kept. ``--launch graph`` keeps these graphs; ``--launch auto`` times
+``TRIAL_STEPS`` steps with compute each way (measurement.costs) and keeps the faster.
 
 The traced step (measurement.costs.trace) is not replayed from here: its timeline is CUDA events
 recorded between launches (each slot's and each exchange's start and end), and a single replay
