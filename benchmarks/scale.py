@@ -165,11 +165,13 @@ def inbound_line(before: dict[str, int], after: dict[str, int]) -> str:
     hit = [host for host in drops if drops[host] > 0]
     if not hit:
         return "lab ports: no drops into any host's link during the launch"
+    from bandwidth.hardware.linkcounters import host_span
     low, high = min(drops[h] for h in hit), max(drops[h] for h in hit)
-    span = hit[0] if len(hit) == 1 else f"{hit[0]} .. {hit[-1]}"
-    return (f"lab ports: {low:,}-{high:,} drops into the link of each of {len(hit)} hosts ({span}) "
-            f"during the launch (warm-up and reference included); {len(drops) - len(hit)} "
-            "hosts none")
+    counts = f"{low:,}" if low == high else f"{low:,}-{high:,}"
+    rest = len(drops) - len(hit)
+    return (f"lab ports: {counts} drops into the link of each of {len(hit)} hosts "
+            f"({host_span(hit)}) during the launch (warm-up and reference included)"
+            + (f"; {rest} hosts none" if rest else ""))
 
 
 def line(row: dict) -> str:

@@ -211,7 +211,7 @@ def summary_line(per_host: dict, roles: dict) -> str | None:
         elif found:
             parts.append(f"{_range([n for _, n in found], '{:,.0f}')} drops per step at "
                          f"each of {len(found)} {'server ' if server else ''}hosts "
-                         f"({_span([h for h, _ in found])})")
+                         f"({host_span([h for h, _ in found])})")
     for server in (True, False):
         found = retrans[server]
         if len(found) == 1:
@@ -220,7 +220,7 @@ def summary_line(per_host: dict, roles: dict) -> str | None:
                          f"({count:,.0f} per step)")
         elif found:
             parts.append(f"{len(found)} {'server' if server else 'worker-only'} hosts "
-                         f"({_span([h for h, *_ in found])}) retransmit "
+                         f"({host_span([h for h, *_ in found])}) retransmit "
                          f"{_range([s for _, s, _ in found], _share)} % of their segments")
     return "#   link counters: " + "; ".join(parts) if parts else None
 
@@ -265,7 +265,7 @@ def cores_line(per_host: dict, link_pct: float | None = None,
         names = [h for h, _ in hosts]
         shared = f", shared by {len(names)} hosts" if len(names) > 1 else ""
         parts.append(f"{100 * busy:.0f} % busy during the steps on the machine of "
-                     f"{_span(names)} ({hosts[0][1]['cores']} cores{shared})")
+                     f"{host_span(names)} ({hosts[0][1]['cores']} cores{shared})")
     if not parts:
         return _congested_line(per_host, link_pct, roles or {}, quiet)
     if link_pct is not None and link_pct >= LINK_FULL:
@@ -287,12 +287,12 @@ def _congested_line(per_host: dict, link_pct: float | None, roles: dict,
     several = len(servers) > 1
     where = f"the {len(servers)} server hosts' links" if several else "the server host's link"
     return (f"#   bound: the links carried {link_pct:.0f} % of their bound, with {cores}: {where} "
-            f"({_span(servers)}), congested ({'their' if several else 'its'} drops above; what "
+            f"({host_span(servers)}), congested ({'their' if several else 'its'} drops above; what "
             f"{'they lose' if several else 'it loses'} on the way in shows as the senders' "
             "retransmissions), not the cores, held the steps")
 
 
-def _span(names: list[str]) -> str:
+def host_span(names: list[str]) -> str:
     """h1-h25 (or 198.18.0.1-25) for a run of names numbered at their end, else the names."""
     numbered = [re.fullmatch(r"(.*?\D|)(\d+)", n) for n in names]
     if len(names) > 1 and all(numbered) and len({m.group(1) for m in numbered}) == 1:
