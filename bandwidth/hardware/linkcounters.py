@@ -17,8 +17,8 @@ those of its own interfaces and queues: its outgoing queue is where it drops wha
 server's answers to every worker at once, and its acknowledgements behind them), while what its
 link loses on the way in is dropped by the switch (a netlab's bridge port), which no host
 counts; the senders see it as retransmissions. On the netlab at 1 Gbit/s (50 x 5, 2026-11-26) the
-server hosts' own queues and the bridge ports toward them both dropped about 1,000-1,500 packets
-per step.
+server hosts' own queues dropped 1,000-1,500 packets per step, and the bridge ports toward them
+2,000-5,500 over a launch of five exchanges (benchmarks/scale.py reads those).
 
 Beside them, the host's cores: the share of the machine's CPU time that was busy (``/proc/stat``:
 everything but idle and iowait) during the timed steps, its core count and the machine it ran on
