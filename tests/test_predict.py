@@ -3,6 +3,7 @@ hand-computed cases, the fit that calibrates it, and its command line's refusals
 
 import dataclasses
 import json
+import re
 import subprocess
 import sys
 
@@ -120,6 +121,18 @@ def test_cli_predicts_plans_and_refuses():
                    "--plan")
     assert done.returncode == 0, done.stderr
     assert "busiest link: h1" in done.stdout and "# better placement: " in done.stdout
+    # MXNet's key rule leaves mobilenet's 5 servers uneven: the plan names what balanced keys
+    # would give, and the model with them holds every server's share equal
+    done = run_cli("--network", "mobilenet", "-n", "50", "-s", "5", "--hosts", "25",
+                   "--link-rate", "1gbit", "--plan")
+    assert "imbalance 1.44 x the mean" in done.stdout, done.stdout
+    even = re.search(r"# with --server-keys balanced: 3\.37 MB on every server, ([0-9.]+) s per "
+                     r"step predicted against ([0-9.]+) s", done.stdout)
+    assert even and float(even.group(1)) < float(even.group(2)), done.stdout
+    done = run_cli("--network", "mobilenet", "-n", "50", "-s", "5", "--hosts", "25",
+                   "--link-rate", "1gbit", "--plan", "--server-keys", "balanced")
+    assert "(--server-keys balanced): 3.37, 3.37, 3.37, 3.37, 3.37 MB" in done.stdout
+    assert "# with --server-keys" not in done.stdout
     done = run_cli("--kv-store", "nccl", "--network", "mlp")
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert "does not cover --kv-store nccl" in done.stderr

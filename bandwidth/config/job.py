@@ -12,6 +12,7 @@ OPTIMIZERS = ("none", "sgd")
 LAUNCHES = ("auto", "graph", "eager")             # how a step's GPU work is issued (see Config.launch)
 OWNER_RULES = ("balanced", "greedy")      # the device mode's key placement
 SERVER_ORDERS = ("same", "staggered")     # the PS worker's visiting order (stores/dist.py)
+SERVER_KEYS = ("mxnet", "balanced")       # how the PS modes spread keys over servers (stores/dist.py)
 GC_TYPES = ("none", "2bit")               # MXNet 1.9.1's gradient compression (--backend mxnet)
 AUTO_REPEATS = 1000                       # --repeat auto: the cap; --time-budget ends it first
 
@@ -55,6 +56,7 @@ class Config:
     max_in_flight: int | None = None       # PS modes: messages per server in flight (None: all)
     server_order: str = "same"             # PS modes: "same" | "staggered" (stores/dist.py)
     server_admit: int | None = None        # PS modes: pushes a server accepts at once (None: slots)
+    server_keys: str = "mxnet"             # PS modes: "mxnet" | "balanced" (stores/dist.py)
 
     def to_dict(self) -> dict:
         return asdict(self)

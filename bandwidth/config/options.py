@@ -184,7 +184,7 @@ def job_from_args(args: argparse.Namespace) -> Job:
                   seed=args.seed, gc_type=args.gc_type.lower(), launch=args.launch,
                   owners=args.owners, graph_steps=parse_graph_steps(args.graph_steps),
                   max_in_flight=args.max_in_flight, server_order=args.server_order,
-                  server_admit=args.server_admit,
+                  server_admit=args.server_admit, server_keys=args.server_keys,
                   **compute_fields(args))
     # The backend varies fastest, so that the rows of a comparison sit side by side.
     configs = tuple(Config(network=network, kv_store=mode, gpus=gpus, cpus=cpus, backend=backend,

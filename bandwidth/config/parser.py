@@ -7,7 +7,7 @@ import argparse
 
 from bandwidth.cliparse import OneLineParser
 from bandwidth.config.compute_flags import add_compute_flags
-from bandwidth.config.job import DTYPES, SERVER_ORDERS
+from bandwidth.config.job import DTYPES, SERVER_KEYS, SERVER_ORDERS
 from bandwidth.config.values import MAX_GRAPH_STEPS
 
 
@@ -67,6 +67,11 @@ def build_parser() -> argparse.ArgumentParser:
                          "workers together (Gloo moves a push only once its receive is posted, so "
                          "this caps the senders into a server's link; default: as many as its "
                          "receive slots hold)")
+    ex.add_argument("--server-keys", default="mxnet", choices=SERVER_KEYS,
+                    help="parameter-server modes: how the arrays are spread over the servers: "
+                         "'mxnet' (MXNet's rule: arrays of 1M+ elements split evenly, smaller ones "
+                         "whole on server key*9973 mod S; default) or 'balanced' (every server "
+                         "the same bytes to within one element, large arrays split)")
     ex.add_argument("--server-order", default="same", choices=SERVER_ORDERS,
                     help="parameter-server modes: the order a worker visits the servers in each "
                          "round of messages: 'same' (0, 1, ... on every worker; default) or "

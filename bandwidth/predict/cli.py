@@ -9,6 +9,7 @@ import sys
 
 import networks
 from bandwidth.ceiling.linkbound import parse_rate
+from bandwidth.config.job import SERVER_KEYS
 from bandwidth.errors import BandwidthError, ConfigError
 from bandwidth.predict import params as paramfile
 from bandwidth.predict.jobs import make_job
@@ -63,6 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hosts", type=int, default=None, help="hosts the workers are dealt over")
     p.add_argument("--max-in-flight", type=int, default=None, metavar="N",
                    help="messages per server a worker keeps in flight (default: all)")
+    p.add_argument("--server-keys", default="mxnet", choices=SERVER_KEYS,
+                   help="how the arrays are spread over the servers: 'mxnet' (MXNet's key rule, "
+                        "default) or 'balanced' (the same bytes on every server), as measure.py's")
     p.add_argument("--devices-per-worker", type=int, default=1,
                    help="dist_nccl: ranks per worker (default: 1)")
     p.add_argument("--params", default=None, metavar="FILE",
@@ -102,7 +106,8 @@ def question(args) -> dict:
     return dict(mode=args.kv_store, shapes=shapes, workers=args.num_workers,
                 servers=args.num_servers, rate_bits=parse_rate(args.link_rate, "--link-rate"),
                 placement=args.placement, hosts=hosts, rate_of=rate_of,
-                in_flight=args.max_in_flight, ranks_per_worker=args.devices_per_worker)
+                in_flight=args.max_in_flight, ranks_per_worker=args.devices_per_worker,
+                server_keys=args.server_keys)
 
 
 def matrix_rates(path: str) -> tuple[int, dict]:
@@ -138,7 +143,9 @@ def main(argv: list[str] | None = None) -> int:
                        alternatives(job.mode, q["shapes"], q["workers"], q["servers"],
                                     params=params, current_placement=q["placement"],
                                     hosts=q["hosts"], **kw))
-            print("\n".join(plan_lines(job, params, options)))
+            balanced = (make_job(**dict(q, server_keys="balanced"))
+                        if job.shares and q["server_keys"] == "mxnet" else None)
+            print("\n".join(plan_lines(job, params, options, q["server_keys"], balanced)))
             return 0
         lines, doc = report(job, q, params)
         print("\n".join(lines))

@@ -41,12 +41,15 @@ def place(workers: int, servers: int, placement: str, hosts: int | None = None
     return tuple(placed[:workers]), tuple(placed[workers:])
 
 
-def server_shares(shapes, servers: int, element_size: int) -> list[tuple[int, tuple[int, int]]]:
+def server_shares(shapes, servers: int, element_size: int,
+                  keys: str = "mxnet") -> list[tuple[int, tuple[int, int]]]:
     """Per server: (bytes it holds, (messages per push, bytes of its last message)), by the
-    same rules as the stores (bandwidth.stores.dist: MXNet's key rule, the message ramp)."""
+    same rules as the stores (bandwidth.stores.dist: the keys spread by ``keys``, MXNet's rule
+    by default, the message ramp)."""
     from bandwidth.stores.dist import messages, server_pieces
 
-    sizes = [sum(length for _, _, length in held) for held in server_pieces(shapes, servers)]
+    sizes = [sum(length for _, _, length in held)
+             for held in server_pieces(shapes, servers, keys)]
     ranges, cursor = [], 0
     for size in sizes:
         ranges.append((cursor, cursor + size))
@@ -62,7 +65,8 @@ def server_shares(shapes, servers: int, element_size: int) -> list[tuple[int, tu
 def make_job(mode: str, shapes, workers: int, servers: int, *, rate_bits: float,
              placement: str = "round-robin", hosts: int | None = None,
              rate_of: dict | None = None, in_flight: int | None = None,
-             ranks_per_worker: int = 1, element_size: int = 4, placed=None) -> Job:
+             ranks_per_worker: int = 1, element_size: int = 4, placed=None,
+             server_keys: str = "mxnet") -> Job:
     """The Job for a question; ``placed`` (worker hosts, server hosts) overrides the placement."""
     if mode not in MODES:
         raise ConfigError(f"the model does not cover --kv-store {mode}: it predicts "
@@ -81,7 +85,7 @@ def make_job(mode: str, shapes, workers: int, servers: int, *, rate_bits: float,
     if ring:
         return Job(mode, nbytes, tuple(worker_hosts), rates=rates,
                    ranks_per_worker=ranks_per_worker)
-    held = server_shares(shapes, servers, element_size)
+    held = server_shares(shapes, servers, element_size, server_keys)
     return Job(mode, nbytes, tuple(worker_hosts), tuple(server_hosts),
                shares=tuple(float(nb) for nb, _ in held), messages=tuple(m for _, m in held),
                rates=rates, in_flight=in_flight)

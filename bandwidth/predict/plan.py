@@ -27,7 +27,10 @@ def imbalance(shares) -> float:
     return max(shares) / mean if mean else 1.0
 
 
-def plan_lines(job: Job, params, alternatives: list[Option]) -> list[str]:
+def plan_lines(job: Job, params, alternatives: list[Option], keys: str = "mxnet",
+               balanced: Job | None = None) -> list[str]:
+    """The plan's lines; ``keys``: the rule ``job``'s shares follow; ``balanced``: the same job
+    with the keys balanced over the servers (named where MXNet's rule leaves an imbalance)."""
     lines = [f"# per host and step (MB out / MB in), {job.mode}, {len(job.worker_hosts)} workers"
              f" x {len(job.server_hosts)} servers:"]
     traffic = predict(job, params).host_bytes
@@ -38,9 +41,15 @@ def plan_lines(job: Job, params, alternatives: list[Option]) -> list[str]:
                      f"{_roles(roles)}")
     if job.shares:
         shares = ", ".join(f"{s / 1e6:.2f}" for s in job.shares)
-        lines.append(f"# server shares (MXNet's key rule: arrays of 1M+ elements split evenly, "
-                     f"smaller ones whole on server key*9973 % S): {shares} MB; imbalance "
+        rule = ("MXNet's key rule: arrays of 1M+ elements split evenly, smaller ones whole on "
+                "server key*9973 % S" if keys == "mxnet" else "--server-keys balanced")
+        lines.append(f"# server shares ({rule}): {shares} MB; imbalance "
                      f"{imbalance(job.shares):.2f} x the mean")
+        if balanced is not None and imbalance(job.shares) > 1 + BETTER_BY:
+            now, even = predict(job, params).seconds, predict(balanced, params).seconds
+            lines.append(f"# with --server-keys balanced: {max(balanced.shares) / 1e6:.2f} MB on "
+                         f"every server, {even:.4f} s per step predicted against {now:.4f} s, "
+                         f"{now / even:.2f} x faster")
     host, seconds = max(((h, max(out, into) * 8 / job.rates[h]) for h, (out, into)
                          in traffic.items()), key=lambda item: item[1])
     if seconds > 0:

@@ -23,7 +23,8 @@ def predicted_lines(result, rate_bits: int) -> list[str]:
                    len(result.server_hosts), rate_bits=rate_bits,
                    in_flight=config.max_in_flight, ranks_per_worker=plan.devices.n,
                    element_size=DTYPE_BYTES[config.dtype],
-                   placed=(tuple(result.worker_hosts), tuple(result.server_hosts)))
+                   placed=(tuple(result.worker_hosts), tuple(result.server_hosts)),
+                   server_keys=config.server_keys)
     params = paramfile.load()
     found = predict(job, params)
     measured = result.summary.seconds_median

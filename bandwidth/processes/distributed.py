@@ -122,7 +122,7 @@ def _parameter_server(plan: Plan, role: Role, on_report) -> Result | None:
                           role.task_id if role.name == WORKER else 0,
                           push_group=dist.new_group(everyone), pull_group=dist.new_group(everyone),
                           max_in_flight=c.max_in_flight, server_order=c.server_order,
-                          server_admit=c.server_admit)
+                          server_admit=c.server_admit, server_keys=c.server_keys)
         raw = _raw_exchange(plan, cluster, role) if c.reference else None
         counters_before = linkcounters.snapshot()
         if role.name == SERVER:
@@ -201,7 +201,8 @@ def _raw_exchange(plan: Plan, cluster: Cluster, role: Role, repeats: int = 3) ->
     """The transport alone: every worker sends each server its share in the same messages and
     gets it straight back, all at once, as a step does without any reduction or update. Returns
     the worker's median seconds (None on servers)."""
-    _, ranges = ps_layout(plan.shapes, cluster.num_servers, 1, by_owner=False)
+    _, ranges = ps_layout(plan.shapes, cluster.num_servers, 1, by_owner=False,
+                          keys=cluster.server_keys)
     element = DTYPE_BYTES[plan.config.dtype]
     plan_messages = messages(ranges, element)
     if role.name == WORKER:

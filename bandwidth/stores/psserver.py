@@ -70,7 +70,7 @@ def serve(shapes, cluster, server: int, *, devices: int, by_owner: bool, sync: b
     # all of its threads to be scheduled (a several-ms stall per add on a busy host).
     torch.set_num_threads(SERVER_THREADS)
     mine, size = server_messages(parts or [shapes], cluster.num_servers, server, devices,
-                                 by_owner, DTYPE_BYTES[dtype])
+                                 by_owner, DTYPE_BYTES[dtype], keys=cluster.server_keys)
     largest = max((e - s for _, s, e in mine), default=0)
     held = held_shares(sync, optimizer is not None)
     torch_dtype = TORCH_DTYPES[dtype]
@@ -90,14 +90,16 @@ def serve(shapes, cluster, server: int, *, devices: int, by_owner: bool, sync: b
 
 
 def server_messages(parts, num_servers: int, server: int, devices: int, by_owner: bool,
-                    element_size: int) -> tuple[list[tuple[int, int, int]], int]:
+                    element_size: int, keys: str = "mxnet"
+                    ) -> tuple[list[tuple[int, int, int]], int]:
     """(tag, start, stop) of every message ``server`` receives per step, within its own buffer
     (its share of each part, one after another), and that buffer's size. Each part is laid out
     and cut into messages as a whole push is (``ps_layout``, ``messages``); the tags number the
-    messages of every part in turn, as the workers post them (dist.post_messages' ``tag_base``)."""
+    messages of every part in turn, as the workers post them (dist.post_messages' ``tag_base``);
+    ``keys``: how the keys are spread over the servers (dist.server_pieces)."""
     mine, size, tag_base = [], 0, 0
     for shapes in parts:
-        _, ranges = ps_layout(shapes, num_servers, devices, by_owner=by_owner)
+        _, ranges = ps_layout(shapes, num_servers, devices, by_owner=by_owner, keys=keys)
         plan = messages(ranges, element_size)
         base = ranges[server][0]
         mine += [(tag_base + tag, size + s - base, size + e - base)
