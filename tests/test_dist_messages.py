@@ -136,6 +136,6 @@ def test_balanced_keys_are_exact_and_stated(mode, cpus):
                   "--server-keys", "balanced", "--num-batches", "2")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "max error 0.000000" in proc.stdout
-    loads = re.search(r"per-server load \(keys balanced over the servers\): (.*?);", proc.stdout)
+    loads = re.search(r"per-server load: (.*?) \(keys balanced over the servers\);", proc.stdout)
     assert loads, proc.stdout[-2000:]
     assert len(set(re.findall(r"\d+: ([0-9.]+) MB", loads.group(1)))) == 1, loads.group(1)

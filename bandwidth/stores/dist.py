@@ -265,7 +265,7 @@ class ParameterServerStore(KVStore):
                  else "servers visited staggered (worker w starts each round at server w mod S)")
         keys = ("MXNet's key rule" if self.cluster.server_keys == "mxnet"
                 else "keys balanced over the servers")
-        return [f"per-server load ({keys}): {load}; {len(self.messages)} messages of at most "
+        return [f"per-server load: {load} ({keys}); {len(self.messages)} messages of at most "
                 f"{MESSAGE_BYTES / 1e6:g} MB per push, "
                 + ("all in flight" if flight is None else f"at most {flight} per server in flight")
                 + f"; {order}"
