@@ -196,7 +196,7 @@ def summary_line(per_host: dict, roles: dict) -> str | None:
     drops: dict[bool, list] = {True: [], False: []}
     retrans: dict[bool, list] = {True: [], False: []}
     for host, c in per_host.items():
-        server = any(r.startswith("server") for r in roles.get(host, []))
+        server = _serves(host, roles)
         if c["drops"] > 0:
             drops[server].append((host, c["drops"]))
         if c.get("retrans_segs", 0) > 0 and c.get("out_segs"):
@@ -223,6 +223,11 @@ def summary_line(per_host: dict, roles: dict) -> str | None:
                          f"({host_span([h for h, *_ in found])}) retransmit "
                          f"{_range([s for _, s, _ in found], _share)} % of their segments")
     return "#   link counters: " + "; ".join(parts) if parts else None
+
+
+def _serves(host: str, roles: dict) -> bool:
+    """Whether a server runs on ``host`` (``roles``: host -> its processes)."""
+    return any(r.startswith("server") for r in roles.get(host, []))
 
 
 def _who(host: str, roles: dict) -> str:
@@ -278,8 +283,7 @@ def _congested_line(per_host: dict, link_pct: float | None, roles: dict,
                     busy: list[float]) -> str | None:
     """The server hosts' congested links named as what held a run below its link bound
     (cores_line says when)."""
-    servers = [h for h, c in per_host.items() if c["drops"] > 0
-               and any(r.startswith("server") for r in roles.get(h, []))]
+    servers = [h for h, c in per_host.items() if c["drops"] > 0 and _serves(h, roles)]
     if link_pct is None or link_pct >= LINK_FULL or not servers:
         return None
     cores = f"the cores at most {100 * max(busy):.0f} % busy during the steps" if busy else \

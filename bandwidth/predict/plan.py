@@ -33,7 +33,8 @@ def plan_lines(job: Job, params, alternatives: list[Option], keys: str = "mxnet"
     with the keys balanced over the servers (named where MXNet's rule leaves an imbalance)."""
     lines = [f"# per host and step (MB out / MB in), {job.mode}, {len(job.worker_hosts)} workers"
              f" x {len(job.server_hosts)} servers:"]
-    traffic = predict(job, params).host_bytes
+    found = predict(job, params)
+    traffic = found.host_bytes
     for host, (out, into) in traffic.items():
         roles = [f"worker {i}" for i, h in enumerate(job.worker_hosts) if h == host]
         roles += [f"server {i}" for i, h in enumerate(job.server_hosts) if h == host]
@@ -46,7 +47,7 @@ def plan_lines(job: Job, params, alternatives: list[Option], keys: str = "mxnet"
         lines.append(f"# server shares ({rule}): {shares} MB; imbalance "
                      f"{imbalance(job.shares):.2f} x the mean")
         if balanced is not None and imbalance(job.shares) > 1 + BETTER_BY:
-            now, even = predict(job, params).seconds, predict(balanced, params).seconds
+            now, even = found.seconds, predict(balanced, params).seconds
             lines.append(f"# with --server-keys balanced: {max(balanced.shares) / 1e6:.2f} MB on "
                          f"every server, {even:.4f} s per step predicted against {now:.4f} s, "
                          f"{now / even:.2f} x faster")
