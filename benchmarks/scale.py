@@ -18,7 +18,8 @@ the interpreter ``--mxnet PYTHON``, the same placement: the toolkit's cell befor
 Every cell runs launch.py with its default timeouts (no ``--timeout``), one CPU device per
 worker, ``--json``; with ``--lab N`` on a ``bandwidth.netlab`` lab of N hosts (``--name``,
 removed on every exit path) with every link shaped to ``--rate``, through the ssh launcher,
-round-robin (``--placement`` to choose).
+round-robin (``--placement`` to choose); ``--rto-min MS`` lowers every lab host's least TCP
+retransmission timeout (``netlab up --rto-min``), as datacenter hosts do against incast.
 
 Prints per cell: exact (every worker's every iteration has error 0, read from the JSON's
 ``workers``; async modes: the largest error), the wall time of the whole launch, the median step,
@@ -197,6 +198,8 @@ def main() -> int:
     parser.add_argument("--rate", default="100mbit", help="the lab's link rate, each way")
     parser.add_argument("--name", default="h6scale")
     parser.add_argument("--subnet", default="198.18.126.0/24")
+    parser.add_argument("--rto-min", type=int, default=None, metavar="MS",
+                        help="the lab hosts' least TCP retransmission timeout (default 200)")
     parser.add_argument("--placement", default="round-robin")
     parser.add_argument("--mxnet", default=None, metavar="PYTHON",
                         help="the interpreter of the mxnet-* cells (MXNet 1.9.1 installed)")
@@ -207,11 +210,12 @@ def main() -> int:
         from bandwidth.netlab import lab as labmod
         from bandwidth.netlab.cli import up
         labmod.remove(args.name)
-        lab = up(args.name, args.lab, args.rate, subnet=args.subnet)
+        lab = up(args.name, args.lab, args.rate, subnet=args.subnet, rto_min_ms=args.rto_min)
     rows = []
     try:
+        rto = f", TCP rto_min {args.rto_min} ms" if lab and args.rto_min else ""
         print(f"# {'lab of ' + str(args.lab) + ' hosts at ' + args.rate if lab else 'loopback'}"
-              f", {args.num_batches} iterations, placement {args.placement}", flush=True)
+              f"{rto}, {args.num_batches} iterations, placement {args.placement}", flush=True)
         print("| cell | exact on every worker | launch wall s | median step s | GB/s per "
               "worker | % of link | sum of peak RSS GB | machine peak GB | load 1 min before / "
               "after |")

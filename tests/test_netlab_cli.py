@@ -37,6 +37,8 @@ def test_without_tc_or_sshd_it_names_them(capsys, monkeypatch):
     (["--name", "Bad-Name"], "--name 'Bad-Name'"),
     (["--rate-of", "9=1gbit"], "--rate-of 9"),
     (["--rate-of", "2"], "HOST=RATE"),
+    (["--rto-min", "0"], "--rto-min 0: between 1 and 200 ms"),
+    (["--rto-min", "250"], "--rto-min 250"),
 ])
 def test_bad_input_is_one_line(capsys, monkeypatch, args, words):
     monkeypatch.setattr(lab, "missing_prerequisites", lambda: [])

@@ -173,6 +173,22 @@ def test_link_counters_per_step_and_the_summary_line():
         "20 worker-only hosts (198.18.126.6-25) retransmit 9.6-11.5 % of their segments")
     few = {h: dict(c, retrans_segs=c["out_segs"] * 3e-4) for h, c in lab.items()}
     assert "retransmit 0.03 % of their segments" in summary_line(few, roles)
+    # Retransmission timeouts (TcpExt TCPTimeouts), each at least the route's rto_min
+    def timed_out(n, rto_min=None):
+        tcp = {"out_segs": 0, "retrans_segs": 0, "timeouts": 0}
+        after = dict(tcp, timeouts=n, **({"rto_min_ms": rto_min} if rto_min else {}))
+        return difference({**snap(0, 0, 0, 0, 0), "tcp": tcp},
+                          {**snap(0, 0, 0, 0, 0), "tcp": after}, 3)
+    assert timed_out(12) == {"bytes_out": 0, "bytes_in": 0, "drops": 0, "out_segs": 0,
+                             "retrans_segs": 0, "timeouts": 4, "rto_min_ms": 200, "steps": 3}
+    stalled = {h: dict(c, **timed_out(3 * (i + 1), 20 if i else 200))
+               for i, (h, c) in enumerate(lab.items()) if i < 5}
+    assert summary_line(stalled, roles) == (
+        "#   link counters: 5 server hosts (198.18.126.1-5) waited out 1.0-5.0 retransmission "
+        "timeouts per step (20-200 ms or more each)")
+    assert summary_line({"h3": timed_out(36)}, {"h3": ["server 0"]}) == (
+        "#   link counters: h3 (server 0) waited out 12 retransmission timeouts per step (200 ms "
+        "or more each)")
     real = snapshot()                       # this host's own: readable, never negative
     assert difference(real, snapshot(), 1)["bytes_out"] >= 0
 
@@ -228,6 +244,11 @@ def test_busy_cores_are_named_once_per_machine():
     one = {h: held[h] for h in ("h1", "h3")}
     assert ": the server host's link (h1), congested (its drops above; what it loses" in \
         cores_line(one, 41.7, roles)
+    stalls = dict(held, h1=dict(held["h1"], timeouts=4.0, rto_min_ms=200),
+                  h3=dict(held["h3"], timeouts=1.5, rto_min_ms=200))
+    assert cores_line(stalls, 41.7, roles).endswith(
+        "shows as the senders' retransmissions and 5.5 timeouts per step in all (200 ms or more "
+        "each)), not the cores, held the steps")
     assert cores_line(held, 91.0, roles) is None
     assert cores_line(held, 41.7, {"h1": ["worker 0"], "h2": ["worker 1"]}) is None
     assert cores_line(held, None, roles) is None

@@ -1,6 +1,7 @@
 """Counters of a host's links, from its own kernel: bytes and drops per interface
 (``/proc/net/dev``), drops of its queueing disciplines (``tc -s qdisc``, where ``tc`` exists), and
-TCP's segments sent and retransmitted (``/proc/net/snmp``). Every process of a distributed run
+TCP's segments sent and retransmitted (``/proc/net/snmp``) and its retransmission timeouts
+(``/proc/net/netstat``'s TcpExt TCPTimeouts, with the routes' ``rto_min``). Every process of a distributed run
 takes a snapshot before and after its steps; the first worker gathers one difference per host and
 the summary names the hosts where packets were dropped or retransmitted:
 
@@ -19,6 +20,19 @@ link loses on the way in is dropped by the switch (a netlab's bridge port), whic
 counts; the senders see it as retransmissions. On the netlab at 1 Gbit/s (50 x 5, 2026-11-26) the
 server hosts' own queues dropped 1,000-1,500 packets per step, and the bridge ports toward them
 2,000-5,500 over a launch of five exchanges (benchmarks/scale.py reads those).
+
+A retransmission timeout is a loss that no later segment revealed (a whole window dropped, the
+tail of a message): the connection sends nothing more until its timer fires, at least the
+route's ``rto_min`` (Linux: 200 ms unless a route sets it), however fast the link. Many workers
+sending into one server's link at once lose whole windows there (incast), and the stall is
+counted at the sender, once per timeout:
+
+    #   link counters: ...; 5 server hosts (h1-h5) waited out 2.0-5.8 retransmission timeouts
+    #   per step (200 ms or more each)
+
+On the netlab at 1 Gbit/s (50 x 5, mobilenet, 2026-11-26) the server hosts counted 10-29 over a
+launch and the others 0-8; lowering every host's ``rto_min`` to 20 ms
+(``python -m bandwidth.netlab up --rto-min 20``) shortened the step from 4.67 to 4.23 s.
 
 Beside them, the host's cores: the share of the machine's CPU time that was busy (``/proc/stat``:
 everything but idle and iowait) during the timed steps, its core count and the machine it ran on
@@ -59,6 +73,8 @@ _QDISC_DEV = re.compile(r"^qdisc \S+ \S+ dev (\S+)")
 _DROPPED = re.compile(r"dropped (\d+)")
 CPU_BUSY = 0.9          # a host's cores this busy bound the steps (the summary says so)
 LINK_FULL = 85.0        # % of the link bound at which the links, busy cores or not, were full
+RTO_MIN_MS = 200        # Linux's least retransmission timeout where no route sets rto_min
+_RTO_MIN = re.compile(r"\brto_min (?:lock )?([0-9.]+)(ms|s)\b")
 
 
 # The machine's CPU time inside timed steps since the last snapshot (``step_began`` and
@@ -131,13 +147,43 @@ def _cpu() -> dict:
 
 
 def _tcp() -> dict:
+    """TCP's segments sent and retransmitted, and (where the kernel counts them) its
+    retransmission timeouts with the smallest ``rto_min`` a route sets (left out: the default)."""
     try:
-        rows = [line.split() for line in Path("/proc/net/snmp").read_text().splitlines()
-                if line.startswith("Tcp:")]
-        table = dict(zip(rows[0][1:], (int(x) for x in rows[1][1:])))
-        return {"out_segs": table["OutSegs"], "retrans_segs": table["RetransSegs"]}
+        counts = {"out_segs": _table("/proc/net/snmp", "Tcp:")["OutSegs"],
+                  "retrans_segs": _table("/proc/net/snmp", "Tcp:")["RetransSegs"]}
     except (OSError, ValueError, IndexError, KeyError):
         return {}
+    try:
+        counts["timeouts"] = _table("/proc/net/netstat", "TcpExt:")["TCPTimeouts"]
+    except (OSError, ValueError, IndexError, KeyError):
+        return counts
+    rto_min = _rto_min_ms()
+    if rto_min is not None:
+        counts["rto_min_ms"] = rto_min
+    return counts
+
+
+def _table(path: str, head: str) -> dict:
+    """One table of /proc/net/snmp or /proc/net/netstat: a line of names, then their values."""
+    rows = [line.split() for line in Path(path).read_text().splitlines()
+            if line.startswith(head)]
+    return dict(zip(rows[0][1:], (int(x) for x in rows[1][1:])))
+
+
+def _rto_min_ms() -> int | None:
+    """The smallest ``rto_min`` a route of this host sets (``ip route``), None where none does
+    (or ``ip`` is missing): TCP then waits at least ``RTO_MIN_MS``."""
+    if not shutil.which("ip"):
+        return None
+    try:
+        text = subprocess.run(["ip", "-o", "route", "show"], capture_output=True, text=True,
+                              timeout=5).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    found = [float(n) * (1000 if unit == "s" else 1)
+             for n, unit in _RTO_MIN.findall(text)]
+    return round(min(found)) if found else None
 
 
 def _qdisc_drops() -> dict:
@@ -173,7 +219,9 @@ def difference(before: dict, after: dict, steps: int) -> dict:
 
     steps = max(1, steps)
     tcp = {k: (after["tcp"].get(k, 0) - before["tcp"].get(k, 0)) / steps
-           for k in ("out_segs", "retrans_segs")} if after["tcp"] else {}
+           for k in ("out_segs", "retrans_segs", "timeouts") if k in after["tcp"]}
+    if "timeouts" in tcp:
+        tcp["rto_min_ms"] = after["tcp"].get("rto_min_ms", RTO_MIN_MS)
     cpu = {}
     first, last = before.get("cpu") or {}, after.get("cpu") or {}
     if first and last and last["total"] > first["total"]:
@@ -195,6 +243,7 @@ def summary_line(per_host: dict, roles: dict) -> str | None:
     as a span: 25 lab hosts are four clauses, not 50."""
     drops: dict[bool, list] = {True: [], False: []}
     retrans: dict[bool, list] = {True: [], False: []}
+    timeouts: dict[bool, list] = {True: [], False: []}
     for host, c in per_host.items():
         server = _serves(host, roles)
         if c["drops"] > 0:
@@ -202,6 +251,8 @@ def summary_line(per_host: dict, roles: dict) -> str | None:
         if c.get("retrans_segs", 0) > 0 and c.get("out_segs"):
             retrans[server].append((host, 100 * c["retrans_segs"] / c["out_segs"],
                                     c["retrans_segs"]))
+        if c.get("timeouts", 0) > 0:
+            timeouts[server].append((host, c["timeouts"], c.get("rto_min_ms", RTO_MIN_MS)))
     parts = []
     for server in (True, False):
         found = drops[server]
@@ -222,7 +273,22 @@ def summary_line(per_host: dict, roles: dict) -> str | None:
             parts.append(f"{len(found)} {'server' if server else 'worker-only'} hosts "
                          f"({host_span([h for h, *_ in found])}) retransmit "
                          f"{_range([s for _, s, _ in found], _share)} % of their segments")
+    for server in (True, False):
+        found = timeouts[server]
+        if not found:
+            continue
+        who = _who(found[0][0], roles) if len(found) == 1 else \
+            f"{len(found)} {'server' if server else 'worker-only'} hosts " \
+            f"({host_span([h for h, *_ in found])})"
+        parts.append(f"{who} waited out {_range([n for _, n, _ in found], _count)} "
+                     f"retransmission timeouts per step "
+                     f"({_range([ms for *_, ms in found], '{:,.0f}')} ms or more each)")
     return "#   link counters: " + "; ".join(parts) if parts else None
+
+
+def _count(n: float) -> str:
+    """A count per step: one decimal below 10 (0.4, 5.8), whole above (12)."""
+    return f"{n:.1f}" if n < 10 else f"{n:,.0f}"
 
 
 def _serves(host: str, roles: dict) -> bool:
@@ -290,10 +356,14 @@ def _congested_line(per_host: dict, link_pct: float | None, roles: dict,
         "no busy cores"
     several = len(servers) > 1
     where = f"the {len(servers)} server hosts' links" if several else "the server host's link"
+    stalls = [(c["timeouts"], c.get("rto_min_ms", RTO_MIN_MS)) for c in per_host.values()
+              if c.get("timeouts", 0) > 0]
+    timeouts = (f" and {_count(sum(n for n, _ in stalls))} timeouts per step in all "
+                f"({min(ms for _, ms in stalls):,.0f} ms or more each)") if stalls else ""
     return (f"#   bound: the links carried {link_pct:.0f} % of their bound, with {cores}: {where} "
             f"({host_span(servers)}), congested ({'their' if several else 'its'} drops above; what "
             f"{'they lose' if several else 'it loses'} on the way in shows as the senders' "
-            "retransmissions), not the cores, held the steps")
+            f"retransmissions{timeouts}), not the cores, held the steps")
 
 
 def host_span(names: list[str]) -> str:

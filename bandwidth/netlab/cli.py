@@ -2,7 +2,7 @@
 benchmarks/network_impact.py).
 
     python -m bandwidth.netlab up --hosts 4 --rate 1gbit [--rate-of 3=500mbit ...]
-                                  [--name bwlab] [--subnet 198.18.0.0/24]
+                                  [--rto-min MS] [--name bwlab] [--subnet 198.18.0.0/24]
     python -m bandwidth.netlab status [--name bwlab]
     python -m bandwidth.netlab down [--name bwlab]
 
@@ -28,14 +28,14 @@ from bandwidth.netlab.lab import DEFAULT_NAME, DEFAULT_SUBNET, Lab, NetlabError,
 
 
 def up(name: str, count: int, rate: str | None, rates_of: dict[str, str] | None = None,
-       subnet: str = DEFAULT_SUBNET) -> Lab:
+       subnet: str = DEFAULT_SUBNET, rto_min_ms: int | None = None) -> Lab:
     """Make the lab and start its sshds; returns it (written to ``lab.json``)."""
     missing = labmod.missing_prerequisites()
     if missing:
         raise NetlabError(f"the lab needs {', '.join(missing)}")
     rate_bits = parse_rate(rate) if rate else None
     lab = labmod.plan_lab(name, subnet, count, rate_bits,
-                          {k: parse_rate(v) for k, v in (rates_of or {}).items()})
+                          {k: parse_rate(v) for k, v in (rates_of or {}).items()}, rto_min_ms)
     if labmod.namespaces_of(name) or lab.state_dir.exists():
         raise NetlabError(f"a lab named {name} is up already: python -m bandwidth.netlab down "
                           f"--name {name}, or choose another --name")
@@ -65,8 +65,9 @@ def down(name: str) -> list[str]:
 
 def describe(lab: Lab) -> list[str]:
     state = lab.state_dir
+    rto = f", TCP's rto_min {lab.rto_min_ms} ms" if lab.rto_min_ms is not None else ""
     lines = [f"lab {lab.name}: {len(lab.hosts)} hosts on bridge {lab.bridge} "
-             f"({lab.bridge_address}/{lab.prefixlen} in the root namespace)"]
+             f"({lab.bridge_address}/{lab.prefixlen} in the root namespace){rto}"]
     for h in lab.hosts:
         alive = "sshd up" if labmod.alive(int(lab.sshd_pids.get(str(h.index), 0) or 0)) \
             else "sshd down"
@@ -90,6 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
                       "(default: unshaped)")
     p_up.add_argument("--rate-of", action="append", default=[], metavar="HOST=RATE",
                       help="one host's rate (HOST: its index 1..N or address); repeatable")
+    p_up.add_argument("--rto-min", type=int, default=None, metavar="MS",
+                      help="every host's least TCP retransmission timeout, 1-200 ms (default: "
+                      "the kernel's 200), as datacenter hosts set it against incast")
     p_up.add_argument("--subnet", default=DEFAULT_SUBNET,
                       help=f"within 198.18.0.0/15 (default {DEFAULT_SUBNET})")
     for p in (p_up, sub.add_parser("down", help="remove the lab and everything in it"),
@@ -109,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
                 if not sep:
                     raise NetlabError(f"--rate-of {item!r}: expected HOST=RATE, e.g. 2=500mbit")
                 pairs[key] = value
-            lab = up(args.name, args.hosts, args.rate, pairs, args.subnet)
+            lab = up(args.name, args.hosts, args.rate, pairs, args.subnet, args.rto_min)
             print("\n".join(describe(lab)))
         elif args.command == "down":
             removed = down(args.name)

@@ -10,6 +10,8 @@ again after a crash without any record, and two labs of different names never to
   namespace reaches every host;
 * the shaping: a ``tbf`` qdisc on both ends of each veth at the host's rate, so that the host's
   link carries RATE out and RATE in at once, as a full-duplex Ethernet port does;
+* where asked (``--rto-min MS``), each host's route to the subnet carries ``rto_min`` (TCP's
+  least retransmission timeout, 200 ms by default), as datacenter hosts tune it against incast;
 * the files: ``/run/bandwidth-netlab/NAME/`` (keys, ssh and sshd configurations, the hosts file,
   ``lab.json``, logs).
 
@@ -82,6 +84,7 @@ class Lab:
     bridge_address: str
     hosts: tuple[Host, ...]
     sshd_pids: dict = field(default_factory=dict)   # host index (str) -> pid
+    rto_min_ms: int | None = None                   # every host's route's rto_min (None: 200)
 
     @property
     def state_dir(self) -> Path:
@@ -111,8 +114,10 @@ class Lab:
 
 
 def plan_lab(name: str, subnet: str, count: int, rate_bits: int | None,
-             rates_of: dict[str, int]) -> Lab:
+             rates_of: dict[str, int], rto_min_ms: int | None = None) -> Lab:
     """The lab's names and addresses, checked; nothing is made."""
+    if rto_min_ms is not None and not 1 <= rto_min_ms <= 200:
+        raise NetlabError(f"--rto-min {rto_min_ms}: between 1 and 200 ms (200 is TCP's default)")
     if not _NAME.match(name):
         raise NetlabError(f"--name {name!r}: 1 to 8 lower-case letters and digits, starting with a "
                           "letter (interface names are limited to 15 characters)")
@@ -140,7 +145,7 @@ def plan_lab(name: str, subnet: str, count: int, rate_bits: int | None,
         raise NetlabError(f"--rate-of {unknown[0]}=...: no such host (hosts: 1..{count} or "
                           f"{hosts[0].address}..{hosts[-1].address})")
     return Lab(name, str(net), net.prefixlen, f"{name}br", str(net.broadcast_address - 1),
-               tuple(hosts))
+               tuple(hosts), rto_min_ms=rto_min_ms)
 
 
 def missing_prerequisites() -> list[str]:
@@ -212,6 +217,10 @@ def make_network(lab: Lab) -> None:
            host.interface)
         sh("ip", "-n", host.namespace, "link", "set", host.interface, "up")
         sh("ip", "-n", host.namespace, "link", "set", "lo", "up")
+        if lab.rto_min_ms is not None:
+            sh("ip", "-n", host.namespace, "route", "replace", lab.subnet, "dev", host.interface,
+               "proto", "kernel", "scope", "link", "src", host.address, "rto_min",
+               f"{lab.rto_min_ms}ms")
         sh("ip", "netns", "exec", host.namespace, "sh", "-c",
            f"echo {TSQ_BYTES} > /proc/sys/net/ipv4/tcp_limit_output_bytes", check=False)
         shape(host.interface, host.rate_bits, host.namespace)     # what the host sends
