@@ -171,6 +171,10 @@ def test_link_counters_per_step_and_the_summary_line():
         "#   link counters: 1,100-1,500 drops per step at each of 5 server hosts "
         "(198.18.126.1-5); 5 server hosts (198.18.126.1-5) retransmit 2.0 % of their segments; "
         "20 worker-only hosts (198.18.126.6-25) retransmit 9.6-11.5 % of their segments")
+    some = {h: c for i, (h, c) in enumerate(lab.items()) if i not in (7, 9, 10)}
+    assert "20 worker-only hosts" not in summary_line(some, roles)
+    assert ("17 worker-only hosts (198.18.126.6-7, 198.18.126.9, 198.18.126.12-25) retransmit"
+            in summary_line(some, roles))
     few = {h: dict(c, retrans_segs=c["out_segs"] * 3e-4) for h, c in lab.items()}
     assert "retransmit 0.03 % of their segments" in summary_line(few, roles)
     # Retransmission timeouts (TcpExt TCPTimeouts), each at least the route's rto_min
