@@ -133,6 +133,14 @@ def test_cli_predicts_plans_and_refuses():
                    "--link-rate", "1gbit", "--plan", "--server-keys", "balanced")
     assert "(--server-keys balanced): 3.37, 3.37, 3.37, 3.37, 3.37 MB" in done.stdout
     assert "# with --server-keys" not in done.stdout
+    # A server host's link in binds with 48 workers on other hosts pushing into it: incast
+    done = run_cli("--network", "mobilenet", "-n", "50", "-s", "5", "--hosts", "25",
+                   "--link-rate", "1gbit")
+    assert re.search(r"binds: server link in of h\d+: .*\n  \(incast: 48 remote senders into it "
+                     r"at once, carried at 0\.\d{3} of the rate, beyond the \d+ measured\)",
+                     done.stdout), done.stdout
+    done = run_cli("--network", "mobilenet", "-n", "1", "-s", "1", "--link-rate", "1gbit")
+    assert done.returncode == 0 and "incast" not in done.stdout, done.stdout
     done = run_cli("--kv-store", "nccl", "--network", "mlp")
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert "does not cover --kv-store nccl" in done.stderr
@@ -248,6 +256,12 @@ def test_busy_cores_are_named_once_per_machine():
     one = {h: held[h] for h in ("h1", "h3")}
     assert ": the server host's link (h1), congested (its drops above; what it loses" in \
         cores_line(one, 41.7, roles)
+    # Several workers on other hosts pushing into a server host's link at once: incast, named
+    crowd = dict(roles, **{f"h{i}": [f"worker {i - 2}"] for i in range(4, 8)})
+    assert (": incast into the 2 server hosts' links (h1-h2), 5-6 workers on other hosts pushing "
+            "into each at once, congested (their drops above;") in cores_line(held, 41.7, crowd)
+    assert (": incast into the server host's link (h1), 5 workers on other hosts pushing into it "
+            "at once, congested (its drops above;") in cores_line(one, 41.7, crowd)
     stalls = dict(held, h1=dict(held["h1"], timeouts=4.0, rto_min_ms=200),
                   h3=dict(held["h3"], timeouts=1.5, rto_min_ms=200))
     assert cores_line(stalls, 41.7, roles).endswith(

@@ -59,8 +59,10 @@ and where no machine was, the run fell short of its link bound and the hosts wit
 dropped packets, their congested links are named instead:
 
     #   bound: the links carried 42 % of their bound, with the cores at most 61 % busy during
-    #   the steps: the 5 server hosts' links (h1-h5), congested (their drops above; what they
-    #   lose on the way in shows as the senders' retransmissions), not the cores, held the steps
+    #   the steps: incast into the 5 server hosts' links (h1-h5), 48 workers on other hosts
+    #   pushing into each at once, congested (their drops above; what they lose on the way in
+    #   shows as the senders' retransmissions and 19 timeouts per step in all (200 ms or more
+    #   each)), not the cores, held the steps
 """
 
 from __future__ import annotations
@@ -358,12 +360,19 @@ def _congested_line(per_host: dict, link_pct: float | None, roles: dict,
         "no busy cores"
     several = len(servers) > 1
     where = f"the {len(servers)} server hosts' links" if several else "the server host's link"
+    workers = {h: sum(r.startswith("worker") for r in roles.get(h, [])) for h in roles}
+    remote = [sum(workers.values()) - workers.get(h, 0) for h in servers]
+    if min(remote) >= 2:        # several senders into each of those links at once: incast
+        where = (f"incast into {where} ({host_span(servers)}), {_range(remote, '{:,}')} workers on "
+                 f"other hosts pushing into {'each' if several else 'it'} at once,")
+    else:
+        where = f"{where} ({host_span(servers)}),"
     stalls = [(c["timeouts"], c.get("rto_min_ms", RTO_MIN_MS)) for c in per_host.values()
               if c.get("timeouts", 0) > 0]
     timeouts = (f" and {_count(sum(n for n, _ in stalls))} timeouts per step in all "
                 f"({min(ms for _, ms in stalls):,.0f} ms or more each)") if stalls else ""
     return (f"#   bound: the links carried {link_pct:.0f} % of their bound, with {cores}: {where} "
-            f"({host_span(servers)}), congested ({'their' if several else 'its'} drops above; what "
+            f"congested ({'their' if several else 'its'} drops above; what "
             f"{'they lose' if several else 'it loses'} on the way in shows as the senders' "
             f"retransmissions{timeouts}), not the cores, held the steps")
 

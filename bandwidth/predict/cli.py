@@ -13,7 +13,7 @@ from bandwidth.config.job import SERVER_KEYS
 from bandwidth.errors import BandwidthError, ConfigError
 from bandwidth.predict import params as paramfile
 from bandwidth.predict.jobs import make_job
-from bandwidth.predict.model import MODES, gbps_per_worker, predict
+from bandwidth.predict.model import MODES, gbps_per_worker, incast_words, predict
 from bandwidth.predict.plan import alternatives, plan_lines, servers_stop_binding
 
 PROG = "python -m bandwidth.predict"
@@ -177,6 +177,9 @@ def report(job, q, params) -> tuple[list[str], dict]:
              f"worker",
              f"binds: {found.binding}: {found.resources[found.binding]:.4f} s (+ {found.serial_s:.4f}"
              " s that does not overlap: the last answers, a fixed cost per step)"]
+    why = incast_words(job, params, found.binding)
+    if why:
+        lines.append(f"  ({why})")
     stop = None
     if job.server_hosts:
         kw = {k: v for k, v in q.items() if k not in ("mode", "shapes", "workers", "servers",
@@ -188,7 +191,8 @@ def report(job, q, params) -> tuple[list[str], dict]:
            "servers": len(job.server_hosts), "hosts": hosts, "placement": q["placement"],
            "rate_bits": q["rate_bits"], "max_in_flight": job.in_flight,
            "seconds": found.seconds, "gbps_per_worker": gbps_per_worker(job, found.seconds),
-           "binding": found.binding, "resources": found.resources, "serial_s": found.serial_s,
+           "binding": found.binding, "incast": why or None, "resources": found.resources,
+           "serial_s": found.serial_s,
            "servers_stop_binding": stop, "params": params.to_dict()}
     return lines, doc
 

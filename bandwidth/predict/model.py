@@ -21,6 +21,7 @@ messages per rank; (R-1)/R x S summed per rank.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -133,6 +134,22 @@ def _ring(job: Job, params: Params) -> Prediction:
 def _finish(resources: dict, serial: float, traffic: dict) -> Prediction:
     binding = max(resources, key=resources.get)
     return Prediction(resources[binding] + serial, resources, binding, serial, traffic)
+
+
+def incast_words(job: Job, params: Params, binding: str) -> str:
+    """Where the binding resource is a server host's link into which several remote processes
+    send at once, the words that say so (its senders and the share of the rate the model gives
+    the link for them); "" otherwise."""
+    found = re.fullmatch(r"server link (?:in )?of (.+?)(?: \(one message in flight\))?", binding)
+    if not found or job.mode not in PS_MODES:
+        return ""
+    senders = senders_into(job)[found.group(1)]
+    if senders < 2:
+        return ""
+    largest = max(params.fanin, default=1)
+    beyond = f", beyond the {largest} measured" if senders > largest else ""
+    return (f"incast: {senders} remote senders into it at once, carried at "
+            f"{fanin_efficiency(params, senders):.3f} of the rate{beyond}")
 
 
 def gbps_per_worker(job: Job, seconds: float) -> float:

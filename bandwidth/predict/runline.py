@@ -7,7 +7,7 @@ from bandwidth.plan.layout import DTYPE_BYTES
 from bandwidth.predict import params as paramfile
 from bandwidth.predict.cli import error_text
 from bandwidth.predict.jobs import make_job
-from bandwidth.predict.model import predict
+from bandwidth.predict.model import incast_words, predict
 
 
 def predicted_lines(result, rate_bits: int) -> list[str]:
@@ -29,7 +29,9 @@ def predicted_lines(result, rate_bits: int) -> list[str]:
     found = predict(job, params)
     measured = result.summary.seconds_median
     error = 100 * (found.seconds - measured) / measured
+    why = incast_words(job, params, found.binding)
     return [f"predicted (python -m bandwidth.predict, parameters: {params.source}): "
-            f"{found.seconds:.6f} s per step, binding: {found.binding}; this run "
+            f"{found.seconds:.6f} s per step, binding: {found.binding}"
+            f"{f' ({why})' if why else ''}; this run "
             f"{measured:.6f} s, error {error:+.1f} %; the model's error: "
             f"{error_text(params.check)}"]
