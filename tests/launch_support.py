@@ -3,6 +3,7 @@ a real OpenSSH server on loopback (127.0.0.1 and 127.0.0.2 stand for two hosts).
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import json
 import os
@@ -149,6 +150,33 @@ def sshd(tmp_path_factory):
     yield server
     proc.terminate()
     proc.wait(10)
+
+
+@contextlib.contextmanager
+def netlab_for_tests(name: str, *args, skip_reason: str | None = None, **kwargs):
+    """A bandwidth.netlab lab for a module's tests (``up(name, *args, **kwargs)``), removed on
+    every exit path (and first, after a crash); the tests skip, saying why, where
+    the machine cannot make one (``skip_reason``: a reason of the caller's own, checked first)."""
+    from bandwidth.netlab import lab as labmod
+    from bandwidth.netlab.cli import up
+    from bandwidth.netlab.lab import NetlabError
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the lab needs Linux network namespaces")
+    missing = labmod.missing_prerequisites()
+    if skip_reason or missing:
+        pytest.skip(skip_reason or f"the lab needs {', '.join(missing)}")
+    labmod.remove(name)                       # whatever a crashed run left
+    try:
+        made = up(name, *args, **kwargs)
+    except NetlabError as err:
+        labmod.remove(name)
+        pytest.skip(f"cannot make the lab on this machine: {err}")
+    try:
+        yield made
+    finally:
+        labmod.remove(name)
+        assert not labmod.namespaces_of(name)
 
 
 def lab_leftovers(lab, is_daemon=lambda cmd: False) -> list[str]:

@@ -18,11 +18,9 @@ import time
 from pathlib import Path
 
 import pytest
-from launch_support import lab_leftovers
+from launch_support import lab_leftovers, netlab_for_tests
 
 from bandwidth.netlab import lab as labmod
-from bandwidth.netlab.cli import up
-from bandwidth.netlab.lab import NetlabError
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
@@ -35,21 +33,8 @@ pytestmark = pytest.mark.timeout(150)
 
 @pytest.fixture(scope="module")
 def lab():
-    if not sys.platform.startswith("linux"):
-        pytest.skip("the lab needs Linux network namespaces")
-    missing = labmod.missing_prerequisites()
-    if missing:
-        pytest.skip(f"the lab needs {', '.join(missing)}")
-    labmod.remove(NAME)
-    try:
-        made = up(NAME, 3, None, {}, SUBNET)
-    except NetlabError as err:
-        labmod.remove(NAME)
-        pytest.skip(f"cannot make the lab on this machine: {err}")
-    try:
+    with netlab_for_tests(NAME, 3, None, {}, SUBNET) as made:
         yield made
-    finally:
-        labmod.remove(NAME)
 
 
 def start(lab, tmp_path, mode: str, *extra: str) -> subprocess.Popen:

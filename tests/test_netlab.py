@@ -20,12 +20,10 @@ import time
 from pathlib import Path
 
 import pytest
-from launch_support import lab_leftovers
+from launch_support import lab_leftovers, netlab_for_tests
 
 from bandwidth.netlab import lab as labmod
 from bandwidth.netlab import sshd as labsshd
-from bandwidth.netlab.cli import up
-from bandwidth.netlab.lab import NetlabError
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
@@ -38,24 +36,11 @@ pytestmark = pytest.mark.timeout(180)
 
 @pytest.fixture(scope="module")
 def lab():
-    if not sys.platform.startswith("linux"):
-        pytest.skip("the lab needs Linux network namespaces")
-    missing = labmod.missing_prerequisites()
-    if missing:
-        pytest.skip(f"the lab needs {', '.join(missing)}")
-    labmod.remove(NAME)                       # whatever a crashed run left
-    try:
-        made = up(NAME, 4, f"{RATE_GBIT}gbit", {"4": f"{SLOW_GBIT}gbit"}, SUBNET)
-    except NetlabError as err:
-        labmod.remove(NAME)
-        pytest.skip(f"cannot make the lab on this machine: {err}")
-    try:
+    with netlab_for_tests(NAME, 4, f"{RATE_GBIT}gbit", {"4": f"{SLOW_GBIT}gbit"},
+                          SUBNET) as made:
         yield made
-    finally:
-        labmod.remove(NAME)
-        assert not labmod.namespaces_of(NAME)
-        links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
-        assert NAME not in links
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    assert NAME not in links
 
 
 def test_status_lists_the_lab(lab):

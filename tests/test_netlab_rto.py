@@ -17,10 +17,9 @@ import time
 from pathlib import Path
 
 import pytest
+from launch_support import netlab_for_tests
 
 from bandwidth.netlab import lab as labmod
-from bandwidth.netlab.cli import up
-from bandwidth.netlab.lab import NetlabError
 
 ROOT = Path(__file__).resolve().parent.parent
 NAME = "bwrto"
@@ -59,22 +58,8 @@ print(json.dumps({"sent": sent, "counters": difference(before, snapshot(), 1)}),
 
 @pytest.fixture(scope="module")
 def lab():
-    if not sys.platform.startswith("linux"):
-        pytest.skip("the lab needs Linux network namespaces")
-    missing = labmod.missing_prerequisites()
-    if missing:
-        pytest.skip(f"the lab needs {', '.join(missing)}")
-    labmod.remove(NAME)
-    try:
-        made = up(NAME, 2, "100mbit", subnet=SUBNET, rto_min_ms=20)
-    except NetlabError as err:
-        labmod.remove(NAME)
-        pytest.skip(f"cannot make the lab on this machine: {err}")
-    try:
+    with netlab_for_tests(NAME, 2, "100mbit", subnet=SUBNET, rto_min_ms=20) as made:
         yield made
-    finally:
-        labmod.remove(NAME)
-        assert not labmod.namespaces_of(NAME)
 
 
 def test_every_host_route_carries_the_rto_min(lab):

@@ -17,12 +17,9 @@ import sys
 import time
 
 import pytest
-from launch_support import ROOT, lab_leftovers, program
+from launch_support import ROOT, lab_leftovers, netlab_for_tests, program
 from slurm_support import SlurmCluster, missing_reason
 
-from bandwidth.netlab import lab as labmod
-from bandwidth.netlab.cli import up
-from bandwidth.netlab.lab import NetlabError
 
 NAME = "bw12s"                        # issue 12's prefix and subnet
 SUBNET = "198.18.12.0/24"
@@ -34,26 +31,11 @@ pytestmark = pytest.mark.timeout(180)
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    if not sys.platform.startswith("linux"):
-        pytest.skip("the lab needs Linux network namespaces")
-    reason = missing_reason()
-    missing = labmod.missing_prerequisites()
-    if reason or missing:
-        pytest.skip(reason or f"the lab needs {', '.join(missing)}")
-    labmod.remove(NAME)                       # whatever a crashed run left
-    try:
-        lab = up(NAME, 2, None, None, SUBNET)
-    except NetlabError as err:
-        labmod.remove(NAME)
-        pytest.skip(f"cannot make the lab on this machine: {err}")
-    try:
+    with netlab_for_tests(NAME, 2, None, None, SUBNET, skip_reason=missing_reason()) as lab:
         nodes = [(f"bw12n{h.index}", h.address, h.namespace) for h in lab.hosts]
         with SlurmCluster(tmp_path_factory.mktemp("slurm"), nodes=nodes,
                           controller=(socket.gethostname(), lab.bridge_address)) as slurm:
             yield lab, slurm
-    finally:
-        labmod.remove(NAME)
-        assert not labmod.namespaces_of(NAME)
 
 
 def leftovers(lab) -> list[str]:
