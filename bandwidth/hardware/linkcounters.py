@@ -1,9 +1,9 @@
 """Counters of a host's links, from its own kernel: bytes and drops per interface
-(``/proc/net/dev``), drops of its queueing disciplines (``tc -s qdisc``, where ``tc`` exists), and
+(``/proc/net/dev``), drops of its queueing disciplines (``tc -s qdisc``, where ``tc`` exists),
 TCP's segments sent and retransmitted (``/proc/net/snmp``) and its retransmission timeouts
-(``/proc/net/netstat``'s TcpExt TCPTimeouts, with the routes' ``rto_min``). Every process of a distributed run
-takes a snapshot before and after its steps; the first worker gathers one difference per host and
-the summary names the hosts where packets were dropped or retransmitted:
+(``/proc/net/netstat``'s TcpExt TCPTimeouts, with the routes' ``rto_min``). Every process of a
+distributed run takes a snapshot before and after its steps; the first worker gathers one
+difference per host and the summary names the hosts where packets were dropped or retransmitted:
 
     #   link counters: 1,080 drops per step at h3 (server 0); h5 (worker 4) retransmits 3.1 %
     #   of its segments (412 per step)
@@ -19,9 +19,10 @@ server's answers to every worker at once, and its acknowledgements behind them):
 way out was full, but no loss, for TCP sends such a segment again from its socket at once (50
 connections out of one lab host at 1 Gbit/s: 1,494 drops in its own queue, no retransmission, no
 timeout; 1 and 8 connections: no drop). What its link loses on the way in is dropped by the
-switch (a netlab's bridge port), which no host counts; the senders see it as retransmissions. On the netlab at 1 Gbit/s (50 x 5, 2026-11-26) the
-server hosts' own queues dropped 1,000-1,500 packets per step, and the bridge ports toward them
-2,000-5,500 over a launch of five exchanges (benchmarks/scale.py reads those).
+switch (a netlab's bridge port), which no host counts; the senders see it as retransmissions. On
+the netlab at 1 Gbit/s (50 x 5, 2026-11-26) the server hosts' own queues dropped 1,000-1,500
+packets per step, and the bridge ports toward them 2,000-5,500 over a launch of five exchanges
+(benchmarks/scale.py reads those).
 
 A retransmission timeout is a loss that no later segment revealed (a whole window dropped, the
 tail of a message): the connection sends nothing more until its timer fires, at least the
@@ -32,9 +33,9 @@ counted at the sender, once per timeout:
     #   link counters: ...; 5 server hosts (h1-h5) waited out 2.0-5.8 retransmission timeouts
     #   per step (200 ms or more each)
 
-On the netlab at 1 Gbit/s (50 x 5, mobilenet, 2026-11-26) the server hosts counted 10-29 over a
-launch and the others 0-8; lowering every host's ``rto_min`` to 20 ms
-(``python -m bandwidth.netlab up --rto-min 20``) shortened the step from 4.67 to 4.23 s.
+On the netlab at 1 Gbit/s (50 x 5, mobilenet, 2026-11-27) the 5 server hosts waited out 2.2-4.0
+per step and 9 of the 20 others 0.2-1.0, 19 in all; with every host's ``rto_min`` at 20 ms
+(``python -m bandwidth.netlab up --rto-min 20``) the step went from 4.72 to 4.25 s.
 
 Beside them, the host's cores: the share of the machine's CPU time that was busy (``/proc/stat``:
 everything but idle and iowait) during the timed steps, its core count and the machine it ran on
@@ -154,8 +155,8 @@ def _tcp() -> dict:
     """TCP's segments sent and retransmitted, and (where the kernel counts them) its
     retransmission timeouts with the smallest ``rto_min`` a route sets (left out: the default)."""
     try:
-        counts = {"out_segs": _table("/proc/net/snmp", "Tcp:")["OutSegs"],
-                  "retrans_segs": _table("/proc/net/snmp", "Tcp:")["RetransSegs"]}
+        table = _table("/proc/net/snmp", "Tcp:")
+        counts = {"out_segs": table["OutSegs"], "retrans_segs": table["RetransSegs"]}
     except (OSError, ValueError, IndexError, KeyError):
         return {}
     try:
