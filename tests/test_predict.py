@@ -205,6 +205,24 @@ def test_link_counters_per_step_and_the_summary_line():
     assert difference(real, snapshot(), 1)["bytes_out"] >= 0
 
 
+def test_predict_names_the_timeouts_it_leaves_out():
+    """measure.py --predict: where the model falls more than 10 % short of the run and the run's
+    hosts waited out retransmission timeouts, the note says the model has no term for them."""
+    from types import SimpleNamespace
+
+    from bandwidth.predict.runline import _left_out
+
+    run = SimpleNamespace(link_counters={"h1": {"timeouts": 2.5, "rto_min_ms": 200},
+                                         "h2": {"timeouts": 0.5, "rto_min_ms": 20},
+                                         "h3": {"drops": 3}})
+    assert _left_out(run, -30.2) == (
+        " (the model has no term for the retransmission timeouts this run's hosts waited out: "
+        "3.0 per step in all, 20 ms or more each)")
+    assert _left_out(run, -9.0) == ""               # within the model's stated error
+    assert _left_out(SimpleNamespace(link_counters={"h1": {"timeouts": 0.0}}), -30.0) == ""
+    assert _left_out(SimpleNamespace(link_counters=None), -30.0) == ""
+
+
 def test_busy_cores_are_named_once_per_machine():
     """/proc/stat's busy share over the window, per machine (boot id): 25 lab hosts on one
     machine are one line; a machine below CPU_BUSY is not named."""

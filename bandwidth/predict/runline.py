@@ -3,11 +3,14 @@ beside the measured one, with the model's stated error (``benchmarks/predict_che
 
 from __future__ import annotations
 
+from bandwidth.hardware.linkcounters import RTO_MIN_MS
 from bandwidth.plan.layout import DTYPE_BYTES
 from bandwidth.predict import params as paramfile
 from bandwidth.predict.cli import error_text
 from bandwidth.predict.jobs import make_job
 from bandwidth.predict.model import incast_words, predict
+
+UNDER_PCT = 10.0       # the model this far below the run: what it leaves out is named
 
 
 def predicted_lines(result, rate_bits: int) -> list[str]:
@@ -33,5 +36,19 @@ def predicted_lines(result, rate_bits: int) -> list[str]:
     return [f"predicted (python -m bandwidth.predict, parameters: {params.source}): "
             f"{found.seconds:.6f} s per step, binding: {found.binding}"
             f"{f' ({why})' if why else ''}; this run "
-            f"{measured:.6f} s, error {error:+.1f} %; the model's error: "
-            f"{error_text(params.check)}"]
+            f"{measured:.6f} s, error {error:+.1f} %{_left_out(result, error)}; the model's "
+            f"error: {error_text(params.check)}"]
+
+
+def _left_out(result, error: float) -> str:
+    """Where the model fell short of the run by more than UNDER_PCT and the run's hosts waited
+    out retransmission timeouts (hardware.linkcounters), the words that say the model has no
+    term for them; "" otherwise."""
+    counters = (result.link_counters or {}).values()
+    stalls = [(c["timeouts"], c.get("rto_min_ms", RTO_MIN_MS)) for c in counters
+              if c.get("timeouts", 0) > 0]
+    if error > -UNDER_PCT or not stalls:
+        return ""
+    return (f" (the model has no term for the retransmission timeouts this run's hosts waited "
+            f"out: {sum(n for n, _ in stalls):.1f} per step in all, "
+            f"{min(ms for _, ms in stalls):,.0f} ms or more each)")
