@@ -80,6 +80,16 @@ def test_sync_servers_are_exact(mode, optimizer, tmp_path):
     assert [w["worker"] for w in result["workers"]] == [0, 1]
     assert all(w["network_nbytes"] == result["network"]["bytes"] == sum(w["server_nbytes"])
                for w in result["workers"])
+    # How far apart the workers' own median steps are, named by worker
+    own = {w["worker"]: w["seconds_median"] for w in result["workers"]}
+    spread = re.search(r"#   spread: the workers' own median steps ([0-9.]+) s \(worker (\d)\) to "
+                       r"([0-9.]+) s \(worker (\d)\), the slowest ([0-9.]+) % above the fastest",
+                       proc.stdout)
+    assert spread, proc.stdout[-2000:]
+    assert float(spread[1]) == pytest.approx(min(own.values()), abs=1e-6) == own[int(spread[2])]
+    assert float(spread[3]) == pytest.approx(max(own.values()), abs=1e-6) == own[int(spread[4])]
+    assert float(spread[5]) == pytest.approx(100 * (max(own.values()) / min(own.values()) - 1),
+                                             abs=0.06)
     # The raw exchange of the same run is the ceiling. On a shared 2-core machine a 1.7 MB step
     # can beat its median of 3 by more than 10 %; the line then shows n/a with that reason and
     # the raw figure (a timing is never asserted here).
