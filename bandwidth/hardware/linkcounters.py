@@ -272,23 +272,37 @@ def summary_line(per_host: dict, roles: dict) -> str | None:
         found = retrans[server]
         if len(found) == 1:
             host, share, count = found[0]
-            parts.append(f"{_who(host, roles)} retransmits {_share(share)} % of its segments "
-                         f"({count:,.0f} per step)")
+            parts.append(f"{_subject(found, server, roles)} retransmits {_share(share)} % of its "
+                         f"segments ({count:,.0f} per step)")
         elif found:
-            parts.append(f"{len(found)} {'server' if server else 'worker-only'} hosts "
-                         f"({host_span([h for h, *_ in found])}) retransmit "
+            parts.append(f"{_subject(found, server, roles)} retransmit "
                          f"{_range([s for _, s, _ in found], _share)} % of their segments")
     for server in (True, False):
         found = timeouts[server]
-        if not found:
-            continue
-        who = _who(found[0][0], roles) if len(found) == 1 else \
-            f"{len(found)} {'server' if server else 'worker-only'} hosts " \
-            f"({host_span([h for h, *_ in found])})"
-        parts.append(f"{who} waited out {_range([n for _, n, _ in found], _count)} "
-                     f"retransmission timeouts per step "
-                     f"({_range([ms for *_, ms in found], '{:,.0f}')} ms or more each)")
+        if found:
+            parts.append(f"{_subject(found, server, roles)} waited out "
+                         f"{_range([n for _, n, _ in found], _count)} retransmission timeouts per "
+                         f"step ({_range([ms for *_, ms in found], '{:,.0f}')} ms or more each)")
     return "#   link counters: " + "; ".join(parts) if parts else None
+
+
+def _subject(found: list, server: bool, roles: dict) -> str:
+    """Who a clause of the summary is about: one host with its processes, or several as
+    "N server hosts (span)" ("worker-only" for the others); ``found``: (host, ...) tuples."""
+    if len(found) == 1:
+        return _who(found[0][0], roles)
+    return (f"{len(found)} {'server' if server else 'worker-only'} hosts "
+            f"({host_span([h for h, *_ in found])})")
+
+
+def timeouts_in_all(per_host: dict) -> tuple[float, float] | None:
+    """The retransmission timeouts per step of every host together and the least of their
+    hosts' ``rto_min`` (ms); None where no host waited one out."""
+    stalls = [(c["timeouts"], c.get("rto_min_ms", RTO_MIN_MS)) for c in per_host.values()
+              if c.get("timeouts", 0) > 0]
+    if not stalls:
+        return None
+    return sum(n for n, _ in stalls), min(ms for _, ms in stalls)
 
 
 def _count(n: float) -> str:
@@ -368,10 +382,9 @@ def _congested_line(per_host: dict, link_pct: float | None, roles: dict,
                  f"other hosts pushing into {'each' if several else 'it'} at once,")
     else:
         where = f"{where} ({host_span(servers)}),"
-    stalls = [(c["timeouts"], c.get("rto_min_ms", RTO_MIN_MS)) for c in per_host.values()
-              if c.get("timeouts", 0) > 0]
-    timeouts = (f" and {_count(sum(n for n, _ in stalls))} timeouts per step in all "
-                f"({min(ms for _, ms in stalls):,.0f} ms or more each)") if stalls else ""
+    stalls = timeouts_in_all(per_host)
+    timeouts = (f" and {_count(stalls[0])} timeouts per step in all ({stalls[1]:,.0f} ms or more "
+                "each)") if stalls else ""
     return (f"#   bound: the links carried {link_pct:.0f} % of their bound, with {cores}: {where} "
             f"congested ({'their' if several else 'its'} drops above; what "
             f"{'they lose' if several else 'it loses'} on the way in shows as the senders' "

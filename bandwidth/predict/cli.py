@@ -177,7 +177,7 @@ def report(job, q, params) -> tuple[list[str], dict]:
              f"worker",
              f"binds: {found.binding}: {found.resources[found.binding]:.4f} s (+ {found.serial_s:.4f}"
              " s that does not overlap: the last answers, a fixed cost per step)"]
-    why = incast_words(job, params, found.binding)
+    why = incast_words(found, params)
     if why:
         lines.append(f"  ({why})")
     stop = None

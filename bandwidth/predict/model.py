@@ -21,7 +21,6 @@ messages per rank; (R-1)/R x S summed per rank.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -57,6 +56,9 @@ class Prediction:
     binding: str                         # the slowest resource
     serial_s: float                      # what adds to it (tail, fixed cost)
     host_bytes: dict                     # host -> (out, in)
+    # a server link's resource whose way in several remote senders share (incast) -> (senders,
+    # the efficiency the model gave that way)
+    incast: dict = field(default_factory=dict)
 
     @property
     def binding_kind(self) -> str:
@@ -84,7 +86,7 @@ def _ps(job: Job, params: Params) -> Prediction:
     traffic = ps_host_bytes(job.worker_hosts, job.server_hosts, job.shares)
     senders = senders_into(job)
     workers = len(job.worker_hosts)
-    resources = {}
+    resources, incast = {}, {}
     for host, (out, into) in traffic.items():
         rate = job.rates[host]
         holds = "server" if host in job.server_hosts else "worker"
@@ -98,11 +100,14 @@ def _ps(job: Job, params: Params) -> Prediction:
             # every worker's copy is in: round by round, the answers share the way out while
             # the way in waits for them. What still overlaps (the first answered push again
             # while the last answers go out) is measured: one_serial is the rest.
-            resources[f"{holds} link of {host} (one message in flight)"] = (
-                max(t_in, t_out) + params.one_serial * min(t_in, t_out))
+            name = f"{holds} link of {host} (one message in flight)"
+            resources[name] = max(t_in, t_out) + params.one_serial * min(t_in, t_out)
         else:
             way = "in" if t_in >= t_out else "out"
-            resources[f"{holds} link {way} of {host}"] = max(t_in, t_out)
+            name = f"{holds} link {way} of {host}"
+            resources[name] = max(t_in, t_out)
+        if holds == "server" and senders[host] >= 2 and not name.startswith("server link out"):
+            incast[name] = (senders[host], into_eff)
     messages_total = sum(count for count, _ in job.messages)
     tail = 0.0
     for s, (share, (count, last)) in enumerate(zip(job.shares, job.messages)):
@@ -115,7 +120,7 @@ def _ps(job: Job, params: Params) -> Prediction:
     serial = tail + params.step_s
     if job.in_flight == 1:      # every round of messages waits for a round trip
         serial += max(count for count, _ in job.messages) * 4 * params.message_s
-    return _finish(resources, serial, traffic)
+    return _finish(resources, serial, traffic, incast)
 
 
 def _ring(job: Job, params: Params) -> Prediction:
@@ -131,25 +136,24 @@ def _ring(job: Job, params: Params) -> Prediction:
     return _finish(resources, serial, traffic)
 
 
-def _finish(resources: dict, serial: float, traffic: dict) -> Prediction:
+def _finish(resources: dict, serial: float, traffic: dict,
+            incast: dict | None = None) -> Prediction:
     binding = max(resources, key=resources.get)
-    return Prediction(resources[binding] + serial, resources, binding, serial, traffic)
+    return Prediction(resources[binding] + serial, resources, binding, serial, traffic,
+                      incast or {})
 
 
-def incast_words(job: Job, params: Params, binding: str) -> str:
+def incast_words(found: Prediction, params: Params) -> str:
     """Where the binding resource is a server host's link into which several remote processes
     send at once, the words that say so (its senders and the share of the rate the model gives
     the link for them); "" otherwise."""
-    found = re.fullmatch(r"server link (?:in )?of (.+?)(?: \(one message in flight\))?", binding)
-    if not found or job.mode not in PS_MODES:
+    if found.binding not in found.incast:
         return ""
-    senders = senders_into(job)[found.group(1)]
-    if senders < 2:
-        return ""
+    senders, efficiency = found.incast[found.binding]
     largest = max(params.fanin, default=1)
     beyond = f", beyond the {largest} measured" if senders > largest else ""
-    return (f"incast: {senders} remote senders into it at once, carried at "
-            f"{fanin_efficiency(params, senders):.3f} of the rate{beyond}")
+    return (f"incast: {senders} remote senders into it at once, carried at {efficiency:.3f} of "
+            f"the rate{beyond}")
 
 
 def gbps_per_worker(job: Job, seconds: float) -> float:

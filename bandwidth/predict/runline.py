@@ -3,7 +3,7 @@ beside the measured one, with the model's stated error (``benchmarks/predict_che
 
 from __future__ import annotations
 
-from bandwidth.hardware.linkcounters import RTO_MIN_MS
+from bandwidth.hardware.linkcounters import timeouts_in_all
 from bandwidth.plan.layout import DTYPE_BYTES
 from bandwidth.predict import params as paramfile
 from bandwidth.predict.cli import error_text
@@ -32,7 +32,7 @@ def predicted_lines(result, rate_bits: int) -> list[str]:
     found = predict(job, params)
     measured = result.summary.seconds_median
     error = 100 * (found.seconds - measured) / measured
-    why = incast_words(job, params, found.binding)
+    why = incast_words(found, params)
     return [f"predicted (python -m bandwidth.predict, parameters: {params.source}): "
             f"{found.seconds:.6f} s per step, binding: {found.binding}"
             f"{f' ({why})' if why else ''}; this run "
@@ -44,11 +44,8 @@ def _left_out(result, error: float) -> str:
     """Where the model fell short of the run by more than UNDER_PCT and the run's hosts waited
     out retransmission timeouts (hardware.linkcounters), the words that say the model has no
     term for them; "" otherwise."""
-    counters = (result.link_counters or {}).values()
-    stalls = [(c["timeouts"], c.get("rto_min_ms", RTO_MIN_MS)) for c in counters
-              if c.get("timeouts", 0) > 0]
+    stalls = timeouts_in_all(result.link_counters or {})
     if error > -UNDER_PCT or not stalls:
         return ""
     return (f" (the model has no term for the retransmission timeouts this run's hosts waited "
-            f"out: {sum(n for n, _ in stalls):.1f} per step in all, "
-            f"{min(ms for _, ms in stalls):,.0f} ms or more each)")
+            f"out: {stalls[0]:.1f} per step in all, {stalls[1]:,.0f} ms or more each)")
