@@ -13,6 +13,7 @@ LAUNCHES = ("auto", "graph", "eager")             # how a step's GPU work is iss
 OWNER_RULES = ("balanced", "greedy")      # the device mode's key placement
 SERVER_ORDERS = ("same", "staggered")     # the PS worker's visiting order (stores/dist.py)
 SERVER_KEYS = ("mxnet", "balanced")       # how the PS modes spread keys over servers (stores/dist.py)
+SERVER_TAKES = ("message", "worker")      # the order a sync server takes pushes in (psserver.py)
 GC_TYPES = ("none", "2bit")               # MXNet 1.9.1's gradient compression (--backend mxnet)
 AUTO_REPEATS = 1000                       # --repeat auto: the cap; --time-budget ends it first
 
@@ -57,6 +58,7 @@ class Config:
     server_order: str = "same"             # PS modes: "same" | "staggered" (stores/dist.py)
     server_admit: int | None = None        # PS modes: pushes a server accepts at once (None: slots)
     server_keys: str = "mxnet"             # PS modes: "mxnet" | "balanced" (stores/dist.py)
+    server_takes: str = "message"          # PS sync servers: "message" | "worker" (psserver.py)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -49,6 +49,10 @@ def _check_scalars(args: argparse.Namespace) -> None:
         raise ConfigError(f"--max-in-flight must be 1 or more; got {args.max_in_flight}")
     if args.server_admit is not None and args.server_admit < 1:
         raise ConfigError(f"--server-admit must be 1 or more; got {args.server_admit}")
+    if args.server_takes == "worker" and args.max_in_flight is not None:
+        raise ConfigError("--server-takes worker with --max-in-flight: a worker would wait for an "
+                          "answer that needs every worker's push while its server waits for the "
+                          "rest of that worker's share; give one of them")
     if args.num_servers is not None and args.num_servers < 0:
         raise ConfigError(f"--num-servers must be 0 or more; got {args.num_servers}")
     if args.cpus is not None and args.cpus < 1:
@@ -152,6 +156,10 @@ def job_from_args(args: argparse.Namespace) -> Job:
     if not modes:
         raise ConfigError("--kv-store needs at least one mode")
     backends = _backends(args)
+    unsynced = [m for m in modes if m.startswith("dist_async")]
+    if args.server_takes != "message" and unsynced:
+        raise ConfigError(f"--server-takes {args.server_takes} orders a sync server's pushes; "
+                          f"--kv-store {unsynced[0]} answers every push on its own")
     matrix = None
     if args.network_ceiling is not None:
         from bandwidth.stores.registry import KVSTORES
@@ -185,6 +193,7 @@ def job_from_args(args: argparse.Namespace) -> Job:
                   owners=args.owners, graph_steps=parse_graph_steps(args.graph_steps),
                   max_in_flight=args.max_in_flight, server_order=args.server_order,
                   server_admit=args.server_admit, server_keys=args.server_keys,
+                  server_takes=args.server_takes,
                   **compute_fields(args))
     # The backend varies fastest, so that the rows of a comparison sit side by side.
     configs = tuple(Config(network=network, kv_store=mode, gpus=gpus, cpus=cpus, backend=backend,

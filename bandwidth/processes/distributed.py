@@ -122,7 +122,8 @@ def _parameter_server(plan: Plan, role: Role, on_report) -> Result | None:
                           role.task_id if role.name == WORKER else 0,
                           push_group=dist.new_group(everyone), pull_group=dist.new_group(everyone),
                           max_in_flight=c.max_in_flight, server_order=c.server_order,
-                          server_admit=c.server_admit, server_keys=c.server_keys)
+                          server_admit=c.server_admit, server_keys=c.server_keys,
+                          server_takes=c.server_takes)
         raw = _raw_exchange(plan, cluster, role) if c.reference else None
         counters_before = linkcounters.snapshot()
         if role.name == SERVER:
@@ -223,7 +224,7 @@ def _raw_exchange(plan: Plan, cluster: Cluster, role: Role, repeats: int = 3) ->
             for work in post_messages(cluster, plan_messages, out, out):
                 work.wait()
         else:
-            echo(slots, mine, cluster.num_workers, (cluster.push_group, cluster.pull_group))
+            echo(slots, mine, cluster, role.task_id)
         if i:
             seconds.append(time.perf_counter() - start)
     return statistics.median(seconds) if role.name == WORKER else None

@@ -57,6 +57,7 @@ class Cluster:
     server_order: str = "same"        # "staggered": worker w starts each round at server w % S
     server_admit: int | None = None   # pushes a server accepts at once (None: its slots' worth)
     server_keys: str = "mxnet"        # how keys are spread over the servers (server_pieces)
+    server_takes: str = "message"     # the order a sync server takes pushes in (psserver)
 
     def server_rank(self, server: int) -> int:
         return self.num_workers + server
@@ -265,10 +266,13 @@ class ParameterServerStore(KVStore):
                  else "servers visited staggered (worker w starts each round at server w mod S)")
         keys = ("MXNet's key rule" if self.cluster.server_keys == "mxnet"
                 else "keys balanced over the servers")
+        takes = ("" if not self.sync or self.cluster.server_takes == "message"
+                 else "; each server takes one worker's whole share after another, server s "
+                      "from worker s*W/S")
         return [f"per-server load: {load} ({keys}); {len(self.messages)} messages of at most "
                 f"{MESSAGE_BYTES / 1e6:g} MB per push, "
                 + ("all in flight" if flight is None else f"at most {flight} per server in flight")
-                + f"; {order}"
+                + f"; {order}{takes}"
                 + ("" if self.cluster.server_admit is None
                    else f"; each server accepts at most {self.cluster.server_admit} pushes at once"),
                 f"{'sync' if self.sync else 'async'} servers, local reduce on the "

@@ -8,9 +8,10 @@ slot is posted again for the next (message, worker) as soon as its push is added
 
 Sync: for every message (a run of its share), the first worker's push lands in the sum itself,
 the others' in slots and are added; once all W are in, the optimizer updates the stored weights
-(or the sum is the stored value) and every worker is answered. Receives are posted message by
-message, worker by worker, as many at once as there are slots, so the first messages are answered
-while the later pushes are still arriving.
+(or the sum is the stored value) and every worker is answered. Receives are posted as many at
+once as there are slots, in the order ``--server-takes`` sets (``receive_order``): message by
+message, worker by worker (the default), so the first messages are answered while the later
+pushes are still arriving; or worker by worker, each worker's share back to back.
 
 Gloo moves a push only once its receive is posted, so a server admits the senders into its link:
 ``--server-admit N`` (``Cluster.server_admit``) posts at most N receives at once (async: N slots
@@ -83,8 +84,9 @@ def serve(shapes, cluster, server: int, *, devices: int, by_owner: bool, sync: b
     groups = (cluster.push_group, cluster.pull_group)
     if sync:
         total = store if optimizer is None else torch.zeros(size, dtype=torch_dtype)
-        _serve_sync(store, total, slots, mine, optimizer, cluster.num_workers, iterations, groups,
-                    admit)
+        order = receive_order(mine, cluster, server)
+        _serve_sync(store, total, slots, order, optimizer, cluster.num_workers, iterations,
+                    groups, admit)
     else:
         _serve_async(store, slots, mine, optimizer, cluster.num_workers, iterations, groups)
 
@@ -109,23 +111,45 @@ def server_messages(parts, num_servers: int, server: int, devices: int, by_owner
     return mine, size
 
 
-def _serve_sync(store, total, slots, mine, optimizer, workers: int, iterations: int,
+def receive_order(mine, cluster, server: int) -> list[tuple[int, int, int, int, bool, bool]]:
+    """(tag, start, stop, worker, first, last) of every push ``server`` takes in a step, in the
+    order it posts their receives; ``first``: the message's first push (it lands in the sum
+    itself), ``last``: its last (the message is then summed and answered).
+
+    ``cluster.server_takes`` "message": every worker's push of the first message, workers in
+    order, then of the second, and so on, so each message is summed and answered while the later
+    ones arrive. Each worker's connection then idles while the server takes the other workers'
+    pushes of a message, longer than TCP's retransmission timeout at the seed's scale (0.3-0.8 s
+    at 50 x 5 on 1 Gbit/s links), so every message starts again from TCP's initial window
+    (Linux's tcp_slow_start_after_idle). "worker": one worker's whole share after another, so a
+    connection carries it back to back, and server s starts at worker s * W / S, so that the
+    servers take from different workers at once rather than all drawing on the same workers'
+    links; a message is complete, and answered, only once the last worker is in."""
+    workers = cluster.num_workers
+    if cluster.server_takes == "message":
+        return [(tag, s, e, w, w == 0, w == workers - 1) for tag, s, e in mine
+                for w in range(workers)]
+    start = server * workers // max(1, cluster.num_servers)
+    turn = [(start + i) % workers for i in range(workers)]
+    return [(tag, s, e, w, w == turn[0], w == turn[-1]) for w in turn for tag, s, e in mine]
+
+
+def _serve_sync(store, total, slots, order, optimizer, workers: int, iterations: int,
                 groups, admit: int | None) -> None:
     push_group, pull_group = groups
-    order = [(tag, s, e, w) for tag, s, e in mine for w in range(workers)]
     for _ in range(iterations):
         free = collections.deque(slots)
-        pending = collections.deque()           # (tag, s, e, worker, slot or None, work)
+        pending = collections.deque()           # (tag, s, e, last, slot or None, work)
         answers = []
         posted = _post_sync(order, 0, free, pending, total, push_group, admit)
         while pending:
-            tag, s, e, w, slot, work = pending.popleft()
+            tag, s, e, last, slot, work = pending.popleft()
             work.wait()
             if slot is not None:
                 total[s:e].add_(slot[:e - s])
                 free.append(slot)
             posted = _post_sync(order, posted, free, pending, total, push_group, admit)
-            if w == workers - 1:                 # every push of this message is in
+            if last:                             # every push of this message is in
                 if optimizer is not None:
                     optimizer.apply(store[s:e], total[s:e])
                 answers += [dist.isend(store[s:e], dst=v, tag=tag, group=pull_group)
@@ -135,19 +159,19 @@ def _serve_sync(store, total, slots, mine, optimizer, workers: int, iterations: 
 
 
 def _post_sync(order, posted: int, free, pending, total, group, admit: int | None) -> int:
-    """Post receives in (message, worker) order from ``order[posted]`` while a slot is free and
-    fewer than ``admit`` (None: no limit) are pending; worker 0's push of each message lands in
-    the sum itself and needs no slot. Returns how many of ``order`` are posted."""
+    """Post receives in ``receive_order`` from ``order[posted]`` while a slot is free and fewer
+    than ``admit`` (None: no limit) are pending; a message's first push lands in the sum itself
+    and needs no slot. Returns how many of ``order`` are posted."""
     while posted < len(order) and (admit is None or len(pending) < admit):
-        tag, s, e, w = order[posted]
-        if w == 0:
+        tag, s, e, w, first, last = order[posted]
+        if first:
             slot, into = None, total[s:e]
         elif free:
             slot = free.popleft()
             into = slot[:e - s]
         else:
             break
-        pending.append((tag, s, e, w, slot, dist.irecv(into, src=w, tag=tag, group=group)))
+        pending.append((tag, s, e, last, slot, dist.irecv(into, src=w, tag=tag, group=group)))
         posted += 1
     return posted
 
@@ -232,13 +256,13 @@ def echo_slots(share: int, largest: int, dtype) -> list:
     return [torch.empty(largest, dtype=dtype) for _ in range(slot_count(share, largest, 0))]
 
 
-def echo(slots, mine, workers: int, groups) -> None:
-    """The transport alone, as a server: every worker's push of each of ``mine`` lands in a slot
-    and is sent straight back from it (the raw exchange that is a run's ceiling); receives are
-    posted in (message, worker) order while a slot is free, and a slot is free again once its
-    answer has left."""
-    push_group, pull_group = groups
-    order = [(tag, s, e, w) for tag, s, e in mine for w in range(workers)]
+def echo(slots, mine, cluster, server: int) -> None:
+    """The transport alone, as server ``server``: every worker's push of each of ``mine`` lands
+    in a slot and is sent straight back from it (the raw exchange that is a run's ceiling);
+    receives are posted in the run's ``receive_order`` while a slot is free, and a slot is free
+    again once its answer has left."""
+    push_group, pull_group = cluster.push_group, cluster.pull_group
+    order = receive_order(mine, cluster, server)
     free = collections.deque(slots)
     pushes, answers = collections.deque(), collections.deque()
     posted = 0
@@ -248,7 +272,7 @@ def echo(slots, mine, workers: int, groups) -> None:
                 slot, done = answers.popleft()
                 done.wait()
                 free.append(slot)
-            tag, s, e, w = order[posted]
+            tag, s, e, w, _, _ = order[posted]
             slot = free.popleft()
             pushes.append((tag, w, slot[:e - s], slot,
                            dist.irecv(slot[:e - s], src=w, tag=tag, group=push_group)))
