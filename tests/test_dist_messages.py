@@ -139,3 +139,64 @@ def test_balanced_keys_are_exact_and_stated(mode, cpus):
     loads = re.search(r"per-server load: (.*?) \(keys balanced over the servers\);", proc.stdout)
     assert loads, proc.stdout[-2000:]
     assert len(set(re.findall(r"\d+: ([0-9.]+) MB", loads.group(1)))) == 1, loads.group(1)
+
+
+def test_receive_order_by_message_or_by_worker_takes_every_push_once():
+    """psserver.receive_order: "message" takes every worker's push of a message before the next
+    message, worker 0 first and last the last worker; "worker" takes each worker's whole share
+    in turn, server s from worker s * W / S. Either way every (message, worker) once, and each
+    message's first and last push are the first and last taken."""
+    from bandwidth.stores.dist import Cluster
+    from bandwidth.stores.psserver import receive_order
+
+    mine = [(3, 0, 10), (7, 10, 30), (11, 30, 35)]
+    workers, servers = 5, 2
+    for takes in ("message", "worker"):
+        for server in range(servers):
+            order = receive_order(mine, Cluster(workers, servers, server_takes=takes), server)
+            assert sorted((tag, w) for tag, _, _, w, _, _ in order) == \
+                sorted((tag, w) for tag, _, _ in mine for w in range(workers))
+            for tag, _, _ in mine:
+                taken = [(w, first, last) for t, _, _, w, first, last in order if t == tag]
+                assert [first for _, first, _ in taken] == [True] + [False] * (workers - 1)
+                assert [last for _, _, last in taken] == [False] * (workers - 1) + [True]
+    by_message = receive_order(mine, Cluster(workers, servers), 1)
+    assert [(tag, w) for tag, _, _, w, _, _ in by_message[:6]] == \
+        [(3, 0), (3, 1), (3, 2), (3, 3), (3, 4), (7, 0)]
+    by_worker = receive_order(mine, Cluster(workers, servers, server_takes="worker"), 1)
+    assert [(tag, w) for tag, _, _, w, _, _ in by_worker[:6]] == \
+        [(3, 2), (7, 2), (11, 2), (3, 3), (7, 3), (11, 3)]      # server 1 of 2 starts at 5 // 2
+
+
+@pytest.mark.timeout(200)
+def test_servers_taking_a_worker_at_a_time_are_exact_and_stated():
+    """Real processes: 4 workers, 2 servers, 4 MB in 1 MB messages and SGD, each server taking
+    one worker's share after another: the pulled values are exact, the raw exchange that is
+    the run's ceiling (taken in the same order) completes, and the note says how the servers
+    took the pushes."""
+    from tests.test_dist import launch
+
+    proc = launch(4, 2, "--kv-store", "dist_sync", "--network", "flat:1000000", "--cpus", "1",
+                  "--optimizer", "sgd", "--server-takes", "worker", "--num-batches", "2")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "max error 0.000000" in proc.stdout
+    assert "each server takes one worker's whole share after another" in proc.stdout
+    assert "ceiling:" in proc.stdout
+
+
+@pytest.mark.parametrize("flags, said", [
+    (["--kv-store", "dist_async", "--server-takes", "worker"],
+     "--server-takes worker orders a sync server's pushes; --kv-store dist_async answers every "
+     "push on its own"),
+    (["--kv-store", "dist_sync", "--server-takes", "worker", "--max-in-flight", "2"],
+     "give one of them"),
+])
+def test_server_takes_worker_where_it_cannot_run_is_one_line(flags, said):
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+    proc = subprocess.run([sys.executable, "bandwidth/measure.py", *flags], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].endswith(said)

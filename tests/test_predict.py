@@ -56,6 +56,22 @@ def test_one_message_in_flight_overlaps_a_servers_directions_less():
         pytest.approx(0.5, rel=1e-4)
 
 
+
+def test_a_server_taking_a_worker_after_another_takes_in_then_answers():
+    """--server-takes worker: a server host's link takes every push, then sends every answer
+    (in + out, not the larger), the way in at one sender's efficiency, no separate tail; the
+    async modes keep the message order (their servers answer each push on its own)."""
+    by_worker = make_job("dist_sync", FLAT, 2, 1, rate_bits=8e6, placement="separate",
+                         server_takes="worker")
+    slow_in = dataclasses.replace(PLAIN, eff_one=0.5, fanin={2: 0.25})
+    found = predict(by_worker, slow_in)
+    assert found.binding == "server link of h3 (in, then out: a worker's share after another)"
+    # 20 MB in at 0.5 of 1 MB/s, then 20 MB out to two workers (eff_several: 1.0)
+    assert found.resources[found.binding] == pytest.approx(40.0 + 20.0)
+    assert found.serial_s == pytest.approx(0.0) and found.incast == {}
+    assert make_job("dist_async", FLAT, 2, 1, rate_bits=8e6, placement="separate",
+                    server_takes="worker").server_takes == "message"
+
 def test_ring_of_four_hosts():
     job = make_job("dist_nccl", FLAT, 4, 0, rate_bits=8e6)
     found = predict(job, PLAIN)

@@ -16,6 +16,7 @@ their number. The scheduler is not a world rank and is not counted.
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -24,6 +25,8 @@ from bandwidth.launch.config import LaunchConfig
 from bandwidth.launch.contract import Job, Role
 from bandwidth.launch.hostfile import Host
 from bandwidth.launch.placement import deal, place
+
+log = logging.getLogger(__name__)
 
 
 def local_ranks(placed: Sequence[Host]) -> list[tuple[int, int]]:
@@ -80,4 +83,20 @@ def make_plan(config: LaunchConfig, job: Job, hosts: Sequence[Host], *, place_sc
     if config.scheduler:
         roles.append(job.role(job.world_size, placed[-1].name if place_scheduler
                               else job.master_addr))
-    return Plan(config, job, tuple(roles), tuple(placed), environ)
+    return Plan(config, job, tuple(roles), tuple(placed),
+                one_thread_where_crowded(environ, config.env, world))
+
+
+def one_thread_where_crowded(environ: Mapping[str, str], env_flags, world) -> Mapping[str, str]:
+    """``environ`` with OMP_NUM_THREADS=1 where a host runs several of the job's processes and
+    neither the launcher's environment nor ``--env`` sets it, as torchrun does: each process's
+    torch otherwise starts a thread per core, and their OpenMP threads spin between operations
+    on cores the others need (50 workers and 5 servers on the lab's 2 cores: 37-40 s between
+    steps of 3.5-4.5 s, against 14 s with one thread each; BENCHMARKS.md, 2026-11-27)."""
+    if "OMP_NUM_THREADS" in environ or any(name == "OMP_NUM_THREADS" for name, _ in env_flags):
+        return environ
+    if max(Counter(world).values(), default=0) < 2:
+        return environ
+    log.info("OMP_NUM_THREADS=1 for every process: several share a host (set OMP_NUM_THREADS, "
+             "or --env OMP_NUM_THREADS=N, to choose)")
+    return {**environ, "OMP_NUM_THREADS": "1"}

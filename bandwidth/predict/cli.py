@@ -9,7 +9,7 @@ import sys
 
 import networks
 from bandwidth.ceiling.linkbound import parse_rate
-from bandwidth.config.job import SERVER_KEYS
+from bandwidth.config.job import SERVER_KEYS, SERVER_TAKES
 from bandwidth.errors import BandwidthError, ConfigError
 from bandwidth.predict import params as paramfile
 from bandwidth.predict.jobs import make_job
@@ -67,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--server-keys", default="mxnet", choices=SERVER_KEYS,
                    help="how the arrays are spread over the servers: 'mxnet' (MXNet's key rule, "
                         "default) or 'balanced' (the same bytes on every server), as measure.py's")
+    p.add_argument("--server-takes", default="message", choices=SERVER_TAKES,
+                   help="the order a sync server takes the pushes in: 'message' (default) or "
+                        "'worker' (one worker's whole share after another), as measure.py's")
     p.add_argument("--devices-per-worker", type=int, default=1,
                    help="dist_nccl: ranks per worker (default: 1)")
     p.add_argument("--params", default=None, metavar="FILE",
@@ -107,7 +110,7 @@ def question(args) -> dict:
                 servers=args.num_servers, rate_bits=parse_rate(args.link_rate, "--link-rate"),
                 placement=args.placement, hosts=hosts, rate_of=rate_of,
                 in_flight=args.max_in_flight, ranks_per_worker=args.devices_per_worker,
-                server_keys=args.server_keys)
+                server_keys=args.server_keys, server_takes=args.server_takes)
 
 
 def matrix_rates(path: str) -> tuple[int, dict]:
@@ -170,7 +173,9 @@ def report(job, q, params) -> tuple[list[str], dict]:
              if job.server_hosts else f"{len(job.worker_hosts)} workers")
     lines = [f"# predicted: {job.mode}, {job.nbytes / 1e6:.2f} MB, {shape} on {hosts} hosts "
              f"({q['placement']}), {q['rate_bits'] / 1e9:g} Gbit/s each way, messages in flight "
-             f"per server: {flight}",
+             f"per server: {flight}"
+             + (", each server taking one worker's share after another"
+                if job.server_takes == "worker" else ""),
              f"# parameters: {params.source}",
              f"# model error: {error_text(params.check)}",
              f"step {found.seconds:.4f} s, {gbps_per_worker(job, found.seconds):.4f} GB/s per "
@@ -190,6 +195,7 @@ def report(job, q, params) -> tuple[list[str], dict]:
     doc = {"mode": job.mode, "nbytes": job.nbytes, "workers": len(job.worker_hosts),
            "servers": len(job.server_hosts), "hosts": hosts, "placement": q["placement"],
            "rate_bits": q["rate_bits"], "max_in_flight": job.in_flight,
+           "server_takes": job.server_takes,
            "seconds": found.seconds, "gbps_per_worker": gbps_per_worker(job, found.seconds),
            "binding": found.binding, "incast": why or None, "resources": found.resources,
            "serial_s": found.serial_s,

@@ -66,7 +66,7 @@ def make_job(mode: str, shapes, workers: int, servers: int, *, rate_bits: float,
              placement: str = "round-robin", hosts: int | None = None,
              rate_of: dict | None = None, in_flight: int | None = None,
              ranks_per_worker: int = 1, element_size: int = 4, placed=None,
-             server_keys: str = "mxnet") -> Job:
+             server_keys: str = "mxnet", server_takes: str = "message") -> Job:
     """The Job for a question; ``placed`` (worker hosts, server hosts) overrides the placement."""
     if mode not in MODES:
         raise ConfigError(f"the model does not cover --kv-store {mode}: it predicts "
@@ -88,4 +88,5 @@ def make_job(mode: str, shapes, workers: int, servers: int, *, rate_bits: float,
     held = server_shares(shapes, servers, element_size, server_keys)
     return Job(mode, nbytes, tuple(worker_hosts), tuple(server_hosts),
                shares=tuple(float(nb) for nb, _ in held), messages=tuple(m for _, m in held),
-               rates=rates, in_flight=in_flight)
+               rates=rates, in_flight=in_flight,
+               server_takes=server_takes if mode.startswith("dist_sync") else "message")

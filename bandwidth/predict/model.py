@@ -9,7 +9,9 @@ Parameter-server modes, per step:
   (incast, ``fanin_efficiency``); with one message in flight per server, a worker pushes its
   next message only once its answer is in, so the share ``one_serial`` (calibrated) of a server
   host's shorter direction does not overlap the other, and every round of messages adds a round
-  trip;
+  trip; where a server takes one worker's whole share after another (``--server-takes worker``),
+  its link takes every push in and then sends every answer out, the one way after the other,
+  and the way in carries one worker's connection at a time (the efficiency of one sender);
 * every server's CPU: a receive and a send per worker and message, and W x its share summed;
 * every worker's CPU: a send and a receive per message;
 * then, not overlapped: the server's last answers (W x its last message after the last push)
@@ -47,6 +49,7 @@ class Job:
     rates: dict = field(default_factory=dict)
     in_flight: int | None = None
     ranks_per_worker: int = 1            # dist_nccl: a rank per device
+    server_takes: str = "message"        # sync servers: "worker" takes a share after another
 
 
 @dataclass(frozen=True)
@@ -95,7 +98,14 @@ def _ps(job: Job, params: Params) -> Prediction:
         into_eff = (fanin_efficiency(params, senders[host]) if holds == "server"
                     else outbound_efficiency(params, senders[host]))
         t_in = into * 8 / (rate * into_eff)
-        if holds == "server" and job.in_flight == 1:
+        by_worker = holds == "server" and job.server_takes == "worker"
+        if by_worker:
+            # Each message is answered only once the last worker's share is in: the answers
+            # follow the pushes; the pushes come one connection at a time, back to back.
+            t_in = into * 8 / (rate * params.eff_one)
+            name = f"{holds} link of {host} (in, then out: a worker's share after another)"
+            resources[name] = t_in + t_out
+        elif holds == "server" and job.in_flight == 1:
             # A worker's next push follows its answer, and a server answers a message once
             # every worker's copy is in: round by round, the answers share the way out while
             # the way in waits for them. What still overlaps (the first answered push again
@@ -106,7 +116,8 @@ def _ps(job: Job, params: Params) -> Prediction:
             way = "in" if t_in >= t_out else "out"
             name = f"{holds} link {way} of {host}"
             resources[name] = max(t_in, t_out)
-        if holds == "server" and senders[host] >= 2 and not name.startswith("server link out"):
+        if holds == "server" and senders[host] >= 2 and not by_worker \
+                and not name.startswith("server link out"):
             incast[name] = (senders[host], into_eff)
     messages_total = sum(count for count, _ in job.messages)
     tail = 0.0
@@ -115,7 +126,8 @@ def _ps(job: Job, params: Params) -> Prediction:
         resources[f"server cpu of server {s}"] = cpu
         host = job.server_hosts[s]
         remote = sum(1 for w in job.worker_hosts if w != host)
-        tail = max(tail, remote * last * 8 / (job.rates[host] * params.eff_one))
+        if job.server_takes != "worker":        # there, the link's time holds every answer
+            tail = max(tail, remote * last * 8 / (job.rates[host] * params.eff_one))
     resources["worker cpu"] = 2 * messages_total * params.message_s
     serial = tail + params.step_s
     if job.in_flight == 1:      # every round of messages waits for a round trip

@@ -27,7 +27,7 @@ def predicted_lines(result, rate_bits: int) -> list[str]:
                    in_flight=config.max_in_flight, ranks_per_worker=plan.devices.n,
                    element_size=DTYPE_BYTES[config.dtype],
                    placed=(tuple(result.worker_hosts), tuple(result.server_hosts)),
-                   server_keys=config.server_keys)
+                   server_keys=config.server_keys, server_takes=config.server_takes)
     params = paramfile.load()
     found = predict(job, params)
     measured = result.summary.seconds_median
