@@ -55,15 +55,18 @@ def test_every_child_sees_the_contract_and_only_forwarded_variables(tmp_path):
 
 @pytest.mark.timeout(60)
 def test_processes_sharing_a_host_get_one_thread_unless_told(tmp_path):
-    """As torchrun: several processes on one host each get OMP_NUM_THREADS=1 when neither the
-    launcher's environment nor --env sets it; a value the user gives is kept."""
+    """Several processes on one host each get OMP_NUM_THREADS = the cores over the processes on
+    the most crowded host, at least 1, when neither the launcher's environment nor --env sets
+    it; a value the user gives is kept."""
+    import os
     from bandwidth.launch.plan import one_thread_where_crowded
 
     env = {k: v for k, v in launch_env().items() if k != "OMP_NUM_THREADS"}
     result = launch("-n", "2", "-s", "1", PYTHON, program("role_env.py"), str(tmp_path), env=env)
     assert result.returncode == 0, result.stderr
     got = records(tmp_path)
-    assert len(got) == 3 and all(r["env"]["OMP_NUM_THREADS"] == "1" for r in got.values())
+    want = str(max(1, os.cpu_count() // 3))
+    assert len(got) == 3 and all(r["env"]["OMP_NUM_THREADS"] == want for r in got.values())
     given = tmp_path / "given"
     given.mkdir()
     result = launch("-n", "2", "-s", "0", "--env", "OMP_NUM_THREADS=3", PYTHON,
@@ -72,6 +75,9 @@ def test_processes_sharing_a_host_get_one_thread_unless_told(tmp_path):
     assert [r["env"]["OMP_NUM_THREADS"] for r in records(given).values()] == ["3", "3"]
     # one process per host: nothing is set
     assert one_thread_where_crowded({}, (), ["a", "b"]) == {}
+    assert one_thread_where_crowded({}, (), ["a"] * 3 + ["b"], cores=16) == \
+        {"OMP_NUM_THREADS": "5"}
+    assert one_thread_where_crowded({}, (), ["a"] * 3, cores=2) == {"OMP_NUM_THREADS": "1"}
     assert one_thread_where_crowded({"OMP_NUM_THREADS": "8"}, (), ["a", "a"]) == \
         {"OMP_NUM_THREADS": "8"}
 

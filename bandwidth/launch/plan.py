@@ -17,6 +17,7 @@ their number. The scheduler is not a world rank and is not counted.
 from __future__ import annotations
 
 import logging
+import os
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -87,16 +88,21 @@ def make_plan(config: LaunchConfig, job: Job, hosts: Sequence[Host], *, place_sc
                 one_thread_where_crowded(environ, config.env, world))
 
 
-def one_thread_where_crowded(environ: Mapping[str, str], env_flags, world) -> Mapping[str, str]:
-    """``environ`` with OMP_NUM_THREADS=1 where a host runs several of the job's processes and
-    neither the launcher's environment nor ``--env`` sets it, as torchrun does: each process's
-    torch otherwise starts a thread per core, and their OpenMP threads spin between operations
-    on cores the others need (50 workers and 5 servers on the lab's 2 cores: 37-40 s between
-    steps of 3.5-4.5 s, against 14 s with one thread each; BENCHMARKS.md, 2026-11-27)."""
+def one_thread_where_crowded(environ: Mapping[str, str], env_flags, world,
+                             cores: int | None = None) -> Mapping[str, str]:
+    """``environ`` with OMP_NUM_THREADS set where a host runs several of the job's processes and
+    neither the launcher's environment nor ``--env`` sets it: the cores over the most processes
+    on one host, at least 1 (torchrun sets 1). Each process's torch otherwise starts a thread per
+    core, and where processes outnumber cores their OpenMP threads spin between operations on
+    cores the others need (50 workers and 5 servers on the lab's 2 cores: 37-40 s between steps
+    of 3.5-4.5 s, against 14 s with one thread each; BENCHMARKS.md, 2026-11-27). ``cores``: a
+    host's (default: this machine's, the estimate for every host)."""
     if "OMP_NUM_THREADS" in environ or any(name == "OMP_NUM_THREADS" for name, _ in env_flags):
         return environ
-    if max(Counter(world).values(), default=0) < 2:
+    crowd = max(Counter(world).values(), default=0)
+    if crowd < 2:
         return environ
-    log.info("OMP_NUM_THREADS=1 for every process: several share a host (set OMP_NUM_THREADS, "
-             "or --env OMP_NUM_THREADS=N, to choose)")
-    return {**environ, "OMP_NUM_THREADS": "1"}
+    threads = max(1, (cores or os.cpu_count() or 1) // crowd)
+    log.info("OMP_NUM_THREADS=%d for every process: %d share a host (set OMP_NUM_THREADS, or "
+             "--env OMP_NUM_THREADS=N, to choose)", threads, crowd)
+    return {**environ, "OMP_NUM_THREADS": str(threads)}
