@@ -335,7 +335,9 @@ def test_the_summary_says_how_the_products_were_issued():
                 calibrated_rate_flops=6e14, step_flops=10 ** 12, device_type="cuda")
     words = {"eager": "products issued eagerly",
              "graph": "products issued from a CUDA graph per run of slots",
-             "step graph": "products issued with the exchange, one CUDA graph per step"}
+             "step graph": "products issued with the exchange, one CUDA graph per step",
+             "graph per GPU": "products issued from a CUDA graph per run of slots (the compute "
+                              "alone: one CUDA graph per GPU)"}
     for launch, said in words.items():
         assert said in StepCosts(**base, compute_launch=launch).lines()[2]
     assert "max error not checked in the steps" in StepCosts(**base).lines()[1]

@@ -12,6 +12,8 @@ Slots run flat's events themselves: every unit's backward (last first), the exch
 arrays, then every unit's forward (nothing overlaps). On GPUs a scheduled step and its compute
 alone may each be one CUDA graph (compute.stepgraph: ``--launch graph``, or ``auto`` where its
 trial steps are faster); the traced step then still runs a graph per part and per run of slots.
+Where one process drives several GPUs and issues its slots from graphs, the compute alone is one
+graph per GPU (compute.stepgraph.AloneGraphs).
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from bandwidth.compute.graphs import SlotGraphs
 from bandwidth.compute.layers import unit_work
 from bandwidth.compute.runner import Runner, large_matmul_rate
 from bandwidth.compute.slots import Slots
-from bandwidth.compute.stepgraph import TRIAL_STEPS, StepGraphs, step_graph_unavailable
+from bandwidth.compute.stepgraph import (TRIAL_STEPS, AloneGraphs, StepGraphs,
+                                         step_graph_unavailable)
 from bandwidth.measurement import protocol
 from bandwidth.plan.layout import DTYPE_BYTES
 from bandwidth.plan.plan import Plan
@@ -133,11 +136,16 @@ def measure_costs(plan: Plan, session, kick) -> dict:
                 compute_launch = "step graph"
             else:
                 whole = None
+        alone_graph = whole and whole.alone
+        if alone_graph is None and compute_launch == "graph" \
+                and len({r.device for r in runners}) > 1:
+            alone_graph = AloneGraphs(runners, events)   # several GPUs: one replay each
+            compute_launch = "graph per GPU"
         large = large_matmul_rate(runners[0].device, c.dtype)
         # Interleaved, iteration by iteration, the first rotating: load from other processes
         # falls on both alike (protocol.measure_interleaved).
         (alone, _), (step, _) = protocol.measure_interleaved(
-            [kick(ComputeAlone(session, runners, slots, events, whole and whole.alone)),
+            [kick(ComputeAlone(session, runners, slots, events, alone_graph)),
              kick(StepWithCompute(session, runners, slots, events, whole and whole.step))],
             iterations=c.num_batches, warmup=c.warmup, disp_batches=c.num_batches,
             check=c.test_results, nbytes=plan.nbytes, bus_factors=[0.0, 0.0])

@@ -106,6 +106,8 @@ class StepCosts:
     @property
     def _issued(self) -> str:
         return {"graph": "from a CUDA graph per run of slots",
+                "graph per GPU": "from a CUDA graph per run of slots (the compute alone: one "
+                                 "CUDA graph per GPU)",
                 "step graph": "with the exchange, one CUDA graph per step"}.get(
                     self.compute_launch, "eagerly")
 
