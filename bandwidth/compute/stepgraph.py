@@ -66,24 +66,28 @@ class StepGraphs:
         self.runners = runners
         store = session.store
         self.step = capture_step(store, self._compute)
-        self.alone = self._capture_alone([e for e in store.events
-                                          if e.kind in (FORWARD, BACKWARD)])
+        self.alone = capture_compute(runners, store.events)
 
     def _compute(self, event: Event) -> None:
         for runner in self.runners:
             runner.layer(event.unit, backward=event.kind == BACKWARD)
 
-    def _capture_alone(self, events: list[Event]) -> torch.cuda.CUDAGraph:
-        device = self.runners[0].device
-        graph = torch.cuda.CUDAGraph()
-        stream = torch.cuda.Stream(device=device)
-        stream.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.device(device), torch.cuda.graph(graph, stream=stream):
-            for event in events:
-                self._compute(event)
-        torch.cuda.current_stream(device).wait_stream(stream)
-        torch.cuda.synchronize(device)
-        return graph
+
+def capture_compute(runners: list[Runner], events: list[Event]) -> torch.cuda.CUDAGraph:
+    """``runners``' products of every forward and backward event, in order, as one CUDA graph
+    on their GPU (every runner on the same one)."""
+    device = runners[0].device
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream(device=device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.device(device), torch.cuda.graph(graph, stream=stream):
+        for event in events:
+            if event.kind in (FORWARD, BACKWARD):
+                for runner in runners:
+                    runner.layer(event.unit, backward=event.kind == BACKWARD)
+    torch.cuda.current_stream(device).wait_stream(stream)
+    torch.cuda.synchronize(device)
+    return graph
 
 
 class AloneGraphs:
@@ -97,20 +101,9 @@ class AloneGraphs:
     as exposed communication against this compute alone."""
 
     def __init__(self, runners: list[Runner], events: list[Event]):
-        computed = [e for e in events if e.kind in (FORWARD, BACKWARD)]
-        self.graphs = []
-        for device in dict.fromkeys(r.device for r in runners):
-            mine = [r for r in runners if r.device == device]
-            graph = torch.cuda.CUDAGraph()
-            stream = torch.cuda.Stream(device=device)
-            stream.wait_stream(torch.cuda.current_stream(device))
-            with torch.cuda.device(device), torch.cuda.graph(graph, stream=stream):
-                for event in computed:
-                    for runner in mine:
-                        runner.layer(event.unit, backward=event.kind == BACKWARD)
-            torch.cuda.current_stream(device).wait_stream(stream)
-            torch.cuda.synchronize(device)
-            self.graphs.append((device, graph))
+        self.graphs = [(device, capture_compute([r for r in runners if r.device == device],
+                                                events))
+                       for device in dict.fromkeys(r.device for r in runners)]
 
     def replay(self) -> None:
         for device, graph in self.graphs:
