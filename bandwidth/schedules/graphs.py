@@ -63,8 +63,17 @@ class PartGraphs:
         self.done[part].record(self.side)
 
     def _finish(self, event) -> None:
+        # Every WAIT joins, even where an earlier join covers it: left out, the two-GPU bfloat16
+        # step took 7.3-7.5 ms instead of 4.3-5.1 (2 x H200, BENCHMARKS.md 2026-11-27).
         for stream in self.compute:
             stream.wait_event(self.done[event.part])
+
+
+# The priority of the whole-step graph's capture stream (the products; lower is higher, torch's
+# default 0): its kernels' blocks go to free SMs before the exchange's on the side stream. With it
+# and the redundant WAITs left out, float32 exposed 0.196-0.224 ms against 0.256-0.288 without it
+# and 0.390-0.394 ms with neither (one H200, resnet-50 at batch 32, BENCHMARKS.md 2026-11-27).
+PRODUCTS_PRIORITY = -1
 
 
 def capture_step(store, compute) -> torch.cuda.CUDAGraph:
@@ -74,13 +83,17 @@ def capture_step(store, compute) -> torch.cuda.CUDAGraph:
     each part's exchange is its store's ``record_step`` (what its own graph holds) on a side
     stream forked from the capture stream at its EXCHANGE (an event recorded there, as
     ``PartGraphs`` records one per step) and joined to it at its WAIT. The parts' exchanges
-    follow one another on the side stream in the order the step starts them."""
+    follow one another on the side stream in the order the step starts them, so a WAIT is an
+    edge of the graph only where no earlier WAIT joined a later exchange (``backward``'s W(0)
+    joins them all: 53 of resnet-50's 54 edges into the products left out, which took float32's
+    exposed time from 0.39 to 0.25-0.28 ms); the products run at ``PRODUCTS_PRIORITY``."""
     (device,) = set(r.device for r in store.replicas)
     graph = torch.cuda.CUDAGraph()
-    capture = torch.cuda.Stream(device=device)
+    capture = torch.cuda.Stream(device=device, priority=PRODUCTS_PRIORITY)
     side = torch.cuda.Stream(device=device)
     capture.wait_stream(torch.cuda.current_stream(device))
-    done: dict[int, torch.cuda.Event] = {}
+    done: dict[int, tuple[int, torch.cuda.Event]] = {}
+    started, joined = 0, -1     # exchanges on the side stream; the latest the capture stream joined
     with torch.cuda.device(device), torch.cuda.graph(graph, stream=capture):
         for event in store.events:
             if event.kind in (FORWARD, BACKWARD):
@@ -93,10 +106,16 @@ def capture_step(store, compute) -> torch.cuda.CUDAGraph:
                 side.wait_event(ready)
                 with torch.cuda.stream(side):
                     store.stores[event.part].record_step()
-                done[event.part] = torch.cuda.Event()
-                done[event.part].record(side)
+                done[event.part] = (started, torch.cuda.Event())
+                done[event.part][1].record(side)
+                started += 1
             elif event.kind == WAIT:
-                capture.wait_event(done.pop(event.part))
+                # The side stream runs the exchanges in order, so joining one joins every
+                # exchange started before it: a WAIT that an earlier join covers adds no edge.
+                order, finished = done.pop(event.part)
+                if order > joined:
+                    capture.wait_event(finished)
+                    joined = order
     torch.cuda.current_stream(device).wait_stream(capture)
     torch.cuda.synchronize(device)
     return graph
