@@ -309,6 +309,18 @@ def test_a_step_replayed_whole_counts_as_one_of_the_sessions_steps():
     s.close()
 
 
+def test_a_schedules_parts_are_planned_as_parts():
+    """Every part's store of a scheduled step is told it is a part (KVStore.as_part): device's
+    parts take PART_GRAPH_SCHEDULE on a shared GPU, a whole network's store does not."""
+    from bandwidth.stores import device as device_mode
+    s = scheduled_session("device", 2, "backward")
+    assert len(s.store.stores) > 1
+    assert {part.shared_schedule for part in s.store.stores} == \
+        {device_mode.PART_GRAPH_SCHEDULE}
+    s.close()
+    assert device_mode.DeviceStore.shared_schedule is None
+
+
 def test_a_whole_step_graph_needs_one_gpu_and_graphs_per_part():
     from types import SimpleNamespace as NS
 

@@ -62,6 +62,7 @@ class ScheduledStore:
             else:
                 self.stores.append(store_cls(views, sub, optimizer, group, chunk_elements,
                                              cpu_threads, **extra))
+                self.stores[-1].as_part()
         tag_base = 0                 # parameter servers: message tags numbered part after part
         for index in exchange_order(schedule):
             store = self.stores[index]

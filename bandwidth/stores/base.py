@@ -178,5 +178,10 @@ class KVStore:
         after ``capture`` (which ran the eager warm-up), on one GPU."""
         raise NotImplementedError
 
+    def as_part(self) -> None:
+        """Called by a schedule (bandwidth.schedules.runner) on the store of each of its parts,
+        before the first step: a mode may plan a part's step otherwise than a whole network's.
+        Default: the same."""
+
     def close(self) -> None:
         """Release what ``__init__`` set up."""

@@ -71,6 +71,7 @@ class DeviceStore(KVStore):
     graph_capable = True
     takes_owners = True
     replicas_on_one_gpu = 2     # one GPU by default: the step inside its memory (--gpus 0,0)
+    shared_schedule = None      # a part of a schedule's step: PART_GRAPH_SCHEDULE (as_part)
 
     @classmethod
     def make_layout(cls, shapes, n, cluster=None, owners="greedy"):
@@ -335,11 +336,13 @@ class DeviceStore(KVStore):
         stream of its own (the owners' chains run side by side); "concurrent", the eager
         schedule (chunks, one stream per copy direction). ``SHARED_GRAPH_COPY``: "kernel" copies
         as elementwise kernels (rawcopy.kernel_copy), "memcpy" as memcpy nodes. Returns the
-        stream each owner sums on."""
+        stream each owner sums on. A part of a schedule's step (``as_part``) takes
+        ``PART_GRAPH_SCHEDULE``."""
         n = len(self.replicas)
         kernel = SHARED_GRAPH_COPY == "kernel"
         whole = [self.chunk_elements or max(1, self.owned[o]) for o in range(n)]
-        if SHARED_GRAPH_SCHEDULE == "parallel":
+        schedule = self.shared_schedule or SHARED_GRAPH_SCHEDULE
+        if schedule == "parallel":
             lanes = [capture] + [torch.cuda.Stream(device=capture.device) for _ in range(n - 1)]
             self._schedule(whole, [[lanes[j] if i != j else None for j in range(n)]
                                    for i in range(n)],
@@ -347,7 +350,7 @@ class DeviceStore(KVStore):
                                  for i in range(n)], kernel=kernel)
             self.sum_lanes = True
             return lanes
-        if SHARED_GRAPH_SCHEDULE == "concurrent":
+        if schedule == "concurrent":
             self._schedule([self.chunk_elements or _auto_chunk(self.owned[o],
                                                                self.replicas[0].grads)
                             for o in range(n)], self.send, kernel=kernel)
@@ -355,6 +358,9 @@ class DeviceStore(KVStore):
         self._schedule(whole, [[capture if i != j else None for j in range(n)] for i in range(n)],
                        kernel=kernel)
         return [capture] * n
+
+    def as_part(self) -> None:
+        self.shared_schedule = PART_GRAPH_SCHEDULE
 
     def _single(self):
         (replica,) = self.replicas
@@ -376,6 +382,12 @@ _PLAN = ("chunks", "recv_at", "send", "push_send", "pulled", "summed", "pulls", 
 # sequential schedule with memcpy nodes, mobilenet 253 against 209.
 SHARED_GRAPH_SCHEDULE = "parallel"
 SHARED_GRAPH_COPY = "kernel"
+# A part of a scheduled step (a layer's arrays under ``backward``, a bucket under ``ddp``) on a
+# shared GPU: "sequential", one kernel at a time on the stream that issues the part. Inside a
+# whole step with compute it left float32's exposed time at 0.076-0.096 ms against 0.173-0.217 with
+# "parallel", whose owner lanes fork and join around every part (one H200, resnet-50 at batch 32,
+# BENCHMARKS.md 2026-11-27).
+PART_GRAPH_SCHEDULE = "sequential"
 
 
 class _same_stream:
