@@ -184,6 +184,28 @@ def test_servers_taking_a_worker_at_a_time_are_exact_and_stated():
     assert "ceiling:" in proc.stdout
 
 
+@pytest.mark.timeout(300)
+def test_crowded_servers_take_a_worker_at_a_time_by_default():
+    """Real processes, the default --server-takes auto and --server-keys auto: a server that
+    WORKER_ORDER_FROM workers push into takes one worker's share after another over balanced
+    keys, exactly; with two workers it takes message by message over MXNet's key rule."""
+    from bandwidth.config.job import WORKER_ORDER_FROM
+    from tests.test_dist import launch
+
+    flags = ("--kv-store", "dist_sync", "--network", "flat:100000", "--cpus", "1",
+             "--num-batches", "1", "--warmup", "0", "--no-reference")
+    crowded = launch(WORKER_ORDER_FROM, 1, *flags, timeout=240)
+    assert crowded.returncode == 0, crowded.stderr[-2000:]
+    assert "max error 0.000000" in crowded.stdout
+    assert "(keys balanced over the servers)" in crowded.stdout
+    assert "each server takes one worker's whole share after another" in crowded.stdout
+    fewer = launch(2, 1, *flags)
+    assert fewer.returncode == 0, fewer.stderr[-2000:]
+    assert "max error 0.000000" in fewer.stdout
+    assert "(MXNet's key rule)" in fewer.stdout
+    assert "one worker's whole share" not in fewer.stdout
+
+
 @pytest.mark.parametrize("flags, said", [
     (["--kv-store", "dist_async", "--server-takes", "worker"],
      "--server-takes worker orders a sync server's pushes; --kv-store dist_async answers every "

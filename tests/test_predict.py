@@ -60,7 +60,7 @@ def test_one_message_in_flight_overlaps_a_servers_directions_less():
 def test_a_server_taking_a_worker_after_another_takes_in_then_answers():
     """--server-takes worker: a server host's link takes every push, then sends every answer
     (in + out, not the larger), the way in at one sender's efficiency, no separate tail; the
-    async modes keep the message order (their servers answer each push on its own)."""
+    async modes refuse it (their servers answer each push on its own), as measure.py does."""
     by_worker = make_job("dist_sync", FLAT, 2, 1, rate_bits=8e6, placement="separate",
                          server_takes="worker")
     slow_in = dataclasses.replace(PLAIN, eff_one=0.5, fanin={2: 0.25})
@@ -69,8 +69,37 @@ def test_a_server_taking_a_worker_after_another_takes_in_then_answers():
     # 20 MB in at 0.5 of 1 MB/s, then 20 MB out to two workers (eff_several: 1.0)
     assert found.resources[found.binding] == pytest.approx(40.0 + 20.0)
     assert found.serial_s == pytest.approx(0.0) and found.incast == {}
-    assert make_job("dist_async", FLAT, 2, 1, rate_bits=8e6, placement="separate",
-                    server_takes="worker").server_takes == "message"
+    for mode, flight in (("dist_async", None), ("dist_sync", 2)):
+        with pytest.raises(ConfigError):
+            make_job(mode, FLAT, 2, 1, rate_bits=8e6, server_takes="worker", in_flight=flight)
+
+
+def test_auto_server_settings_as_measure_py_resolves_them():
+    """--server-takes auto and --server-keys auto: a worker at a time with balanced keys from
+    WORKER_ORDER_FROM workers on (sync, nothing in flight capped), message by message with
+    MXNet's key rule otherwise; what is given is kept."""
+    from bandwidth.config.job import WORKER_ORDER_FROM, server_settings
+
+    many = WORKER_ORDER_FROM
+    assert server_settings("auto", "auto", sync=True, workers=many, servers=5) == \
+        ("worker", "balanced")
+    assert server_settings("auto", "auto", sync=True, workers=many - 1, servers=1) == \
+        ("message", "mxnet")
+    assert server_settings("auto", "auto", sync=False, workers=many, servers=2) == \
+        ("message", "mxnet")
+    assert server_settings("auto", "auto", sync=True, workers=many, servers=2,
+                           max_in_flight=4) == ("message", "mxnet")
+    assert server_settings("auto", "mxnet", sync=True, workers=many, servers=2) == \
+        ("worker", "mxnet")
+    assert server_settings("message", "auto", sync=True, workers=many, servers=2) == \
+        ("message", "mxnet")
+    assert server_settings("worker", "balanced", sync=True, workers=2, servers=2) == \
+        ("worker", "balanced")
+    # the model resolves them the same way: 50 x 5 takes a worker at a time, 20 x 2 does not
+    seed = make_job("dist_sync", FLAT, 50, 5, rate_bits=1e9, hosts=25)
+    assert (seed.server_takes, seed.server_keys) == ("worker", "balanced")
+    smaller = make_job("dist_sync", FLAT, 20, 2, rate_bits=1e9, hosts=22)
+    assert (smaller.server_takes, smaller.server_keys) == ("message", "mxnet")
 
 def test_ring_of_four_hosts():
     job = make_job("dist_nccl", FLAT, 4, 0, rate_bits=8e6)
@@ -140,18 +169,24 @@ def test_cli_predicts_plans_and_refuses():
     # MXNet's key rule leaves mobilenet's 5 servers uneven: the plan names what balanced keys
     # would give, and the model with them holds every server's share equal
     done = run_cli("--network", "mobilenet", "-n", "50", "-s", "5", "--hosts", "25",
-                   "--link-rate", "1gbit", "--plan")
+                   "--link-rate", "1gbit", "--plan", "--server-keys", "mxnet")
     assert "imbalance 1.44 x the mean" in done.stdout, done.stdout
     even = re.search(r"# with --server-keys balanced: 3\.37 MB on every server, ([0-9.]+) s per "
                      r"step predicted against ([0-9.]+) s", done.stdout)
     assert even and float(even.group(1)) < float(even.group(2)), done.stdout
     done = run_cli("--network", "mobilenet", "-n", "50", "-s", "5", "--hosts", "25",
                    "--link-rate", "1gbit", "--plan", "--server-keys", "balanced")
-    assert "(--server-keys balanced): 3.37, 3.37, 3.37, 3.37, 3.37 MB" in done.stdout
+    assert "(keys balanced over the servers): 3.37, 3.37, 3.37, 3.37, 3.37 MB" in done.stdout
     assert "# with --server-keys" not in done.stdout
-    # A server host's link in binds with 48 workers on other hosts pushing into it: incast
+    # By default the 5 servers of 50 workers take one worker's share after another
     done = run_cli("--network", "mobilenet", "-n", "50", "-s", "5", "--hosts", "25",
                    "--link-rate", "1gbit")
+    assert "each server taking one worker's share after another" in done.stdout, done.stdout
+    assert "incast" not in done.stdout
+    # Message by message, a server host's link in binds with 48 workers on other hosts pushing
+    # into it: incast
+    done = run_cli("--network", "mobilenet", "-n", "50", "-s", "5", "--hosts", "25",
+                   "--link-rate", "1gbit", "--server-takes", "message")
     assert re.search(r"binds: server link in of h\d+: .*\n  \(incast: 48 remote senders into it "
                      r"at once, carried at 0\.\d{3} of the rate, beyond the \d+ measured\)",
                      done.stdout), done.stdout
@@ -296,6 +331,10 @@ def test_busy_cores_are_named_once_per_machine():
             "into each at once, congested (their drops above;") in cores_line(held, 41.7, crowd)
     assert (": incast into the server host's link (h1), 5 workers on other hosts pushing into it "
             "at once, congested (its drops above;") in cores_line(one, 41.7, crowd)
+    # servers that took one worker's share after another had one sender at a time: not incast
+    assert (": the 2 server hosts' links (h1-h2), taking one worker's share after another (not "
+            "incast), congested (their drops above;") in cores_line(held, 41.7, crowd,
+                                                              one_at_a_time=True)
     stalls = dict(held, h1=dict(held["h1"], timeouts=4.0, rto_min_ms=200),
                   h3=dict(held["h3"], timeouts=1.5, rto_min_ms=200))
     assert cores_line(stalls, 41.7, roles).endswith(

@@ -12,8 +12,13 @@ OPTIMIZERS = ("none", "sgd")
 LAUNCHES = ("auto", "graph", "eager")             # how a step's GPU work is issued (see Config.launch)
 OWNER_RULES = ("balanced", "greedy")      # the device mode's key placement
 SERVER_ORDERS = ("same", "staggered")     # the PS worker's visiting order (stores/dist.py)
-SERVER_KEYS = ("mxnet", "balanced")       # how the PS modes spread keys over servers (stores/dist.py)
-SERVER_TAKES = ("message", "worker")      # the order a sync server takes pushes in (psserver.py)
+SERVER_KEYS = ("auto", "mxnet", "balanced")   # how the PS modes spread keys over servers (stores/dist.py)
+SERVER_TAKES = ("auto", "message", "worker")  # the order a sync server takes pushes in (psserver.py)
+# --server-takes auto: a sync server takes one worker's share after another from this many workers
+# on (each pushes into every server, so a server's link has as many senders). On the 1 Gbit/s lab,
+# balanced keys both: 32 and 50 workers 6 % and 21 % faster than message by message; 10, 16 and
+# 20 workers 14-19 % slower (BENCHMARKS.md, 2026-11-27).
+WORKER_ORDER_FROM = 32
 GC_TYPES = ("none", "2bit")               # MXNet 1.9.1's gradient compression (--backend mxnet)
 AUTO_REPEATS = 1000                       # --repeat auto: the cap; --time-budget ends it first
 
@@ -57,8 +62,8 @@ class Config:
     max_in_flight: int | None = None       # PS modes: messages per server in flight (None: all)
     server_order: str = "same"             # PS modes: "same" | "staggered" (stores/dist.py)
     server_admit: int | None = None        # PS modes: pushes a server accepts at once (None: slots)
-    server_keys: str = "mxnet"             # PS modes: "mxnet" | "balanced" (stores/dist.py)
-    server_takes: str = "message"          # PS sync servers: "message" | "worker" (psserver.py)
+    server_keys: str = "auto"              # PS modes: "auto" | "mxnet" | "balanced" (stores/dist.py)
+    server_takes: str = "auto"             # PS sync servers: "auto" | "message" | "worker" (psserver.py)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -114,3 +119,23 @@ class Job:
     def is_sweep(self) -> bool:
         return len(self.configs) > 1
 
+
+def server_settings(takes: str, keys: str, *, sync: bool, workers: int, servers: int,
+                    max_in_flight: int | None = None) -> tuple[str, str]:
+    """(--server-takes, --server-keys) with "auto" resolved for ``workers`` x ``servers``.
+
+    A sync server takes one worker's whole share after another where ``WORKER_ORDER_FROM`` or
+    more workers push into it and no ``--max-in-flight`` caps the pushes: message by message,
+    that many senders into one link lose segments at once (incast) and each connection idles
+    between its messages for longer than TCP's retransmission timeout, restarting every message
+    from its initial window, while a worker's share taken whole keeps one connection busy. Fewer
+    workers, async servers and capped pushes take message by message, whose answers overlap the
+    later pushes (taken a worker at a time, a server link's two directions take turns). Keys are
+    balanced where a server takes a worker at a time (its answers start once the last push is in,
+    so the server with the most bytes would finish alone) and follow MXNet's rule otherwise."""
+    if takes == "auto":
+        crowded = servers > 0 and workers >= WORKER_ORDER_FROM
+        takes = "worker" if sync and crowded and max_in_flight is None else "message"
+    if keys == "auto":
+        keys = "balanced" if takes == "worker" else "mxnet"
+    return takes, keys

@@ -157,7 +157,7 @@ def job_from_args(args: argparse.Namespace) -> Job:
         raise ConfigError("--kv-store needs at least one mode")
     backends = _backends(args)
     unsynced = [m for m in modes if m.startswith("dist_async")]
-    if args.server_takes != "message" and unsynced:
+    if args.server_takes == "worker" and unsynced:
         raise ConfigError(f"--server-takes {args.server_takes} orders a sync server's pushes; "
                           f"--kv-store {unsynced[0]} answers every push on its own")
     matrix = None

@@ -7,7 +7,8 @@ import argparse
 
 from bandwidth.cliparse import OneLineParser
 from bandwidth.config.compute_flags import add_compute_flags
-from bandwidth.config.job import DTYPES, SERVER_KEYS, SERVER_ORDERS, SERVER_TAKES
+from bandwidth.config.job import (DTYPES, SERVER_KEYS, SERVER_ORDERS, SERVER_TAKES,
+                                  WORKER_ORDER_FROM)
 from bandwidth.config.values import MAX_GRAPH_STEPS
 
 
@@ -67,18 +68,21 @@ def build_parser() -> argparse.ArgumentParser:
                          "workers together (Gloo moves a push only once its receive is posted, so "
                          "this caps the senders into a server's link; default: as many as its "
                          "receive slots hold)")
-    ex.add_argument("--server-keys", default="mxnet", choices=SERVER_KEYS,
+    ex.add_argument("--server-keys", default="auto", choices=SERVER_KEYS,
                     help="parameter-server modes: how the arrays are spread over the servers: "
                          "'mxnet' (MXNet's rule: arrays of 1M+ elements split evenly, smaller ones "
-                         "whole on server key*9973 mod S; default) or 'balanced' (every server "
-                         "the same bytes to within one element, large arrays split)")
-    ex.add_argument("--server-takes", default="message", choices=SERVER_TAKES,
+                         "whole on server key*9973 mod S), 'balanced' (every server the same "
+                         "bytes to within one element, large arrays split) or 'auto' (default: "
+                         "balanced where the servers take a worker at a time, else mxnet)")
+    ex.add_argument("--server-takes", default="auto", choices=SERVER_TAKES,
                     help="sync parameter-server modes: the order a server takes the pushes in: "
                          "'message' (every worker's first message, then every worker's second, "
-                         "...: answers leave while later pushes arrive; default) or 'worker' (one "
-                         "worker's whole share after another, server s starting at worker s*W/S: "
-                         "each push connection stays busy instead of starting cold for every "
-                         "message, but the answers wait for the last worker)")
+                         "...: answers leave while later pushes arrive), 'worker' (one worker's "
+                         "whole share after another, server s starting at worker s*W/S: each push "
+                         "connection stays busy instead of starting cold for every message, but "
+                         "the answers wait for the last worker) or 'auto' (default: worker from "
+                         f"{WORKER_ORDER_FROM} workers on, without --max-in-flight; "
+                         "else message)")
     ex.add_argument("--server-order", default="same", choices=SERVER_ORDERS,
                     help="parameter-server modes: the order a worker visits the servers in each "
                          "round of messages: 'same' (0, 1, ... on every worker; default) or "

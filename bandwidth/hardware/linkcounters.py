@@ -332,7 +332,7 @@ def _share(pct: float) -> str:
 
 
 def cores_line(per_host: dict, link_pct: float | None = None,
-               roles: dict | None = None) -> str | None:
+               roles: dict | None = None, one_at_a_time: bool = False) -> str | None:
     """The line naming the machines whose cores were at least ``CPU_BUSY`` busy during the
     steps, each once with the hosts it carried. ``link_pct``: the run's share of its link bound
     (``--link-rate``); at ``LINK_FULL`` % or more the links were at their limit too, and the line
@@ -340,7 +340,9 @@ def cores_line(per_host: dict, link_pct: float | None = None,
     the ring's bound with the cores 100 % busy). Where no machine was that busy, the run fell
     short of ``LINK_FULL`` % and hosts with a server (``roles``) dropped packets, the line names
     their congested links as what held the steps instead (50 x 5 at 1 Gbit/s on a netlab: 42 %
-    of the bound, the cores below 90 % during the steps). None otherwise."""
+    of the bound, the cores below 90 % during the steps); ``one_at_a_time``: the servers took
+    one worker's share after another (``--server-takes worker``), so their links' drops are not
+    incast. None otherwise."""
     machines: dict = {}
     for host, c in per_host.items():
         if "cpu_busy" in c:
@@ -357,7 +359,7 @@ def cores_line(per_host: dict, link_pct: float | None = None,
         parts.append(f"{100 * busy:.0f} % busy during the steps on the machine of "
                      f"{host_span(names)} ({hosts[0][1]['cores']} cores{shared})")
     if not parts:
-        return _congested_line(per_host, link_pct, roles or {}, quiet)
+        return _congested_line(per_host, link_pct, roles or {}, quiet, one_at_a_time)
     if link_pct is not None and link_pct >= LINK_FULL:
         return ("#   cores: " + "; ".join(parts) + f", and the links carried {link_pct:.0f} % of "
                 "their bound: both were at their limit")
@@ -365,7 +367,7 @@ def cores_line(per_host: dict, link_pct: float | None = None,
 
 
 def _congested_line(per_host: dict, link_pct: float | None, roles: dict,
-                    busy: list[float]) -> str | None:
+                    busy: list[float], one_at_a_time: bool) -> str | None:
     """The server hosts' congested links named as what held a run below its link bound
     (cores_line says when)."""
     servers = [h for h, c in per_host.items() if c["drops"] > 0 and _serves(h, roles)]
@@ -377,7 +379,10 @@ def _congested_line(per_host: dict, link_pct: float | None, roles: dict,
     where = f"the {len(servers)} server hosts' links" if several else "the server host's link"
     workers = {h: sum(r.startswith("worker") for r in roles.get(h, [])) for h in roles}
     remote = [sum(workers.values()) - workers.get(h, 0) for h in servers]
-    if min(remote) >= 2:        # several senders into each of those links at once: incast
+    if one_at_a_time:
+        where = (f"{where} ({host_span(servers)}), taking one worker's share after another "
+                 "(not incast),")
+    elif min(remote) >= 2:      # several senders into each of those links at once: incast
         where = (f"incast into {where} ({host_span(servers)}), {_range(remote, '{:,}')} workers on "
                  f"other hosts pushing into {'each' if several else 'it'} at once,")
     else:

@@ -45,6 +45,10 @@ RUNS = (
      1),
 )
 
+# The runs measure the fan-in of message by message (every remote sender pushing at once), whatever
+# --server-takes auto would choose for their workers per server.
+MESSAGE_ORDER = {"server_takes": "message", "server_keys": "mxnet"}
+
 
 def summation_rate(nbytes: int = 64 * 10**6, repeats: int = 5) -> float:
     """Bytes of pushes a server adds per second: ``a.add_(b)`` in 1 MB pieces, one thread."""
@@ -71,7 +75,7 @@ def job_of(run: labrun.Measured, mode: str, network: str, rate_bits: float, in_f
     shapes = networks.get_shapes(network)
     workers, servers = len(run.worker_hosts), len(run.server_hosts)
     return make_job(mode, shapes, workers, servers, rate_bits=rate_bits, in_flight=in_flight,
-                    placed=(run.worker_hosts, run.server_hosts))
+                    placed=(run.worker_hosts, run.server_hosts), **MESSAGE_ORDER)
 
 
 def solve(params: Params, field: str, job, seconds: float, key: int | None = None) -> Params:
@@ -107,7 +111,9 @@ def calibrate(lab, rate_bits: float, progress=print, done: dict | None = None,
     for name, workers, servers, hosts, network, _, flight in RUNS:
         found = (done or {}).get(name)
         if found is None:
-            extra = () if flight is None else ("--max-in-flight", str(flight))
+            extra = ("--server-takes", MESSAGE_ORDER["server_takes"], "--server-keys",
+                     MESSAGE_ORDER["server_keys"])
+            extra += () if flight is None else ("--max-in-flight", str(flight))
             found = labrun.run(lab, hosts, workers, servers, "dist_sync", network, extra)
             keep(name, found)
         progress(f"# calibration run {name}: {workers} x {servers} {network}: "

@@ -9,7 +9,7 @@ import sys
 
 import networks
 from bandwidth.ceiling.linkbound import parse_rate
-from bandwidth.config.job import SERVER_KEYS, SERVER_TAKES
+from bandwidth.config.job import SERVER_KEYS, SERVER_TAKES, WORKER_ORDER_FROM
 from bandwidth.errors import BandwidthError, ConfigError
 from bandwidth.predict import params as paramfile
 from bandwidth.predict.jobs import make_job
@@ -64,12 +64,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hosts", type=int, default=None, help="hosts the workers are dealt over")
     p.add_argument("--max-in-flight", type=int, default=None, metavar="N",
                    help="messages per server a worker keeps in flight (default: all)")
-    p.add_argument("--server-keys", default="mxnet", choices=SERVER_KEYS,
-                   help="how the arrays are spread over the servers: 'mxnet' (MXNet's key rule, "
-                        "default) or 'balanced' (the same bytes on every server), as measure.py's")
-    p.add_argument("--server-takes", default="message", choices=SERVER_TAKES,
-                   help="the order a sync server takes the pushes in: 'message' (default) or "
-                        "'worker' (one worker's whole share after another), as measure.py's")
+    p.add_argument("--server-keys", default="auto", choices=SERVER_KEYS,
+                   help="how the arrays are spread over the servers: 'mxnet' (MXNet's key rule), "
+                        "'balanced' (the same bytes on every server) or 'auto' (default: balanced "
+                        "where a server takes a worker at a time, else MXNet's), as measure.py's")
+    p.add_argument("--server-takes", default="auto", choices=SERVER_TAKES,
+                   help="the order a sync server takes the pushes in: 'message', 'worker' (one "
+                        "worker's whole share after another) or 'auto' (default: worker from "
+                        f"{WORKER_ORDER_FROM} workers on, else message), as measure.py's")
     p.add_argument("--devices-per-worker", type=int, default=1,
                    help="dist_nccl: ranks per worker (default: 1)")
     p.add_argument("--params", default=None, metavar="FILE",
@@ -147,8 +149,8 @@ def main(argv: list[str] | None = None) -> int:
                                     params=params, current_placement=q["placement"],
                                     hosts=q["hosts"], **kw))
             balanced = (make_job(**dict(q, server_keys="balanced"))
-                        if job.shares and q["server_keys"] == "mxnet" else None)
-            print("\n".join(plan_lines(job, params, options, q["server_keys"], balanced)))
+                        if job.shares and job.server_keys == "mxnet" else None)
+            print("\n".join(plan_lines(job, params, options, balanced)))
             return 0
         lines, doc = report(job, q, params)
         print("\n".join(lines))

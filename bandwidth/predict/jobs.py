@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 
+from bandwidth.config.job import server_settings
 from bandwidth.errors import ConfigError
 from bandwidth.predict.model import MODES, RING_MODES, Job
 
@@ -66,8 +67,9 @@ def make_job(mode: str, shapes, workers: int, servers: int, *, rate_bits: float,
              placement: str = "round-robin", hosts: int | None = None,
              rate_of: dict | None = None, in_flight: int | None = None,
              ranks_per_worker: int = 1, element_size: int = 4, placed=None,
-             server_keys: str = "mxnet", server_takes: str = "message") -> Job:
-    """The Job for a question; ``placed`` (worker hosts, server hosts) overrides the placement."""
+             server_keys: str = "auto", server_takes: str = "auto") -> Job:
+    """The Job for a question; ``placed`` (worker hosts, server hosts) overrides the placement.
+    ``server_keys`` and ``server_takes`` resolve "auto" as measure.py does (server_settings)."""
     if mode not in MODES:
         raise ConfigError(f"the model does not cover --kv-store {mode}: it predicts "
                           f"{', '.join(MODES)} (the modes whose bytes cross hosts' links)")
@@ -85,8 +87,17 @@ def make_job(mode: str, shapes, workers: int, servers: int, *, rate_bits: float,
     if ring:
         return Job(mode, nbytes, tuple(worker_hosts), rates=rates,
                    ranks_per_worker=ranks_per_worker)
-    held = server_shares(shapes, servers, element_size, server_keys)
+    sync = mode.startswith("dist_sync")
+    if server_takes == "worker" and not sync:
+        raise ConfigError(f"--server-takes worker orders a sync server's pushes; --kv-store {mode} "
+                          "answers every push on its own")
+    if server_takes == "worker" and in_flight is not None:
+        raise ConfigError("--server-takes worker with --max-in-flight: measure.py refuses it (a "
+                          "worker would wait for an answer that needs every worker's push); give "
+                          "one of them")
+    takes, keys = server_settings(server_takes, server_keys, sync=sync, workers=workers,
+                                  servers=servers, max_in_flight=in_flight)
+    held = server_shares(shapes, servers, element_size, keys)
     return Job(mode, nbytes, tuple(worker_hosts), tuple(server_hosts),
                shares=tuple(float(nb) for nb, _ in held), messages=tuple(m for _, m in held),
-               rates=rates, in_flight=in_flight,
-               server_takes=server_takes if mode.startswith("dist_sync") else "message")
+               rates=rates, in_flight=in_flight, server_takes=takes, server_keys=keys)

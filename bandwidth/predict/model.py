@@ -50,6 +50,7 @@ class Job:
     in_flight: int | None = None
     ranks_per_worker: int = 1            # dist_nccl: a rank per device
     server_takes: str = "message"        # sync servers: "worker" takes a share after another
+    server_keys: str = "mxnet"           # the rule ``shares`` follow: "mxnet" | "balanced"
 
 
 @dataclass(frozen=True)

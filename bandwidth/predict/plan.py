@@ -27,10 +27,10 @@ def imbalance(shares) -> float:
     return max(shares) / mean if mean else 1.0
 
 
-def plan_lines(job: Job, params, alternatives: list[Option], keys: str = "mxnet",
+def plan_lines(job: Job, params, alternatives: list[Option],
                balanced: Job | None = None) -> list[str]:
-    """The plan's lines; ``keys``: the rule ``job``'s shares follow; ``balanced``: the same job
-    with the keys balanced over the servers (named where MXNet's rule leaves an imbalance)."""
+    """The plan's lines; ``balanced``: the same job with the keys balanced over the servers
+    (named where MXNet's rule leaves an imbalance)."""
     lines = [f"# per host and step (MB out / MB in), {job.mode}, {len(job.worker_hosts)} workers"
              f" x {len(job.server_hosts)} servers:"]
     found = predict(job, params)
@@ -43,7 +43,7 @@ def plan_lines(job: Job, params, alternatives: list[Option], keys: str = "mxnet"
     if job.shares:
         shares = ", ".join(f"{s / 1e6:.2f}" for s in job.shares)
         rule = ("MXNet's key rule: arrays of 1M+ elements split evenly, smaller ones whole on "
-                "server key*9973 % S" if keys == "mxnet" else "--server-keys balanced")
+                "server key*9973 % S" if job.server_keys == "mxnet" else "keys balanced over the servers")
         lines.append(f"# server shares ({rule}): {shares} MB; imbalance "
                      f"{imbalance(job.shares):.2f} x the mean")
         if balanced is not None and imbalance(job.shares) > 1 + BETTER_BY:

@@ -24,6 +24,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from bandwidth.config.job import server_settings
 from bandwidth.ceiling.bounds import Bound, bound, judged
 from bandwidth.errors import ConfigError, UnsupportedError
 from bandwidth.formulas import busbw_gbps
@@ -118,12 +119,14 @@ def _parameter_server(plan: Plan, role: Role, on_report) -> Result | None:
         workers = dist.new_group(list(range(role.job.num_workers)))
         # One group per direction, so that pushes and pulls share no Gloo pair (see Cluster).
         everyone = list(range(role.world_size))
+        takes, keys = server_settings(c.server_takes, c.server_keys, sync=plan.store_cls.sync,
+                                      workers=role.job.num_workers, servers=role.job.num_servers,
+                                      max_in_flight=c.max_in_flight)
         cluster = Cluster(role.job.num_workers, role.job.num_servers,
                           role.task_id if role.name == WORKER else 0,
                           push_group=dist.new_group(everyone), pull_group=dist.new_group(everyone),
                           max_in_flight=c.max_in_flight, server_order=c.server_order,
-                          server_admit=c.server_admit, server_keys=c.server_keys,
-                          server_takes=c.server_takes)
+                          server_admit=c.server_admit, server_keys=keys, server_takes=takes)
         raw = _raw_exchange(plan, cluster, role) if c.reference else None
         counters_before = linkcounters.snapshot()
         if role.name == SERVER:
