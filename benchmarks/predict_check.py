@@ -147,29 +147,30 @@ SEED_RATES = (10e9, 25e9, 100e9)
 
 
 def seed_table(network: str = "resnet", layers: int = 50) -> list[str]:
-    """The seeds' three scales at 10, 25 and 100 Gbit/s per host, one message in flight per
-    server against all of them (markdown; round-robin placement on max(W, S) hosts)."""
+    """The seeds' three scales at 10, 25 and 100 Gbit/s per host: one message in flight per
+    server, all of them taken message by message, and all of them taken a worker at a time (the
+    default from WORKER_ORDER_FROM workers on), in markdown (round-robin on max(W, S) hosts)."""
     import networks
     from bandwidth.predict.jobs import make_job
 
     params = paramfile.load()
     shapes = networks.get_shapes(network, num_layers=layers)
-    lines = ["| W x S | link | step, 1 in flight | step, all in flight | gain of all | binds "
-             "(all) | servers stop binding at S |", "|---|---|---|---|---|---|---|"]
+    lines = ["| W x S | link | 1 in flight | all in flight, message by message | all in flight, "
+             "a worker at a time (default) | binds (default) | servers stop binding at S |",
+             "|---|---|---|---|---|---|---|"]
     from bandwidth.predict.plan import servers_stop_binding
+    asks = {"one": dict(in_flight=1), "message": dict(server_takes="message"), "default": {}}
     for workers, servers in SEED_SCALES:
         for rate in SEED_RATES:
-            found = {}
-            for flight in (1, None):
-                job = make_job("dist_sync", shapes, workers, servers, rate_bits=rate,
-                               in_flight=flight)
-                found[flight] = predict(job, params)
+            found = {name: predict(make_job("dist_sync", shapes, workers, servers,
+                                            rate_bits=rate, **ask), params)
+                     for name, ask in asks.items()}
             stop = servers_stop_binding("dist_sync", shapes, workers, params=params,
                                         rate_bits=rate)
-            one, many = found[1].seconds, found[None].seconds
-            lines.append(f"| {workers} x {servers} | {rate / 1e9:g} Gbit/s | {one:.3f} s | "
-                         f"{many:.3f} s | {100 * (one / many - 1):+.0f} % | "
-                         f"{found[None].binding} | {stop or '> ' + str(4 * workers)} |")
+            lines.append(f"| {workers} x {servers} | {rate / 1e9:g} Gbit/s | "
+                         f"{found['one'].seconds:.3f} s | {found['message'].seconds:.3f} s | "
+                         f"{found['default'].seconds:.3f} s | {found['default'].binding} | "
+                         f"{stop or '> ' + str(4 * workers)} |")
     return lines
 
 

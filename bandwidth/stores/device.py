@@ -384,9 +384,9 @@ SHARED_GRAPH_SCHEDULE = "parallel"
 SHARED_GRAPH_COPY = "kernel"
 # A part of a scheduled step (a layer's arrays under ``backward``, a bucket under ``ddp``) on a
 # shared GPU: "sequential", one kernel at a time on the stream that issues the part. Inside a
-# whole step with compute it left float32's exposed time at 0.076-0.096 ms against 0.173-0.217 with
+# whole step with compute it left the exposed time at 0.10-0.13 ms against 0.19-0.24 with
 # "parallel", whose owner lanes fork and join around every part (one H200, resnet-50 at batch 32,
-# BENCHMARKS.md 2026-11-27).
+# float32 and bfloat16, BENCHMARKS.md 2026-11-27).
 PART_GRAPH_SCHEDULE = "sequential"
 
 
