@@ -19,8 +19,9 @@ exchange's copy kernels take the products' memory and SMs, which no launch savin
 
 Where: a process whose replicas share one GPU (``nccl``'s process per GPU, ``device`` or
 ``local`` on ``--gpus 0,0``), replaying a graph per part (``backward``, ``ddp``). Several GPUs
-driven by one process keep the graphs per part and per run of slots for the step, and replay the
-compute alone as one graph per GPU (``AloneGraphs``). A whole step across two GPUs
+driven by one process, and modes whose parts are not replayed from graphs (``local``), keep the
+graphs per run of slots for the step, and replay the compute alone as one graph per GPU
+(``AloneGraphs``). A whole step across two GPUs
 was tried (2026-11-26, 2 x H100, ``device --gpus 0,1 --schedule backward``, resnet-50 at batch
 32, a capture lane per GPU forked from the capture stream): its compute alone as one replay
 reached 72.6 % of a large matmul's rate in bfloat16 (61.0 % per run of slots), but the step,
@@ -91,12 +92,14 @@ def capture_compute(runners: list[Runner], events: list[Event]) -> torch.cuda.CU
 
 
 class AloneGraphs:
-    """The compute alone of a process that drives several GPUs, as one CUDA graph per GPU (its
+    """The compute alone where the step is not one graph (a process that drives several GPUs, or
+    a mode whose parts are not replayed from graphs: ``local``), as one CUDA graph per GPU (its
     replicas' products of every unit, in the step's order), replayed on each GPU's current
     stream in turn so that the GPUs compute at once. Without it the host issues a graph per run
     of compute slots on every GPU, and at bfloat16's short units it paces them: on 2 x H200
     (2026-11-26, ``device --gpus 0,1 --schedule backward``, resnet-50 at batch 32) 42-63 % of a
-    large matmul's rate, against 72.6 % as one replay per GPU. A step with its exchange keeps its
+    large matmul's rate, against 72.6 % as one replay per GPU; ``local --gpus 0,0`` 55.9 %.
+    A step with its exchange keeps its
     graphs per part (see the module's docstring), so what the host's pacing costs that step shows
     as exposed communication against this compute alone."""
 

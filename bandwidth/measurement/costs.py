@@ -12,8 +12,9 @@ Slots run flat's events themselves: every unit's backward (last first), the exch
 arrays, then every unit's forward (nothing overlaps). On GPUs a scheduled step and its compute
 alone may each be one CUDA graph (compute.stepgraph: ``--launch graph``, or ``auto`` where its
 trial steps are faster); the traced step then still runs a graph per part and per run of slots.
-Where one process drives several GPUs and issues its slots from graphs, the compute alone is one
-graph per GPU (compute.stepgraph.AloneGraphs).
+Where one process drives several GPUs, or a schedule's parts are not replayed from graphs
+(``local``), and the slots are issued from graphs, the compute alone is one graph per GPU
+(compute.stepgraph.AloneGraphs).
 """
 
 from __future__ import annotations
@@ -137,9 +138,11 @@ def measure_costs(plan: Plan, session, kick) -> dict:
             else:
                 whole = None
         alone_graph = whole and whole.alone
+        # Several GPUs, or a schedule's many runs of slots that are not one graph with their
+        # exchanges (local): the compute alone as one replay per GPU. flat's two runs stay two.
         if alone_graph is None and compute_launch == "graph" \
-                and len({r.device for r in runners}) > 1:
-            alone_graph = AloneGraphs(runners, events)   # several GPUs: one replay each
+                and (len({r.device for r in runners}) > 1 or len(schedule.parts) > 1):
+            alone_graph = AloneGraphs(runners, events)
             compute_launch = "graph per GPU"
         large = large_matmul_rate(runners[0].device, c.dtype)
         # Interleaved, iteration by iteration, the first rotating: load from other processes
