@@ -69,6 +69,12 @@ def test_a_server_taking_a_worker_after_another_takes_in_then_answers():
     # 20 MB in at 0.5 of 1 MB/s, then 20 MB out to two workers (eff_several: 1.0)
     assert found.resources[found.binding] == pytest.approx(40.0 + 20.0)
     assert found.serial_s == pytest.approx(0.0) and found.incast == {}
+    # A worker beside each server: its 5 MB of pushes leave while the other worker's 5 MB come
+    # in, and its answers come in while the server's go out, every way at 0.5 of 1 MB/s (one
+    # peer each): 10 s + 10 s, not the host's 10 MB in and then its 10 MB out (40 s)
+    beside = make_job("dist_sync", FLAT, 2, 2, rate_bits=8e6, hosts=2, server_takes="worker")
+    found = predict(beside, slow_in)
+    assert found.resources[found.binding] == pytest.approx(10.0 + 10.0)
     for mode, flight in (("dist_async", None), ("dist_sync", 2)):
         with pytest.raises(ConfigError):
             make_job(mode, FLAT, 2, 1, rate_bits=8e6, server_takes="worker", in_flight=flight)

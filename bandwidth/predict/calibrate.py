@@ -71,11 +71,14 @@ def summation_rate(nbytes: int = 64 * 10**6, repeats: int = 5) -> float:
         torch.set_num_threads(threads)
 
 
-def job_of(run: labrun.Measured, mode: str, network: str, rate_bits: float, in_flight=None):
+def job_of(run: labrun.Measured, mode: str, network: str, rate_bits: float, in_flight=None,
+           **settings):
+    """The model's Job of a lab run; ``settings``: server_takes and server_keys as the run had
+    them (default: measure.py's defaults)."""
     shapes = networks.get_shapes(network)
     workers, servers = len(run.worker_hosts), len(run.server_hosts)
     return make_job(mode, shapes, workers, servers, rate_bits=rate_bits, in_flight=in_flight,
-                    placed=(run.worker_hosts, run.server_hosts), **MESSAGE_ORDER)
+                    placed=(run.worker_hosts, run.server_hosts), **settings)
 
 
 def solve(params: Params, field: str, job, seconds: float, key: int | None = None) -> Params:
@@ -128,7 +131,7 @@ def fit(params: Params, measured: list) -> Params:
     runs = {name: (run, *table[name]) for name, run in measured}    # missing runs: left out
     for _ in range(2):
         for name, (run, network, field, flight) in runs.items():
-            job = job_of(run, "dist_sync", network, params.rate_bits, flight)
+            job = job_of(run, "dist_sync", network, params.rate_bits, flight, **MESSAGE_ORDER)
             key = None
             if field == "fanin":
                 host = run.server_hosts[0]

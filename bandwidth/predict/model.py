@@ -101,11 +101,17 @@ def _ps(job: Job, params: Params) -> Prediction:
         t_in = into * 8 / (rate * into_eff)
         by_worker = holds == "server" and job.server_takes == "worker"
         if by_worker:
-            # Each message is answered only once the last worker's share is in: the answers
-            # follow the pushes; the pushes come one connection at a time, back to back.
-            t_in = into * 8 / (rate * params.eff_one)
+            # Each message is answered only once the last worker's share is in: the server's
+            # answers follow its pushes, which come one connection at a time, back to back.
+            # The workers on the same host push out while the pushes come in, and take their
+            # answers in while the answers go out: each phase is the longer of the two.
+            served = sum(share * sum(1 for w in job.worker_hosts if w != host)
+                         for share, at in zip(job.shares, job.server_hosts) if at == host)
+            e_out = outbound_efficiency(params, senders[host])
+            pushes_in = max(served / params.eff_one, (out - served) / e_out)
+            answers_out = max(served / e_out, (into - served) / e_out)
             name = f"{holds} link of {host} (in, then out: a worker's share after another)"
-            resources[name] = t_in + t_out
+            resources[name] = (pushes_in + answers_out) * 8 / rate
         elif holds == "server" and job.in_flight == 1:
             # A worker's next push follows its answer, and a server answers a message once
             # every worker's copy is in: round by round, the answers share the way out while
