@@ -184,6 +184,9 @@ def test_servers_taking_a_worker_at_a_time_are_exact_and_stated():
     assert "ceiling:" in proc.stdout
 
 
+# 33 processes at once: with the lab tests, one after another (conftest.ONE_AT_A_TIME), so that
+# their shaped rates are not read while this takes the cores
+@pytest.mark.xdist_group("machine")
 @pytest.mark.timeout(300)
 def test_crowded_servers_take_a_worker_at_a_time_by_default():
     """Real processes, the default --server-takes auto and --server-keys auto: a server that

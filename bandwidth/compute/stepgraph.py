@@ -98,10 +98,10 @@ class AloneGraphs:
     stream in turn so that the GPUs compute at once. Without it the host issues a graph per run
     of compute slots on every GPU, and at bfloat16's short units it paces them: on 2 x H200
     (2026-11-26, ``device --gpus 0,1 --schedule backward``, resnet-50 at batch 32) 42-63 % of a
-    large matmul's rate, against 72.6 % as one replay per GPU; ``local --gpus 0,0`` 55.9 %.
-    A step with its exchange keeps its
-    graphs per part (see the module's docstring), so what the host's pacing costs that step shows
-    as exposed communication against this compute alone."""
+    large matmul's rate, against 72.6 % as one replay per GPU (``local --gpus 0,0``: 55.9 %
+    against 73.9 %, one H200, 2026-11-27). A step with its exchange keeps its graphs per part
+    (see the module's docstring), so what the host's pacing costs that step shows as exposed
+    communication against this compute alone."""
 
     def __init__(self, runners: list[Runner], events: list[Event]):
         self.graphs = [(device, capture_compute([r for r in runners if r.device == device],

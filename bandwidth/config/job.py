@@ -12,8 +12,8 @@ OPTIMIZERS = ("none", "sgd")
 LAUNCHES = ("auto", "graph", "eager")             # how a step's GPU work is issued (see Config.launch)
 OWNER_RULES = ("balanced", "greedy")      # the device mode's key placement
 SERVER_ORDERS = ("same", "staggered")     # the PS worker's visiting order (stores/dist.py)
-SERVER_KEYS = ("auto", "mxnet", "balanced")   # how the PS modes spread keys over servers (stores/dist.py)
-SERVER_TAKES = ("auto", "message", "worker")  # the order a sync server takes pushes in (psserver.py)
+SERVER_KEYS = ("auto", "mxnet", "balanced")   # how the PS modes spread keys (stores/dist.py)
+SERVER_TAKES = ("auto", "message", "worker")  # a sync server's order of pushes (psserver.py)
 # --server-takes auto: a sync server takes one worker's share after another from this many workers
 # on (each pushes into every server, so a server's link has as many senders). On the 1 Gbit/s lab,
 # balanced keys both: 32 and 50 workers 6 % and 21 % faster than message by message; 10, 16 and
@@ -62,8 +62,8 @@ class Config:
     max_in_flight: int | None = None       # PS modes: messages per server in flight (None: all)
     server_order: str = "same"             # PS modes: "same" | "staggered" (stores/dist.py)
     server_admit: int | None = None        # PS modes: pushes a server accepts at once (None: slots)
-    server_keys: str = "auto"              # PS modes: "auto" | "mxnet" | "balanced" (stores/dist.py)
-    server_takes: str = "auto"             # PS sync servers: "auto" | "message" | "worker" (psserver.py)
+    server_keys: str = "auto"              # PS modes: "auto" | "mxnet" | "balanced" (see below)
+    server_takes: str = "auto"             # PS sync: "auto" | "message" | "worker" (server_settings)
 
     def to_dict(self) -> dict:
         return asdict(self)

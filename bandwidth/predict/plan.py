@@ -43,7 +43,8 @@ def plan_lines(job: Job, params, alternatives: list[Option],
     if job.shares:
         shares = ", ".join(f"{s / 1e6:.2f}" for s in job.shares)
         rule = ("MXNet's key rule: arrays of 1M+ elements split evenly, smaller ones whole on "
-                "server key*9973 % S" if job.server_keys == "mxnet" else "keys balanced over the servers")
+                "server key*9973 % S" if job.server_keys == "mxnet"
+                else "keys balanced over the servers")
         lines.append(f"# server shares ({rule}): {shares} MB; imbalance "
                      f"{imbalance(job.shares):.2f} x the mean")
         if balanced is not None and imbalance(job.shares) > 1 + BETTER_BY:
