@@ -16,8 +16,8 @@ SERVER_KEYS = ("auto", "mxnet", "balanced")   # how the PS modes spread keys (st
 SERVER_TAKES = ("auto", "message", "worker")  # a sync server's order of pushes (psserver.py)
 # --server-takes auto: a sync server takes one worker's share after another from this many workers
 # on (each pushes into every server, so a server's link has as many senders). On the 1 Gbit/s lab,
-# balanced keys both: 32 and 50 workers 6 % and 21 % faster than message by message; 10, 16 and
-# 20 workers 14-19 % slower (BENCHMARKS.md, 2026-11-27).
+# balanced keys both: steps 6 % and 21 % shorter than message by message's at 32 and 50 workers,
+# 14-21 % longer at 10, 16 and 20 (BENCHMARKS.md, 2026-11-27).
 WORKER_ORDER_FROM = 32
 GC_TYPES = ("none", "2bit")               # MXNet 1.9.1's gradient compression (--backend mxnet)
 AUTO_REPEATS = 1000                       # --repeat auto: the cap; --time-budget ends it first
