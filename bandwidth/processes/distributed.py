@@ -24,8 +24,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from bandwidth.config.job import server_settings
 from bandwidth.ceiling.bounds import Bound, bound, judged
+from bandwidth.config.job import server_settings
 from bandwidth.errors import ConfigError, UnsupportedError
 from bandwidth.formulas import busbw_gbps
 from bandwidth.launch.contract import SERVER, WORKER, Role, join_store
