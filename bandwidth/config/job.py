@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from bandwidth.ceiling.hostmatrix import HostMatrix
+from bandwidth.errors import ConfigError
 
 DTYPES = ("float32", "float16", "bfloat16")
 OPTIMIZERS = ("none", "sgd")
@@ -118,6 +119,22 @@ class Job:
     @property
     def is_sweep(self) -> bool:
         return len(self.configs) > 1
+
+
+def refuse_server_takes(takes: str, mode: str, max_in_flight: int | None) -> None:
+    """ConfigError where ``--server-takes worker`` cannot run: with an async mode (its servers
+    answer every push on its own) or with ``--max-in-flight`` (a worker would wait for an answer
+    that needs every worker's push while its server waits for the rest of that worker's share:
+    it hung). measure.py and the model refuse alike."""
+    if takes != "worker":
+        return
+    if mode.startswith("dist_async"):
+        raise ConfigError(f"--server-takes worker orders a sync server's pushes; --kv-store "
+                          f"{mode} answers every push on its own")
+    if max_in_flight is not None:
+        raise ConfigError("--server-takes worker with --max-in-flight: a worker would wait for an "
+                          "answer that needs every worker's push while its server waits for the "
+                          "rest of that worker's share; give one of them")
 
 
 def server_settings(takes: str, keys: str, *, sync: bool, workers: int, servers: int,

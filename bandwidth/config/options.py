@@ -16,7 +16,7 @@ import math
 from bandwidth.ceiling.hostmatrix import load_matrix
 from bandwidth.config.compute_flags import compute_fields
 from bandwidth.config.job import (AUTO_REPEATS, DTYPES, GC_TYPES, LAUNCHES, OPTIMIZERS,
-                                  OWNER_RULES, Config, Job)
+                                  OWNER_RULES, Config, Job, refuse_server_takes)
 from bandwidth.config.parser import build_parser
 from bandwidth.config.values import (MAX_CHUNK_MB, canonical_backend, check_output_path,
                                      check_timeout, parse_baseline_processes, parse_confirm,
@@ -49,10 +49,6 @@ def _check_scalars(args: argparse.Namespace) -> None:
         raise ConfigError(f"--max-in-flight must be 1 or more; got {args.max_in_flight}")
     if args.server_admit is not None and args.server_admit < 1:
         raise ConfigError(f"--server-admit must be 1 or more; got {args.server_admit}")
-    if args.server_takes == "worker" and args.max_in_flight is not None:
-        raise ConfigError("--server-takes worker with --max-in-flight: a worker would wait for an "
-                          "answer that needs every worker's push while its server waits for the "
-                          "rest of that worker's share; give one of them")
     if args.num_servers is not None and args.num_servers < 0:
         raise ConfigError(f"--num-servers must be 0 or more; got {args.num_servers}")
     if args.cpus is not None and args.cpus < 1:
@@ -157,9 +153,7 @@ def job_from_args(args: argparse.Namespace) -> Job:
         raise ConfigError("--kv-store needs at least one mode")
     backends = _backends(args)
     unsynced = [m for m in modes if m.startswith("dist_async")]
-    if args.server_takes == "worker" and unsynced:
-        raise ConfigError(f"--server-takes {args.server_takes} orders a sync server's pushes; "
-                          f"--kv-store {unsynced[0]} answers every push on its own")
+    refuse_server_takes(args.server_takes, (unsynced or modes)[0], args.max_in_flight)
     matrix = None
     if args.network_ceiling is not None:
         from bandwidth.stores.registry import KVSTORES

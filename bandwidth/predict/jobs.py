@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from bandwidth.config.job import server_settings
+from bandwidth.config.job import refuse_server_takes, server_settings
 from bandwidth.errors import ConfigError
 from bandwidth.predict.model import MODES, RING_MODES, Job
 
@@ -87,16 +87,9 @@ def make_job(mode: str, shapes, workers: int, servers: int, *, rate_bits: float,
     if ring:
         return Job(mode, nbytes, tuple(worker_hosts), rates=rates,
                    ranks_per_worker=ranks_per_worker)
-    sync = mode.startswith("dist_sync")
-    if server_takes == "worker" and not sync:
-        raise ConfigError(f"--server-takes worker orders a sync server's pushes; --kv-store {mode} "
-                          "answers every push on its own")
-    if server_takes == "worker" and in_flight is not None:
-        raise ConfigError("--server-takes worker with --max-in-flight: measure.py refuses it (a "
-                          "worker would wait for an answer that needs every worker's push); give "
-                          "one of them")
-    takes, keys = server_settings(server_takes, server_keys, sync=sync, workers=workers,
-                                  servers=servers, max_in_flight=in_flight)
+    refuse_server_takes(server_takes, mode, in_flight)
+    takes, keys = server_settings(server_takes, server_keys, sync=mode.startswith("dist_sync"),
+                                  workers=workers, servers=servers, max_in_flight=in_flight)
     held = server_shares(shapes, servers, element_size, keys)
     return Job(mode, nbytes, tuple(worker_hosts), tuple(server_hosts),
                shares=tuple(float(nb) for nb, _ in held), messages=tuple(m for _, m in held),

@@ -143,6 +143,7 @@ def _parameter_server(plan: Plan, role: Role, on_report) -> Result | None:
                                     replicas=role.job.num_workers * per_worker)
             result = _result(plan, measured, group, role.job.num_workers * per_worker)
             result.worker_hosts = hosts[:role.job.num_workers]
+            result.server_takes = cluster.server_takes
             result.server_hosts = hosts[role.job.num_workers:]
             if raw is not None:
                 result.ceiling = _raw_bound(plan, result.summary, group.max(raw))

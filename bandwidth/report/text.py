@@ -189,19 +189,9 @@ def summary_lines(result: Result) -> list[str]:
         link_pct = getattr(result.link_bound, "pct", None)
         lines += [line for line in (summary_line(result.link_counters, roles),
                                     cores_line(result.link_counters, link_pct, roles,
-                                               one_at_a_time=_takes_workers(result))) if line]
+                                               one_at_a_time=result.server_takes == "worker"))
+                  if line]
     return lines
-
-
-def _takes_workers(result: Result) -> bool:
-    """Whether the run's sync servers took one worker's share after another."""
-    from bandwidth.config.job import server_settings
-    c = result.plan.config
-    sync = getattr(result.plan.store_cls, "sync", False)
-    takes, _ = server_settings(c.server_takes, c.server_keys, sync=sync,
-                               workers=len(result.worker_hosts),
-                               servers=len(result.server_hosts), max_in_flight=c.max_in_flight)
-    return takes == "worker"
 
 
 def network_lines(result: Result) -> list[str]:

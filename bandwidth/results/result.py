@@ -51,6 +51,7 @@ class Result:
     graph_steps: int = 1               # graph launch: replays per timed iteration (--graph-steps)
     link_bound: object = None                           # --link-rate: a linkbound.LinkBound
     link_counters: dict | None = None    # distributed: per host and step (hardware.linkcounters)
+    server_takes: str | None = None      # PS modes: the order the servers took pushes in, as run
     cpu_threads: int | None = None     # CPU devices: the torch threads the steps ran with
     costs: StepCosts | None = None     # --compute: what the step cost (bandwidth.results.costs)
     memory: dict | None = None         # distributed: every process's peak RSS (hardware.memory)
