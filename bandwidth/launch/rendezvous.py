@@ -6,9 +6,10 @@ kernel picks, so two launches never race for one), on the address the job uses (
 loopback when every process runs on this host, the ``--master-addr`` when one is given, and every
 address only for a job that spans hosts without one. It lives exactly as long as the launch.
 Programs reach it at ``MASTER_ADDR:MASTER_PORT`` and keep their keys under the job's secret;
-with a secret (always, from launch.py) the store itself listens on a private loopback port and
-``MASTER_PORT`` is a ``storegate.Gate`` that serves only clients proving they know the secret;
-see ``bandwidth.launch.contract`` and docs/launcher.md's security section.
+with a secret (always, from launch.py) the store itself listens on a private port of 127.0.0.1
+(bound here: torch would bind every interface) and ``MASTER_PORT`` is a ``storegate.Gate`` that
+serves only clients proving they know the secret; see ``bandwidth.launch.contract`` and
+docs/launcher.md's security section.
 """
 
 from __future__ import annotations
@@ -91,8 +92,7 @@ def open_store(port: int, timeout_s: float, address: str = "127.0.0.1",
     bound_port = listener.getsockname()[1]
     try:
         if secret:             # the store on a private loopback port, the gate in front
-            store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
-                             timeout=timedelta(seconds=timeout_s), use_libuv=True)
+            store = _loopback_store(timeout_s)
             return HostedStore(store, bound_port, Gate(listener, store.port, secret))
         store = TCPStore(address or "127.0.0.1", bound_port, is_master=True,
                          wait_for_workers=False, timeout=timedelta(seconds=timeout_s),
@@ -102,6 +102,26 @@ def open_store(port: int, timeout_s: float, address: str = "127.0.0.1",
         raise ConfigError(f"--port {port}: cannot host the rendezvous: {err}") from None
     listener.detach()              # the store owns the listening socket now
     return HostedStore(store, bound_port)
+
+
+def _loopback_store(timeout_s: float):
+    """A TCPStore that listens on 127.0.0.1 only. Given a host and port, torch's store server
+    binds every interface whatever the host (seen with torch 2.13: ``*:PORT``), so the socket is
+    bound here and handed over (``master_listen_fd``): no other machine can reach the store."""
+    from torch.distributed import TCPStore
+
+    private = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        private.bind(("127.0.0.1", 0))
+        private.listen(1024)
+        store = TCPStore("127.0.0.1", private.getsockname()[1], is_master=True,
+                         wait_for_workers=False, timeout=timedelta(seconds=timeout_s),
+                         master_listen_fd=private.fileno(), use_libuv=True)
+    except BaseException:
+        private.close()
+        raise
+    private.detach()               # the store owns the listening socket now
+    return store
 
 
 def free_port() -> int:
