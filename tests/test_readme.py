@@ -182,13 +182,16 @@ def _environ(scratch) -> dict:
     env = {k: v for k, v in os.environ.items()
            if k not in ("DMLC_ROLE", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
     env["PYTHONPATH"] = str(ROOT)
-    # `python` and `python3` of the README are this interpreter.
+    # `python` and `python3` of the README are this interpreter: a script that runs it by its
+    # own path, not a symlink to it (Python started through a symlink outside a virtual
+    # environment does not find the environment's pyvenv.cfg, and so none of its packages).
     shim = scratch / ".bin"
     shim.mkdir(exist_ok=True)
     for name in ("python", "python3"):
-        link = shim / name
-        if not link.exists():
-            link.symlink_to(sys.executable)
+        wrapper = shim / name
+        if not wrapper.exists():
+            wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+            wrapper.chmod(0o755)
     env["PATH"] = f"{shim}:{os.path.dirname(sys.executable)}:{env.get('PATH', '')}"
     return env
 
