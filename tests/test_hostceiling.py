@@ -53,6 +53,9 @@ def test_a_missing_host_pair_or_one_worker_is_not_applicable():
     ('{"network": {"hosts": ["0@a"], "gbps": [[null]]}}', "not a host-to-host matrix"),
     ('{"network": {"hosts": ["0@a", "1@b"], "gbps": [[null, "x"], [1, null]]}}',
      "not a host-to-host matrix"),
+    pytest.param("[" * 100_000 + "]" * 100_000, "nested too deeply", id="deep"),
+    pytest.param('{"network": {"hosts": ["0@a", "1@b"], "gbps": [[null, ' + "9" * 5000
+                 + '], [1, null]]}}', "not a host-to-host matrix", id="huge-number"),
 ])
 def test_bad_matrix_files_are_one_config_error(tmp_path, content, words):
     path = tmp_path / "m.json"

@@ -65,6 +65,12 @@ def load_matrix(path: str) -> HostMatrix:
                           f"{how}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"--network-ceiling {path}: not JSON ({exc}); {how}") from None
+    except RecursionError:
+        raise ConfigError(f"--network-ceiling {path}: nested too deeply to be a host-to-host "
+                          f"matrix; {how}") from None
+    except ValueError as exc:           # a number of thousands of digits (int's digit limit)
+        raise ConfigError(f"--network-ceiling {path}: not a host-to-host matrix "
+                          f"({str(exc).splitlines()[0]}); {how}") from None
     matrix = doc.get("network", doc) if isinstance(doc, dict) else None
     labels = matrix.get("hosts") if isinstance(matrix, dict) else None
     rows = matrix.get("gbps") if isinstance(matrix, dict) else None
