@@ -146,6 +146,25 @@ def test_a_successful_write_replaces_the_file_whole_and_keeps_its_mode(tmp_path)
     assert _leftovers(tmp_path) == []
 
 
+@pytest.mark.parametrize("flag", ["--json", "--save-baseline"])
+def test_an_output_onto_a_symlink_goes_to_its_target_and_the_link_stays(tmp_path, flag):
+    (tmp_path / "real.json").write_text(OLD)
+    (tmp_path / "link.json").symlink_to("real.json")
+    done = _run(MEASURE + SMALL_RUN + [flag, "link.json"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "link.json").is_symlink()
+    assert json.loads((tmp_path / "real.json").read_text())["results"]
+    assert _leftovers(tmp_path) == []
+
+
+def test_an_output_onto_a_symlink_loop_is_one_line(tmp_path):
+    (tmp_path / "a.json").symlink_to("b.json")
+    (tmp_path / "b.json").symlink_to("a.json")
+    _one_line_status_2(_run(MEASURE + SMALL_RUN + ["--json", "a.json"], cwd=tmp_path),
+                       "symlink loop")
+    assert (tmp_path / "a.json").is_symlink() and (tmp_path / "b.json").is_symlink()
+
+
 # ----- FIFOs: one line, exit 2, never a block -----
 
 @pytest.fixture

@@ -3,7 +3,8 @@
 Every results file the tool writes (``--json``, ``--save-baseline``, ``--csv``, ``--plot``, the
 ceiling's ``--json``, the gate reports) is written to a temporary file in the same folder, flushed
 to disk and renamed over the target: the rename is atomic, so the target holds either its old
-content or the whole new one. Any failure (a full filesystem, a read-only one, no permission)
+content or the whole new one. A symlink is written through: its target gets the new content and
+the link stays; a symlink loop is refused in one line. Any failure (a full filesystem, a read-only one, no permission)
 removes the temporary file, leaves the old file as it was and is one ConfigError naming the file
 (exit status 2).
 
@@ -15,6 +16,7 @@ so it is refused with one line before it is opened.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 import tempfile
@@ -45,6 +47,24 @@ def check_output_target(path: str | Path, what: str = "") -> None:
     check_regular_file(path, what)
 
 
+def through_links(path: str | Path, what: str = "") -> Path:
+    """The file an output path names: a symlink is followed to its target (written there, as
+    ``open()`` would; the link itself stays), a dangling one to the file it would create; a
+    symlink loop is one ConfigError."""
+    target = Path(path)
+    if not target.is_symlink():
+        return target
+    try:
+        return Path(os.path.realpath(target, strict=True))
+    except FileNotFoundError:
+        return Path(os.path.realpath(target))
+    except OSError as exc:
+        label = f"{what} {str(path)!r}" if what else repr(str(path))
+        if exc.errno == errno.ELOOP:
+            raise ConfigError(f"{label} is a symlink loop; give a file") from None
+        raise ConfigError(f"{label}: cannot follow the symlink ({exc.strerror})") from None
+
+
 def _new_mode(target: Path) -> int:
     """The mode the file gets: the old file's, or what a plain open() would give under the
     umask."""
@@ -62,7 +82,7 @@ def atomic_output(path: str | Path, what: str = "", binary: bool = False,
     """A file object whose content replaces ``path`` as a whole when the block ends without an
     error; on any error the temporary file is removed and the old ``path`` is untouched. An
     OSError (on writing, flushing or renaming) becomes one ConfigError naming the file."""
-    target = Path(path)
+    target = through_links(path, what)
     label = what or "results"
     check_output_target(target, what)
     tmp_name = None
