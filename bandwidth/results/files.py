@@ -4,9 +4,9 @@ Every results file the tool writes (``--json``, ``--save-baseline``, ``--csv``, 
 ceiling's ``--json``, the gate reports) is written to a temporary file in the same folder, flushed
 to disk and renamed over the target: the rename is atomic, so the target holds either its old
 content or the whole new one. A symlink is written through: its target gets the new content and
-the link stays; a symlink loop is refused in one line. Any failure (a full filesystem, a read-only one, no permission)
-removes the temporary file, leaves the old file as it was and is one ConfigError naming the file
-(exit status 2).
+the link stays; a symlink loop is refused in one line. Any failure (a full filesystem, a read-only
+one, no permission) removes the temporary file, leaves the old file as it was and is one
+ConfigError naming the file (exit status 2).
 
 Every file the tool reads (a baseline, a result document, a hosts file, a network matrix) must
 be a regular file: a FIFO, a socket or a device would block the reader or feed it without end,
