@@ -14,28 +14,10 @@ import time
 from pathlib import Path
 
 import pytest
+from launch_support import descendants
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = ["--network", "mlp", "--image-shape", "1,28,28", "--num-classes", "10"]
-
-
-def _descendants(pid: int) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as stat:
-                parent = int(stat.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(parent, []).append(int(entry))
-    found, todo = set(), [pid]
-    while todo:
-        here = todo.pop()
-        found.add(here)
-        todo.extend(children.get(here, []))
-    return found
 
 
 def _socket_inodes(pids: set[int]) -> set[str]:
@@ -101,7 +83,7 @@ def test_a_one_host_job_listens_on_loopback_only(kind):
         listeners: list[tuple[str, int]] = []
         for line in job.stdout:                 # mid-run: once the first iteration is printed
             if line.startswith("iter "):
-                listeners = _listening(_socket_inodes(_descendants(job.pid)))
+                listeners = _listening(_socket_inodes({job.pid} | descendants(job.pid)))
                 break
         else:
             pytest.fail(f"{kind}: no iteration printed (exit {job.wait()})")

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 from conftest import ROOT
-from launch_support import outputs_of
+from launch_support import descendants, outputs_of
 
 from bandwidth.launch.contract import ContractError
 from bandwidth.launch.torchenv import role_from_environ, torch_role
@@ -124,25 +124,6 @@ def test_roles_from_torchrun_variables():
         torch_role(dict(env, RANK="4"), 0, "h")
     with pytest.raises(ContractError, match="under launch.py the number of servers is"):
         role_from_environ({"DMLC_ROLE": "worker"}, 1, "h")
-
-
-def descendants(pid: int) -> set[int]:
-    """Every process below ``pid`` now (children's children too)."""
-    from pathlib import Path
-
-    parents = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    found, frontier = set(), {pid}
-    while frontier:
-        frontier = {p for p, parent in parents.items() if parent in frontier} - found
-        found |= frontier
-    return found
 
 
 @needs_torchrun
