@@ -22,7 +22,7 @@ distributed launcher; ``netlab`` a laboratory of hosts. ``run.py`` is the pipeli
 
 Modules at this level: the entry points (``measure``, ``compare``, ``__main__``), ``run``, and the
 vocabulary every stage may import and that imports none of them: ``errors``, ``formulas``,
-``cliparse``. No module imports another that imports it back, directly or not
+``cliparse``, ``words``. No module imports another that imports it back, directly or not
 (tests/test_architecture.py checks it); package ``__init__`` files hold only their rule.
 """
 

@@ -19,6 +19,19 @@ INTERRUPTED = 128 + signal.SIGINT          # 130
 BROKEN_PIPE = 128 + signal.SIGPIPE         # 141
 
 
+def require(prog: str, modules: tuple[str, ...] = ("torch", "numpy")) -> None:
+    """End with one line and status 2 where this interpreter lacks one of ``modules`` (a python
+    outside the environment the tool was installed in), instead of an import's traceback."""
+    import importlib.util
+
+    missing = [name for name in modules if importlib.util.find_spec(name) is None]
+    if missing:
+        print(f"{prog}: error: {' and '.join(missing)} not installed for {sys.executable}: "
+              f"install the package there (pip install -e . or pip install torch), or run the "
+              "python of the environment that has it", file=sys.stderr)
+        sys.exit(2)
+
+
 def quiet_interrupt_while_importing(prog: str) -> None:
     """Until ``restore_interrupt`` (call it first thing in ``main``): a Ctrl-C prints one line
     and ends the process with status 130, with no traceback from inside an import."""

@@ -34,7 +34,7 @@ import sys
 from pathlib import Path
 
 from bandwidth import cliexit
-from bandwidth.cliparse import OneLineParser
+from bandwidth.cliparse import OneLineParser, check_output_path
 from bandwidth.errors import BandwidthError, ConfigError
 from bandwidth.report import baseline as bl
 from bandwidth.report import gatereport as gr
@@ -116,7 +116,7 @@ def _compare(args: argparse.Namespace) -> int:
     summary_md = gr.summary_path(args.summary_md, os.environ)
     for path, flag in ((args.junit, "--junit"), (summary_md, "--summary-md"),
                        (args.json_path, "--json")):
-        gr.check_output_path(path, flag)
+        check_output_path(flag, path)
     docs = [load_document(p) for p in args.files]
     rows: list[Row] = []
     for name, doc in zip(source_names(args.files), docs):

@@ -34,6 +34,7 @@ from bandwidth import cliexit  # noqa: E402
 
 if __name__ == "__main__":
     cliexit.quiet_interrupt_while_importing("measure.py")    # Ctrl-C while torch imports
+    cliexit.require("measure.py")
 
 import torch  # noqa: E402
 

@@ -88,6 +88,14 @@ def names() -> list[str]:
     return sorted(NETWORKS)
 
 
+def takes_image(name: str) -> bool:
+    """Whether ``--image-shape`` and ``--num-classes`` change network ``name``'s arrays: every
+    image network and ViT; not the language models, a flat buffer or a shapes file."""
+    if name in transformers.CONFIGS:
+        return transformers.CONFIGS[name].family == "vit"
+    return name in NETWORKS
+
+
 def supported_layers(name: str, image_shape: Shape) -> tuple[int, ...]:
     """The ``--num-layers`` values network ``name`` accepts at ``image_shape`` (empty: none)."""
     entry = NETWORKS[name]

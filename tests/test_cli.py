@@ -307,3 +307,17 @@ def test_a_sigterm_after_main_has_returned_changes_nothing():
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[-1] == "status 0"
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("command", [["bandwidth/measure.py", "--cpus", "1"],
+                                     ["launch.py", "-n", "1", "--launcher", "local", "true"]])
+def test_a_python_without_torch_gets_one_line(command):
+    """A python outside the tool's environment (-S: no site-packages, so no torch or numpy):
+    one line naming that interpreter and exit 2, not an import's traceback."""
+    proc = subprocess.run([sys.executable, "-S", *command], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2
+    name = command[0].split("/")[-1]
+    assert proc.stderr == (f"{name}: error: torch and numpy not installed for {sys.executable}: "
+                           "install the package there (pip install -e . or pip install torch), "
+                           "or run the python of the environment that has it\n")

@@ -149,7 +149,7 @@ def test_the_step_table_marks_the_fastest_of_a_sweep():
 
 
 def test_the_timeline_plot(tmp_path):
-    from bandwidth.report.timeline import plot_timeline, wanted
+    from bandwidth.report.timeline import plot_timeline, timeline_figure, wanted
     from resultdocs import make_result
     events = [{"device": d, "lane": lane, "label": "x", "start_s": a, "end_s": b}
               for d in ("cpu:0", "cpu:1") for lane, a, b in
@@ -158,6 +158,9 @@ def test_the_timeline_plot(tmp_path):
     assert wanted(doc) and not wanted({"results": doc["results"] * 2})
     path = tmp_path / "t.png"
     assert plot_timeline(doc, path) == "timeline" and path.stat().st_size > 1000
+    legend = timeline_figure(doc).axes[0].get_legend()
+    assert [t.get_text().split(":")[0] for t in legend.get_texts()] == \
+        ["compute", "exchange", "two shades"]
 
 
 @pytest.mark.gpu

@@ -112,6 +112,8 @@ def test_async_servers_err_only_by_staleness(mode):
         # Workers stay within one step of each other (a barrier per step), so the other
         # worker's pushes are at most one step ahead or behind, summed over this worker's devices.
         assert float(error) <= 1.2 * devices * (workers - 1) / steps
+    assert "that staleness is the error, at most about (workers - 1) x devices / steps" in \
+        proc.stdout
 
 
 @pytest.mark.timeout(120)

@@ -99,6 +99,30 @@ def test_the_report_holds_every_process_and_the_root_cause(tmp_path):
     assert lines[1].startswith("  then")
 
 
+def test_a_report_path_is_checked_before_the_job_and_written_through_a_link(tmp_path):
+    """--report onto a FIFO, a folder, a missing folder or a symlink loop: one line and exit 2
+    before anything starts (was: a regular file renamed over the FIFO at the end, exit 0, or the
+    missing folder found after the whole job). Onto a symlink: its target gets the report."""
+    fifo, loop = tmp_path / "fifo", tmp_path / "loop"
+    os.mkfifo(fifo)
+    loop.symlink_to(loop)
+    started = tmp_path / "started"
+    command = (sys.executable, "-c", f"open({str(started)!r}, 'a').close()")
+    for path, said in ((fifo, "is not a regular file"), (tmp_path, "is a folder"),
+                       (tmp_path / "no" / "r.json", "does not exist"), (loop, "symlink loop")):
+        result = launch("-n", "1", "-s", "0", "--report", str(path), *command)
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.startswith("launch.py: error: --report ") and said in result.stderr
+        assert len(result.stderr.splitlines()) == 1 and not started.exists()
+    assert fifo.is_fifo()
+    target, link = tmp_path / "kept.json", tmp_path / "link.json"
+    target.write_text("old")
+    link.symlink_to(target)
+    result = launch("-n", "1", "-s", "0", "--report", str(link), *command)
+    assert result.returncode == 0, result.stderr
+    assert link.is_symlink() and json.loads(target.read_text())["exit_code"] == 0
+
+
 def test_a_launcher_killed_with_sigkill_takes_its_processes_with_it():
     proc = start_launch("-n", "2", "-s", "1", sys.executable, program("beat.py"), "600")
     try:

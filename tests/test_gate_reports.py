@@ -50,6 +50,17 @@ def test_normal_approximation_agrees_with_the_exact_count():
     assert stats.mann_whitney_less(big, big) > 0.3
 
 
+def test_a_drop_far_in_the_tail_has_a_p_above_zero():
+    """1,000 tied baseline values all above 1,000 of this run's: the normal approximation's tail
+    underflows to 0, which no rank test can give; p is the least the samples allow instead."""
+    now, before = np.linspace(1, 2, 1000), np.full(1000, 1e6)
+    p = stats.mann_whitney_less(now, before)
+    assert p > 0 and p == max(stats.smallest_p(1000, 1000), sys.float_info.min)
+    assert f"{p:.2g}" != "0"
+    small = stats.mann_whitney_less(now[:50], before[:20])      # the approximation, not floored
+    assert stats.smallest_p(50, 20) < small < 1e-6
+
+
 def test_median_interval_from_order_statistics():
     assert stats.median_ci(range(20)) == (5.0, 14.0)       # B(20, 1/2): P(X <= 5) = 0.0207
     assert stats.median_ci(range(5)) is None                 # no 95 % interval below 6 values

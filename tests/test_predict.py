@@ -3,6 +3,7 @@ hand-computed cases, the fit that calibrates it, and its command line's refusals
 
 import dataclasses
 import json
+import os
 import re
 import subprocess
 import sys
@@ -165,6 +166,21 @@ def test_params_round_trip_and_refusals():
 def run_cli(*args):
     return subprocess.run([sys.executable, "-m", "bandwidth.predict", *args],
                           capture_output=True, text=True, timeout=120)
+
+
+def test_a_plan_into_a_closed_pipe_ends_quietly():
+    """predict --plan | head -3, with the reader gone before the first write: exit 141 and
+    nothing on stderr, as measure.py (was: "error: [Errno 32] Broken pipe", exit 2)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "bandwidth.predict", "--network",
+                               "flat:2500000", "-n", "8", "-s", "8", "--link-rate", "1gbit",
+                               "--plan"], stdout=write_end, stderr=subprocess.PIPE, text=True,
+                              timeout=120)
+    finally:
+        os.close(write_end)
+    assert (proc.returncode, proc.stderr) == (141, "")
 
 
 def test_cli_predicts_plans_and_refuses():

@@ -165,8 +165,24 @@ def test_speedup_table_has_a_column_group_per_series_and_splits_sources():
     assert "[" not in table.speedup_table(one_run_per_count)[2]
 
 
+def test_a_bucket_sweep_names_each_rows_caps():
+    """--schedule ddp --bucket-mb 1,25: the rows differ only by the cap, so the table shows it."""
+    results = [make_result("nccl", busbw=b) for b in (10.0, 12.0)]
+    for result, cap in zip(results, (1, 25)):
+        result["config"].update(schedule="ddp", bucket_mb=cap, first_bucket_mb=1)
+    lines = [line for line in table.sweep_table(rows_of(results)) if not line.startswith("#")]
+    assert lines[0].split()[:3] == ["row", "mode", "schedule"]
+    assert lines[1].split()[1:4] == ["nccl", "ddp", "1/1MiB"]
+    assert lines[2].split()[1:4] == ["nccl", "ddp", "25/1MiB"]
+    flat = [line for line in table.sweep_table(rows_of(three_modes())) if line.startswith("row")]
+    assert flat and "schedule" not in flat[0]
+
+
 def test_speedup_table_without_scaling_runs_says_so():
-    assert table.speedup_table(rows_of(three_modes()))[0].startswith("# speed-up: no scaling runs")
+    """It names the counts the rows have, not a flag the user may have given already."""
+    (line,) = table.speedup_table(rows_of(three_modes()))
+    assert line.startswith("# speed-up: none: ") and "these rows have only the count 2;" in line
+    assert "measure with --scaling" not in line
 
 
 def test_write_csv_has_every_field_and_leaves_unknown_values_empty(tmp_path):
@@ -195,7 +211,7 @@ def test_report_lines_join_the_tables_and_check_the_baseline_row():
     assert lines[0] == "# 11 results from sweep.json"
     assert "# performance ratio: GB/s per GPU of each row / row 11 (nccl flat 1024M cuda:0,1)" \
         in "\n".join(lines)
-    assert lines[-1].startswith("# speed-up: no scaling runs")
+    assert lines[-1].startswith("# speed-up: none: ")
     with pytest.raises(ConfigError):
         table.report_lines(rows, baseline_row="99")
 

@@ -178,7 +178,8 @@ def _graph_seconds(ops, gpu: int, burst: int = 10, repeats: int = 5) -> float:
 def judged(ceiling: Bound | None, busbw_gbps: float, on_cpu: bool) -> Bound | None:
     """``ceiling``, marked ``not_a_bound`` (with the reason) when the run's figure (busbw, or
     algbw for a ceiling ``of`` algbw: see Bound.figure) exceeds it by more than
-    OVER_CEILING_MARGIN: a ceiling must be an upper bound, so no % above 100 is shown."""
+    OVER_CEILING_MARGIN: a ceiling must be an upper bound, so a share above 100 % is shown only
+    within that margin (timing noise of two measurements), never above 110 %."""
     if ceiling is None or not ceiling.gbps or \
             busbw_gbps <= ceiling.gbps * (1 + OVER_CEILING_MARGIN):
         return ceiling

@@ -14,6 +14,7 @@ from bandwidth import cliexit
 from bandwidth.ceiling import render
 from bandwidth.ceiling.suite import PARTS, CeilingOptions, measure_ceilings
 from bandwidth.config.values import check_timeout, parse_gpus, parse_size, size_sweep
+from bandwidth.cliparse import check_output_path
 from bandwidth.errors import BandwidthError, ConfigError
 from bandwidth.hardware.devices import resolve
 from bandwidth.results.files import write_atomic
@@ -75,7 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="under launch.py: the host-to-host bandwidth matrix between the launched "
                         "processes (the ceiling of the distributed modes)")
     p.add_argument("--json", dest="json_path", default=None,
-                   help='also write {"ceilings": ...} to this file')
+                   help='also write the results to this file as JSON: {"ceilings": ...}, '
+                        'or {"network": ...} with --network (the file --network-ceiling reads)')
     p.add_argument("--expect-links", nargs="?", const="60", default=None, metavar="P",
                    help="fail (exit 1) any link below P %% (default 60) of what NVML says it "
                         "carries: NVLinks x the rate of their generation, PCIe generation x "
@@ -160,7 +162,7 @@ def _expect_args(args, devices, options) -> tuple[float | None, str | None]:
                           f"{','.join(sorted(missing | ({'p2p'} & options.skip)))}")
     summary_md = gatereport.summary_path(args.summary_md, os.environ)
     for path, flag in ((args.junit, "--junit"), (summary_md, "--summary-md")):
-        gatereport.check_output_path(path, flag)
+        check_output_path(flag, path)
     return pct, summary_md
 
 
@@ -206,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cliexit.restore_interrupt()
         args = build_parser().parse_args(argv)
+        check_output_path("--json", args.json_path)
         if args.gpus is not None and args.cpus is not None:
             raise ConfigError("--gpus and --cpus exclude each other")
         if args.cpus is not None and args.cpus < 1:

@@ -14,11 +14,12 @@ import argparse
 import math
 
 from bandwidth.ceiling.hostmatrix import load_matrix
+from bandwidth.cliparse import check_output_path
 from bandwidth.config.compute_flags import compute_fields
 from bandwidth.config.job import (AUTO_REPEATS, DTYPES, GC_TYPES, LAUNCHES, OPTIMIZERS,
                                   OWNER_RULES, Config, Job, refuse_server_takes)
 from bandwidth.config.parser import build_parser
-from bandwidth.config.values import (MAX_CHUNK_MB, canonical_backend, check_output_path,
+from bandwidth.config.values import (MAX_CHUNK_MB, canonical_backend,
                                      check_timeout, parse_baseline_processes, parse_confirm,
                                      parse_gpus, parse_graph_steps, parse_image_shape,
                                      parse_size, size_sweep)

@@ -6,8 +6,6 @@ lines (the ceiling's, the predictor's) use them too."""
 from __future__ import annotations
 
 import math
-import os
-from pathlib import Path
 
 from bandwidth.errors import ConfigError
 
@@ -142,28 +140,4 @@ def canonical_backend(name: str) -> str:
     return name
 
 
-PLOT_SUFFIXES = (".png", ".svg", ".pdf")
-
-
-def check_output_path(flag: str, path: str | None) -> None:
-    """Refuse, before anything is measured, an output file that could not be written."""
-    if path is None:
-        return
-    if not path.strip():
-        raise ConfigError(f"{flag} '': give a file name")
-    target = Path(path)
-    if target.is_dir():
-        raise ConfigError(f"{flag} {path}: is a folder; give a file name inside it")
-    if target.exists() and not target.is_file():
-        raise ConfigError(f"{flag} {path}: is not a regular file (a FIFO, socket or device); "
-                          "give a file name")
-    folder = target.parent
-    if not folder.is_dir():
-        raise ConfigError(f"{flag} {path}: the folder {str(folder)!r} does not exist")
-    if not os.access(folder, os.W_OK | os.X_OK) or (target.exists()
-                                                     and not os.access(target, os.W_OK)):
-        raise ConfigError(f"{flag} {path}: not writable by this user")
-    if flag == "--plot" and target.suffix.lower() not in PLOT_SUFFIXES:
-        raise ConfigError(f"--plot {path}: give a file name ending in "
-                          f"{', '.join(PLOT_SUFFIXES)} (the format follows the name)")
 

@@ -10,6 +10,7 @@ import time
 
 from bandwidth.backends import engines
 from bandwidth.ceiling.bounds import BoundCache
+from bandwidth.cliparse import check_output_path
 from bandwidth.compute.layers import describe as describe_compute
 from bandwidth.config.job import Job
 from bandwidth.errors import ConfigError
@@ -60,7 +61,7 @@ def execute(job: Job, role=None) -> int:
         raise ConfigError("--junit and --summary-md report the gates: give --baseline, "
                           "--min-gbps or --min-percent-of-ceiling")
     for path, flag in ((job.junit_path, "--junit"), (summary_md, "--summary-md")):
-        gatereport.check_output_path(path, flag)
+        check_output_path(flag, path)
     busy_lines = check_busy(widest.devices, job.force, gating)
     if base is not None:                   # like with like: the baseline's CPU threads
         plans, pinned = pin_threads(plans, baseline_threads(base))

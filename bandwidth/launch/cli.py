@@ -30,7 +30,8 @@ import signal
 import sys
 from collections.abc import Mapping, Sequence
 
-from bandwidth.cliparse import OneLineParser
+from bandwidth import cliexit
+from bandwidth.cliparse import OneLineParser, check_output_path
 from bandwidth.errors import BandwidthError
 from bandwidth.launch.config import (DEFAULT_HEARTBEAT_MISSES, DEFAULT_HEARTBEAT_S,
                                      DEFAULT_TIMEOUT_S, LaunchConfig)
@@ -160,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
         # Inside the try: a SIGTERM while argparse builds its parser (0.2 s after the start under
         # load) ended in a traceback and status 1.
         args = build_parser().parse_args(argv)
+        cliexit.require("launch.py")                # the store is torch's
+        check_output_path("--report", args.report)  # before the job, not after it
         run(config_from_args(args, os.environ, os.getcwd()), dict(os.environ))
     except Interrupted as stop:
         print(f"launch.py: interrupted by {signal.Signals(stop.signum).name} (no process was "

@@ -17,6 +17,7 @@ afterwards are never the cause.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -112,8 +113,13 @@ def record(child, root) -> dict:
 
 def write_report(path: str, doc: dict) -> None:
     """Write ``doc`` as JSON to ``path`` through a temporary file in the same folder and a rename,
-    so that a failed write never leaves a truncated report (or loses an older one)."""
-    folder = os.path.dirname(os.path.abspath(path))
+    so that a failed write never leaves a truncated report (or loses an older one). A symlink is
+    written through (its target replaced, the link kept); what is not a regular file (a FIFO, a
+    device, checked before the job by cliparse.check_output_path) is never replaced."""
+    path = os.path.realpath(path)
+    if os.path.exists(path) and not os.path.isfile(path):
+        raise OSError(errno.EINVAL, "not a regular file (a FIFO, socket or device)")
+    folder = os.path.dirname(path)
     fd, tmp = tempfile.mkstemp(prefix=".launch-report-", dir=folder)
     try:
         with os.fdopen(fd, "w") as out:

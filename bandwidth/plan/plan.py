@@ -63,6 +63,14 @@ class Plan:
         return c.network
 
     @property
+    def input_text(self) -> str:
+        """`` (image shape 3,224,224, 1000 classes)`` where the network's arrays depend on them."""
+        c = self.config
+        if not networks.takes_image(c.network):
+            return ""
+        return f" (image shape {','.join(map(str, c.image_shape))}, {c.num_classes} classes)"
+
+    @property
     def launch(self) -> str:
         """How the mode's steps are issued here: "graph", "auto" or "eager" (session.launch_of;
         a schedule other than flat: one graph per part where its parts and the mode allow)."""

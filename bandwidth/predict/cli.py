@@ -8,13 +8,17 @@ import json
 import sys
 
 import networks
+from bandwidth import cliexit
 from bandwidth.ceiling.linkbound import parse_rate
+from bandwidth.cliparse import check_output_path
 from bandwidth.config.job import SERVER_KEYS, SERVER_TAKES, WORKER_ORDER_FROM
 from bandwidth.errors import BandwidthError, ConfigError
 from bandwidth.predict import params as paramfile
 from bandwidth.predict.jobs import make_job
 from bandwidth.predict.model import MODES, gbps_per_worker, incast_words, predict
 from bandwidth.predict.plan import alternatives, plan_lines, servers_stop_binding
+from bandwidth.results.files import write_atomic
+from bandwidth.words import counted
 
 PROG = "python -m bandwidth.predict"
 MAX_PROCESSES = 100_000
@@ -138,6 +142,7 @@ def matrix_rates(path: str) -> tuple[int, dict]:
 def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
+        check_output_path("--json", args.json_path)
         q = question(args)
         params = paramfile.load(args.params)
         job = make_job(**q)
@@ -150,15 +155,18 @@ def main(argv: list[str] | None = None) -> int:
                                     hosts=q["hosts"], **kw))
             balanced = (make_job(**dict(q, server_keys="balanced"))
                         if job.shares and job.server_keys == "mxnet" else None)
-            print("\n".join(plan_lines(job, params, options, balanced)))
+            print("\n".join(plan_lines(job, params, options, balanced)), flush=True)
             return 0
         lines, doc = report(job, q, params)
-        print("\n".join(lines))
+        print("\n".join(lines), flush=True)
         if args.json_path:
-            with open(args.json_path, "w") as f:
-                json.dump(doc, f, indent=1)
-            print(f"# wrote {args.json_path}")
+            write_atomic(args.json_path, json.dumps(doc, indent=1) + "\n", "the prediction")
+            print(f"# wrote {args.json_path}", flush=True)
         return 0
+    except BrokenPipeError:             # | head -3: the reader went away, as measure.py's
+        return cliexit.broken_pipe()
+    except KeyboardInterrupt:
+        return cliexit.interrupted(PROG)
     except BandwidthError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -171,11 +179,12 @@ def report(job, q, params) -> tuple[list[str], dict]:
     found = predict(job, params)
     hosts = len(set(job.worker_hosts) | set(job.server_hosts))
     flight = "all" if job.in_flight is None else str(job.in_flight)
-    shape = (f"{len(job.worker_hosts)} workers x {len(job.server_hosts)} servers"
-             if job.server_hosts else f"{len(job.worker_hosts)} workers")
-    lines = [f"# predicted: {job.mode}, {job.nbytes / 1e6:.2f} MB, {shape} on {hosts} hosts "
-             f"({q['placement']}), {q['rate_bits'] / 1e9:g} Gbit/s each way, messages in flight "
-             f"per server: {flight}"
+    workers = counted(len(job.worker_hosts), "worker")
+    shape = (f"{workers} x {counted(len(job.server_hosts), 'server')}"
+             if job.server_hosts else workers)
+    lines = [f"# predicted: {job.mode}, {job.nbytes / 1e6:.2f} MB, {shape} on "
+             f"{counted(hosts, 'host')} ({q['placement']}), {q['rate_bits'] / 1e9:g} Gbit/s "
+             f"each way, messages in flight per server: {flight}"
              + (", each server taking one worker's share after another"
                 if job.server_takes == "worker" else ""),
              f"# parameters: {params.source}",

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from bandwidth.predict.jobs import make_job
 from bandwidth.predict.model import Job, predict
+from bandwidth.words import counted
 
 # A placement is "better" when its step is at least this much shorter.
 BETTER_BY = 0.05
@@ -31,8 +32,9 @@ def plan_lines(job: Job, params, alternatives: list[Option],
                balanced: Job | None = None) -> list[str]:
     """The plan's lines; ``balanced``: the same job with the keys balanced over the servers
     (named where MXNet's rule leaves an imbalance)."""
-    lines = [f"# per host and step (MB out / MB in), {job.mode}, {len(job.worker_hosts)} workers"
-             f" x {len(job.server_hosts)} servers:"]
+    lines = [f"# per host and step (MB out / MB in), {job.mode}, "
+             f"{counted(len(job.worker_hosts), 'worker')} x "
+             f"{counted(len(job.server_hosts), 'server')}:"]
     found = predict(job, params)
     traffic = found.host_bytes
     for host, (out, into) in traffic.items():

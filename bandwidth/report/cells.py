@@ -76,10 +76,13 @@ def varies(rows: list[Row], attr: str) -> bool:
 def identity_columns(rows: list[Row]) -> list[tuple[str, str]]:
     """(header, Row attribute) of the columns that name a row; source, dtype and optimizer only
     where they differ between rows, so that a single run's table stays narrow; the backend
-    wherever a row is not the toolkit's (an MXNet-only table says so too)."""
+    wherever a row is not the toolkit's (an MXNet-only table says so too); the schedule, with
+    ddp's bucket caps, wherever a row's is not flat (a --bucket-mb sweep's rows differ by it)."""
     columns = [("source", "source")] if varies(rows, "source") else []
     columns += [("backend", "backend")] if any(r.backend != "toolkit" for r in rows) else []
-    columns += [("mode", "kv_store"), ("network", "network"), ("GPUs", "devices")]
+    columns += [("mode", "kv_store")]
+    columns += [("schedule", "schedule")] if any(r.schedule != "flat" for r in rows) else []
+    columns += [("network", "network"), ("GPUs", "devices")]
     columns += [(h, a) for h, a in (("dtype", "dtype"), ("optimizer", "optimizer"))
                 if varies(rows, a)]
     return columns

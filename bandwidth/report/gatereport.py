@@ -18,10 +18,7 @@ from __future__ import annotations
 import datetime
 import socket
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from xml.sax.saxutils import escape, quoteattr
-
-from bandwidth.errors import ConfigError
 
 SUITES = {"baseline": "regression against the baseline", "floor": "floor (--min-gbps)",
           "ceiling": "share of the ceiling (--min-percent-of-ceiling)",
@@ -133,19 +130,6 @@ def markdown(records: list[GateRecord], title: str, verdict_line: str) -> str:
                      f"{'-' if r.reference is None else f'{r.reference:.3f}'} | {verdict} | "
                      f"{_md_cell(r.margin + ('; ' + r.detail if r.detail else ''))} |")
     return "\n".join(lines) + "\n\n"
-
-
-def check_output_path(path: str | None, flag: str) -> None:
-    """Before measuring: the folder of an output file must exist (nothing measured is lost)."""
-    if path is None:
-        return
-    if path == "":
-        raise ConfigError(f"{flag} needs a file name")
-    if Path(path).exists() and not Path(path).is_file():
-        raise ConfigError(f"{flag} {path!r}: is not a regular file (a FIFO, socket or device)")
-    parent = Path(path).parent
-    if not parent.is_dir():
-        raise ConfigError(f"{flag} {path!r}: the folder {str(parent)!r} does not exist")
 
 
 def summary_path(given: str | None, environ: dict) -> str | None:

@@ -33,6 +33,7 @@ import sys
 from dataclasses import dataclass
 
 from bandwidth.ceiling.hostmatrix import HostMatrix, load_matrix
+from bandwidth.cliparse import check_output_path
 from bandwidth.errors import BandwidthError, ConfigError
 from bandwidth.report.gatereport import GateRecord
 
@@ -166,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         pct = parse_min_percent(args.min_percent)
         summary_md = gatereport.summary_path(args.summary_md, os.environ)
         for path, flag in ((args.junit, "--junit"), (summary_md, "--summary-md")):
-            gatereport.check_output_path(path, flag)
+            check_output_path(flag, path)
         verdicts = judge(load_matrix(args.matrix), pct)
         text = lines(verdicts, pct)
         print("\n".join(text))

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -91,7 +92,11 @@ def mann_whitney_less(now, before) -> float:
     if variance <= 0:
         return 1.0                                 # every value equal: no evidence of a drop
     z = (u - n * m / 2.0 + 0.5) / math.sqrt(variance)
-    return 0.5 * math.erfc(-z / math.sqrt(2.0))
+    # Far in the tail the normal approximation underflows to 0, which no rank test can give: the
+    # least p of n and m values is 1 / C(n+m, n) (and a float's least normal number where that
+    # underflows too, from about 2,000 values), so a p is never shown as 0.
+    floor = max(smallest_p(n, m), sys.float_info.min)
+    return max(0.5 * math.erfc(-z / math.sqrt(2.0)), floor)
 
 
 def _ranks(values: np.ndarray) -> np.ndarray:

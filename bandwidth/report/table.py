@@ -250,8 +250,12 @@ def speedup_table(rows: list[Row]) -> list[str]:
     count, and efficiency = speed-up / ideal speed-up (ideal: proportional to the count)."""
     series = scaling_series(rows)
     if not series:
-        return [("# speed-up: no scaling runs (the same mode and network at two or more GPU "
-                "counts of 2 or more); measure with --scaling or several --gpus sets")]
+        counts = sorted({r.n for r in rows})
+        return [("# speed-up: none: it compares the same mode and network at two or more device "
+                 "counts of 2 or more, and these rows have "
+                 + (f"only the count{'s' if len(counts) > 1 else ''} "
+                    f"{', '.join(map(str, counts))}" if counts else "none")
+                 + "; measure at more counts (--scaling on more devices, or several --gpus sets)")]
     counts = sorted({r.n for members in series.values() for r in members})
     headers = ["GPUs"]
     for _ in series:

@@ -18,6 +18,7 @@ from bandwidth.report.cells import ONE_DEVICE, gbps_3
 from bandwidth.results.document import fingerprint
 from bandwidth.results.result import Result
 from bandwidth.results.validate import SCHEMA_VERSION
+from bandwidth.words import counted
 
 
 def discard_stdout() -> None:
@@ -96,14 +97,13 @@ def preamble(plan: Plan, environment: dict, sweep: int = 1) -> list[str]:
     if sweep > 1:
         return lines + [f"# sweep of {sweep} configurations, {c.dtype}, optimizer {c.optimizer}, "
                         f"{c.num_batches} iterations after {c.warmup} warm-up each"]
-    shape = ",".join(map(str, c.image_shape))
     return lines + [
         f"# kvstore {c.kv_store} on {plan.devices.describe()}: "
         f"{plan.store_cls.summary_text(plan.devices)}",
         *([f"# schedule {c.schedule}: {plan.schedule.summary}"
            + (f" ({c.bucket_mb:g} MiB, the first {c.first_bucket_mb:g} MiB)"
               if c.schedule == "ddp" else "")] if plan.schedule is not None else []),
-        f"# network {plan.network_label} (image shape {shape}, {c.num_classes} classes), "
+        f"# network {plan.network_label}{plan.input_text}, "
         f"{c.dtype}, optimizer {c.optimizer}, {c.num_batches} iterations after {c.warmup} "
         "warm-up",
     ]
@@ -150,9 +150,10 @@ def schedule_table(plan: Plan) -> list[str]:
 def summary_lines(result: Result) -> list[str]:
     plan, s = result.plan, result.summary
     devices = devices_words(plan.devices) + (
-        f" on each of {len(result.workers)} workers" if result.workers else "")
+        f" on each of {counted(len(result.workers), 'worker')}" if result.workers else "")
     lines = [f"# summary: kvstore {plan.config.kv_store}, {devices}, "
-             f"{s.nbytes / 1e6:.2f} MB in {len(plan.shapes)} arrays, {s.iterations} iterations"]
+             f"{s.nbytes / 1e6:.2f} MB in {counted(len(plan.shapes), 'array')}, "
+             f"{counted(s.iterations, 'iteration')}"]
     if s.bus_factor == 0 and result.workers:    # one device per worker: the network still works
         lines.append(f"#   GB/sec per gpu: {ONE_DEVICE} per worker: MXNet's figure counts only "
                      "the worker's own devices, so it is 0; the network carried:")
@@ -164,7 +165,7 @@ def summary_lines(result: Result) -> list[str]:
         lines.append(f"#   GB/sec per gpu (busbw = algbw x {s.bus_factor:g}): median "
                      f"{s.busbw_median:.3f}, min {s.busbw_min:.3f}, max {s.busbw_max:.3f}")
     lines += [f"#   algbw {algbw_text(result)}, time median {s.seconds_median:.6f} s, "
-              f"max error {_error_text(s.error_max)}",
+              f"max error {_error_text(s.error_max)}{_staleness(plan, s.error_max)}",
               launch_line(result),
               f"#   ceiling: {ceiling_text(result)}"]
     ref = result.reference
@@ -299,6 +300,15 @@ def ceiling_text(result: Result) -> str:
 
 def _error_text(error: float) -> str:
     return "not checked" if error < 0 else f"{error:.6f}"
+
+
+def _staleness(plan, error: float) -> str:
+    """Why an asynchronous mode's error is not 0: it is measured against the synchronous result."""
+    if error <= 0 or getattr(plan.store_cls, "sync", True):
+        return ""
+    return (" (asynchronous servers: a pull holds the pushes applied so far, the other workers' "
+            "at most a step apart; that staleness is the error, at most about (workers - 1) x "
+            "devices / steps, not a fault)")
 
 
 def result_json(result: Result) -> dict:

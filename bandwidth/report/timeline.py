@@ -11,6 +11,9 @@ from bandwidth.errors import ConfigError, UnsupportedError
 
 LANES = ("compute", "exchange")
 COLORS = {"compute": ("#1f77b4", "#6baed6"), "exchange": ("#d62728", "#fc9272")}
+LEGEND = {"compute": "compute: a unit's forward or backward",
+          "exchange": "exchange: a part's gradients (the mode's step)",
+          "shades": "two shades: neighbouring units or parts"}
 
 
 def wanted(doc: dict) -> bool:
@@ -20,12 +23,23 @@ def wanted(doc: dict) -> bool:
 
 
 def plot_timeline(doc: dict, path: str | Path) -> str:
+    fig = timeline_figure(doc)
+    try:
+        fig.savefig(path)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot write the plot {str(path)!r}: {exc}") from None
+    return "timeline"
+
+
+def timeline_figure(doc: dict):
+    """The figure of ``plot_timeline``, not yet written (matplotlib's Figure)."""
     result = doc["results"][0]
     costs = result["step_costs"]
     events = costs["timeline"]
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
+        from matplotlib.patches import Patch
     except ImportError:
         raise UnsupportedError("--plot needs matplotlib, which is not installed: "
                                "pip install matplotlib") from None
@@ -49,8 +63,7 @@ def plot_timeline(doc: dict, path: str | Path) -> str:
                  f"{1e3 * costs['step_s']:.2f} ms, compute alone {1e3 * costs['compute_s']:.2f} "
                  f"ms, exchange alone {1e3 * costs['exchange_s']:.2f} ms, performance ratio "
                  f"{costs['performance_ratio']:.3f}", fontsize=10)
-    try:
-        fig.savefig(path)
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"cannot write the plot {str(path)!r}: {exc}") from None
-    return "timeline"
+    ax.legend(handles=[Patch(facecolor=COLORS[lane][0], label=LEGEND[lane]) for lane in LANES]
+              + [Patch(facecolor="none", edgecolor="none", label=LEGEND["shades"])],
+              loc="upper right", fontsize=8)
+    return fig

@@ -55,6 +55,7 @@ from bandwidth.hardware import rawcopy
 from bandwidth.plan.layout import Layout, chunk_ranges
 from bandwidth.stores.base import KVStore
 from bandwidth.stores.owners import SPLIT_BOUND, owner_pieces, owner_runs
+from bandwidth.words import counted
 
 log = logging.getLogger(__name__)
 
@@ -193,9 +194,9 @@ class DeviceStore(KVStore):
 
     def notes(self):
         n = len(self.replicas)
-        placement = ", ".join(f"{o}: {count} keys, {owned} elements" for o, (count, owned)
+        placement = ", ".join(f"{o}: {counted(count, 'key')}, {owned} elements" for o, (count, owned)
                               in enumerate(zip(self.key_counts, self.owned)))
-        rule = (f"balanced, {self.split_keys} keys of more than {SPLIT_BOUND:,} elements split"
+        rule = (f"balanced, {counted(self.split_keys, 'key')} of more than {SPLIT_BOUND:,} elements split"
                 if self.owners == "balanced" else "greedy, MXNet's rule")
         on_gpus = self.replicas[0].device.type == "cuda"
         lines = [f"owner {'GPU' if on_gpus else 'device'} of each key ({rule}): {placement}"]
