@@ -24,8 +24,10 @@ LENET = ["--network", "lenet", "--image-shape", "1,28,28", "--num-classes", "10"
 pytestmark = pytest.mark.skipif(not LAUNCH.exists(), reason="launch.py is not there yet")
 
 
-def launch(workers: int, servers: int, *measure_args: str, timeout: float = 150):
-    argv = [sys.executable, str(LAUNCH), "-n", str(workers), "-s", str(servers), "--timeout", "60",
+def launch(workers: int, servers: int, *measure_args: str, timeout: float = 150,
+           join_s: float = 60):
+    argv = [sys.executable, str(LAUNCH), "-n", str(workers), "-s", str(servers), "--timeout",
+            f"{join_s:g}",
             sys.executable, "bandwidth/measure.py", *measure_args]
     return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 

@@ -161,14 +161,35 @@ def test_a_killed_per_device_rank_is_named(lab, tmp_path):
     assert_clean(lab)
 
 
+def job_processes(host) -> list[int]:
+    """The guards and measure.py processes (with their per-device ranks) on ``host``."""
+    found = []
+    for pid in labmod.pids_in(host.namespace):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"bandwidth-guard" in argv or b"measure.py" in argv or b"bandwidth" in argv:
+            found.append(pid)
+    return found
+
+
 def test_a_link_set_down_names_the_host_behind_it(lab, tmp_path):
+    """The launcher names the host; on the host, cut off and told nothing, the guard hears no
+    launcher for GUARD_QUIET_S and ends everything the job started there (was: its sshd session,
+    the guard and measure.py alive 127 s later)."""
+    from bandwidth.launch.ssh import GUARD_GRACE_S, GUARD_QUIET_S
     host = lab.hosts[1]
     proc = start(lab, tmp_path, "dist_sync")
     try:
         program_pid(host, "worker")
         measuring(proc)
         labmod.sh("ip", "-n", host.namespace, "link", "set", host.interface, "down")
+        cut = time.monotonic()
         code, err = finish(proc)
+        while job_processes(host) and time.monotonic() - cut < GUARD_QUIET_S + GUARD_GRACE_S + 10:
+            time.sleep(0.2)
+        assert job_processes(host) == [], "the cut-off host still runs the job's processes"
     finally:
         labmod.sh("ip", "-n", host.namespace, "link", "set", host.interface, "up")
         if proc.poll() is None:

@@ -3,6 +3,7 @@ output, tested directly (no launch)."""
 
 import subprocess
 import sys
+import time
 
 import pytest
 from launch_support import ROOT, alive, launch_env, marker, wait_until
@@ -98,6 +99,40 @@ def test_the_guard_stops_the_whole_group_when_its_stdin_closes():
     assert guard.wait(10) == 128 + 15
     assert guard.stderr.read().strip() == "bandwidth-guard: signal SIGTERM"
     assert alive(mark) == []                # the background sleep too
+
+
+@pytest.mark.parametrize("ending", ["end-of-file", "silence"])
+def test_the_guard_ends_what_left_the_group_too(ending):
+    """A command that forks into the background and into a session of its own (setsid): both
+    end with the guard, whether its stdin closes (a dead launcher, a dropped connection) or only
+    falls silent for --quiet seconds (a host cut off: no end-of-file ever comes)."""
+    mark = marker()
+    sleeper = f"{sys.executable} -c 'import time; time.sleep(600)' {mark}"
+    guard = subprocess.Popen(
+        [sys.executable, "-m", "bandwidth.launch.guard", "--grace", "1", "--quiet", "2", "--",
+         "sh", "-c", f"{sleeper} & setsid {sleeper} & exec {sleeper}"], stdin=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, cwd=ROOT, env=launch_env())
+    try:
+        assert guard.stderr.readline().startswith("bandwidth-guard: started ")
+        assert wait_until(lambda: len(alive(mark)) == 4, timeout_s=10)     # the guard + 3
+        began = time.monotonic()
+        if ending == "end-of-file":
+            guard.stdin.close()
+        else:
+            for _ in range(4):           # the launcher's beats keep it going...
+                time.sleep(1)
+                guard.stdin.write("\n")
+                guard.stdin.flush()
+            began = time.monotonic()     # ...until they stop
+            assert guard.poll() is None
+        assert guard.wait(15) == 128 + 15
+        said = guard.stderr.read()
+        if ending == "silence":
+            assert "bandwidth-guard: launcher silent 2 s" in said and time.monotonic() - began >= 2
+        assert wait_until(lambda: alive(mark) == [], timeout_s=5), alive(mark)
+    finally:
+        guard.kill()
+        guard.wait()
 
 
 def test_the_guard_passes_the_exit_status_on():

@@ -2,8 +2,10 @@
 launcher's rendezvous, many processes, and the failure paths (a failing or killed child, a taken
 port, Ctrl-C, a rank that never joins), each bounded in time and leaving no process behind."""
 
+import os
 import signal
 import socket
+import subprocess
 import time
 
 import pytest
@@ -152,6 +154,27 @@ def test_a_child_killed_by_a_signal_is_named_with_the_signal():
 
 
 @pytest.mark.timeout(30)
+@pytest.mark.parametrize("chatty", ["sh", "measure.py"])
+def test_into_a_closed_pipe_the_launcher_ends_quietly_with_141(tmp_path, chatty):
+    """launch.py ... | head -1 with its reader gone: the process that met the closed pipe (a
+    shell killed by SIGPIPE, measure.py's 141) is no fault to report; the rest of the job is
+    stopped, nothing is printed and the status is 141, as measure.py's (was: a FAIL report)."""
+    mark = marker()
+    command = {"sh": ["sh", "-c", f"while :; do echo {mark}; sleep 0.1; done"],
+               "measure.py": [PYTHON, "bandwidth/measure.py", "--kv-store", "dist_sync",
+                              "--cpus", "1", "--network", "mlp", "--num-batches", "1000"]}[chatty]
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = subprocess.run([PYTHON, str(ROOT / "launch.py"), "-n", "2", "-s", "1",
+                               "--launcher", "local", *command], cwd=ROOT, env=launch_env(),
+                              stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write_end)
+    assert (proc.returncode, proc.stderr) == (141, "")
+    assert wait_until(lambda: alive(mark) == [], timeout_s=10)
+
+
 def test_a_port_in_use_is_one_clear_line_and_status_2():
     with socket.socket() as taken:
         taken.bind(("0.0.0.0", 0))

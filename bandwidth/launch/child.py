@@ -175,6 +175,10 @@ class Child:
         _signal_group(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
 
+    def tick(self, now: float) -> None:
+        """Called on every turn of the supervisor's loop while this child runs (an ssh child tells
+        its remote guard that the launcher is still there)."""
+
     def reachable(self, now: float, within_s: float) -> bool:
         """Whether this process's host is known to run and answer, so that a silent heartbeat
         is not a frozen host or a cut link: always on the launcher's own host, where
@@ -219,10 +223,32 @@ def _signal_group(pgid: int, sig: int) -> None:
         pass
 
 
+class ReaderGone(Exception):
+    """The reader of the launcher's stdout went away (``launch.py ... | head -1``): the job is
+    stopped without a word and the launcher ends with 141, as measure.py does."""
+
+
+_reader_gone = False
+
+
+def mute() -> None:
+    """From now on emit writes nothing: the reader of the launcher's stdout went away."""
+    global _reader_gone
+    _reader_gone = True
+
+
 def emit(stream, text: str) -> None:
-    """Write ``text`` to the launcher's ``stream`` at once (children's lines arrive live)."""
+    """Write ``text`` to the launcher's ``stream`` at once (children's lines arrive live). Once
+    stdout's reader has gone (ReaderGone, raised once) nothing more is written anywhere: the job
+    is being stopped because nobody reads it."""
+    global _reader_gone
+    if _reader_gone:
+        return
     try:
         stream.write(text)
         stream.flush()
     except BrokenPipeError:
-        pass  # the launcher's own output was closed (e.g. piped into head); keep supervising
+        if stream is not sys.stdout:
+            return    # stderr closed: keep supervising, the status still tells the outcome
+        _reader_gone = True
+        raise ReaderGone from None

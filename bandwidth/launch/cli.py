@@ -35,6 +35,7 @@ from bandwidth.cliparse import OneLineParser, check_output_path
 from bandwidth.errors import BandwidthError
 from bandwidth.launch.config import (DEFAULT_HEARTBEAT_MISSES, DEFAULT_HEARTBEAT_S,
                                      DEFAULT_TIMEOUT_S, LaunchConfig)
+from bandwidth.launch.child import ReaderGone
 from bandwidth.launch.driver import run
 from bandwidth.launch.environ import parse_env_flags
 from bandwidth.launch.hostfile import parse_hostfile
@@ -164,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
         cliexit.require("launch.py")                # the store is torch's
         check_output_path("--report", args.report)  # before the job, not after it
         run(config_from_args(args, os.environ, os.getcwd()), dict(os.environ))
+    except ReaderGone:          # | head -1: the job was stopped; quiet, as measure.py's 141
+        return cliexit.broken_pipe()
     except Interrupted as stop:
         print(f"launch.py: interrupted by {signal.Signals(stop.signum).name} (no process was "
               "running)", file=sys.stderr)

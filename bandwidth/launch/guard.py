@@ -3,7 +3,8 @@
 Usage (the ssh launcher sends this file's source and runs it on every remote host as
 ``python3 -c SOURCE``; it needs only the standard library)::
 
-    python3 -m bandwidth.launch.guard [--grace SECONDS] [--env-stdin] -- command [args...]
+    python3 -m bandwidth.launch.guard [--grace SECONDS] [--quiet SECONDS] [--env-stdin]
+                                      -- command [args...]
 
 With ``--env-stdin`` the first line of stdin is a JSON object of environment variables added to
 the command's (the ssh launcher sends them this way, never on a command line).
@@ -13,8 +14,12 @@ a remote program outlives a launcher that crashed or an ssh client that was kill
 keeps the ssh client's stdin open and never writes to it. When the launcher stops this process,
 dies (even by SIGKILL), or the connection drops, this side's stdin reads end-of-file and the
 guard sends SIGTERM to the command's process group, then SIGKILL after the grace period.
-SIGTERM, SIGHUP and SIGINT to the guard do the same. Whatever ends the command, members of its
-process group that are still running afterwards are killed too, so nothing is left behind.
+SIGTERM, SIGHUP and SIGINT to the guard do the same. A host cut off from the launcher reads no
+end-of-file (nothing tells sshd that the far side is gone), so the launcher also writes a byte on
+that stdin every second: with ``--quiet S``, S seconds without one are the launcher gone, and the
+guard stops the command as above. Whatever ends the command, what it started is killed too:
+members of its process group, and every process below the guard, ``setsid`` ones included (the
+guard is their child subreaper, so they stay below it when their parents end).
 
 Protocol lines on stderr, read by the launcher and not shown to the user:
 ``bandwidth-guard: started PID`` once the command runs, ``bandwidth-guard: stopped PID`` when a
@@ -25,6 +30,7 @@ carries: a silent heartbeat is then no frozen host or cut link), and last
 command's status (128+N for signal N).
 """
 
+import ctypes
 import json
 import os
 import select
@@ -34,6 +40,7 @@ import sys
 import time
 
 PREFIX = "bandwidth-guard:"
+PR_SET_CHILD_SUBREAPER = 36
 
 
 def _say(message):
@@ -52,6 +59,55 @@ def _exited(pid):
     """True once ``pid`` has exited; it stays a zombie (WNOWAIT), so its process-group id
     cannot be reused before the group is killed."""
     return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+
+
+def _descendants(root):
+    """Every process below ``root`` (Linux /proc), children before their own."""
+    parents = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if len(fields) > 1 and fields[0] != "Z":
+            parents.setdefault(int(fields[1]), []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        for pid in parents.get(todo.pop(), []):
+            found.append(pid)
+            todo.append(pid)
+    return found
+
+
+def _kill_below(keep):
+    """SIGKILL every process below the guard but ``keep`` (the command, reaped by Popen), until
+    none is left: those that left the command's group (setsid) included."""
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline:
+        left = [pid for pid in _descendants(os.getpid()) if pid != keep]
+        if not left:
+            return
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.02)
+        try:
+            while True:
+                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+                if info is None or info.si_pid == keep:
+                    break
+                os.waitpid(info.si_pid, 0)
+        except (ChildProcessError, OSError):
+            pass
 
 
 def _stopped(pgid):
@@ -75,9 +131,11 @@ def _stopped(pgid):
 
 def main(argv=None):
     args = list(sys.argv[1:] if argv is None else argv)
-    grace_s = 5.0
+    grace_s, quiet_s = 5.0, None
     if args[:1] == ["--grace"]:
         grace_s, args = float(args[1]), args[2:]
+    if args[:1] == ["--quiet"]:
+        quiet_s, args = float(args[1]), args[2:]
     env = None
     if args[:1] == ["--env-stdin"]:
         args = args[1:]
@@ -95,6 +153,10 @@ def main(argv=None):
     if not args:
         sys.stderr.write("usage: python3 -m bandwidth.launch.guard [--grace S] -- command...\n")
         return 2
+    try:            # what the command leaves behind stays below the guard (Linux)
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
     try:
         proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, start_new_session=True, env=env)
     except OSError as err:
@@ -105,12 +167,17 @@ def main(argv=None):
     stop_signals = []
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, lambda signum, frame: stop_signals.append(signum))
-    stdin_open = True
     was_stopped, polls = 0, 0
+    heard = time.monotonic()
     while not stop_signals and not _exited(proc.pid):
         # Poll both the command and stdin every 0.2 s; a read of b"" is end-of-file.
-        ready = select.select([0] if stdin_open else [], [], [], 0.2)[0]
-        if ready and not os.read(0, 4096):
+        ready = select.select([0], [], [], 0.2)[0]
+        if ready:
+            if not os.read(0, 4096):
+                break
+            heard = time.monotonic()
+        elif quiet_s is not None and time.monotonic() - heard > quiet_s:
+            _say(f"launcher silent {quiet_s:g} s")
             break
         polls += 1
         stopped = _stopped(proc.pid) if polls % 3 == 0 else was_stopped     # every 0.6 s
@@ -128,6 +195,7 @@ def main(argv=None):
     # The leader is still running or a zombie (not reaped), so the group id is still this
     # command's: SIGKILL reaches whatever is left of the group, stragglers included.
     _kill_group(proc.pid, signal.SIGKILL)
+    _kill_below(proc.pid)
     proc.wait()
     code = proc.returncode
     if code < 0:

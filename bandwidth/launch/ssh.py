@@ -36,6 +36,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import math
+import os
 import shlex
 import signal
 from collections.abc import Mapping, Sequence
@@ -51,6 +52,12 @@ from bandwidth.launch.supervisor import Child, Failure, status_failure
 
 GUARD_SOURCE = Path(guard.__file__).read_text()
 GUARD_GRACE_S = 5.0
+# The launcher writes a byte on each guard's stdin every BEAT_S; a guard that reads none for
+# GUARD_QUIET_S takes the launcher for gone (a cut link gives no end-of-file) and stops its
+# command: well above a loop that the launcher's host is slow to schedule, within the time the
+# launcher itself names a cut-off host (the heartbeat's threshold and the start's slack).
+BEAT_S = 1.0
+GUARD_QUIET_S = 10.0
 LOGIN_SLACK_S = 5.0   # authentication and the remote shell, on top of the connect timeout
 
 # (what ssh says, what the report says) for ssh's own errors (exit status 255).
@@ -88,8 +95,8 @@ class SshOptions:
 def remote_command(workdir: str, command: Sequence[str], python: str = "python3") -> str:
     """The one string ssh hands to the remote login shell (the environment follows on stdin:
     ``env_line``)."""
-    words = ["exec", python, "-c", GUARD_SOURCE, "--grace", f"{GUARD_GRACE_S:g}", "--env-stdin",
-             "--", *command]
+    words = ["exec", python, "-c", GUARD_SOURCE, "--grace", f"{GUARD_GRACE_S:g}", "--quiet",
+             f"{GUARD_QUIET_S:g}", "--env-stdin", "--", *command]
     return f"cd {shlex.quote(workdir)} && {shlex.join(words)}"
 
 
@@ -129,6 +136,7 @@ class SshChild(Child):
         self.remote_end: tuple[str, str] | None = None   # ("exit", "3") or ("signal", "SIGKILL")
         self.remote_stopped = ""        # the pid the guard found stopped by a signal, or ""
         self.guard_word_s: float | None = None     # the guard's last word, launcher's clock
+        self.beat_s = 0.0               # when the launcher last wrote its byte to the guard
 
     @property
     def running(self) -> bool:
@@ -139,8 +147,19 @@ class SshChild(Child):
         try:       # a pipe holds 64 KiB; the guard reads this line before anything else
             self.proc.stdin.write(self.remote_env)
             self.proc.stdin.flush()
+            os.set_blocking(self.proc.stdin.fileno(), False)     # tick never waits on ssh
         except BrokenPipeError:
             pass   # ssh already exited; its status and stderr say why
+
+    def tick(self, now: float) -> None:
+        """A byte to the guard every BEAT_S: the launcher is there (see GUARD_QUIET_S)."""
+        if now - self.beat_s < BEAT_S or self.proc.stdin is None or self.proc.stdin.closed:
+            return
+        self.beat_s = now
+        try:
+            os.write(self.proc.stdin.fileno(), b"\n")
+        except (BlockingIOError, BrokenPipeError, ValueError, OSError):
+            pass   # ssh is not reading (a full pipe) or has gone: its own ending says why
 
     def on_line(self, stream: str, line: str) -> None:
         if stream == "stderr" and line.startswith(guard.PREFIX):

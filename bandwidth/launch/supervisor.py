@@ -32,8 +32,8 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
-from bandwidth.launch.child import (Child, Failure, LaunchFailed, emit,  # noqa: F401 - re-exported
-                                    status_failure)
+from bandwidth.launch.child import (Child, Failure, LaunchFailed, ReaderGone,  # noqa: F401
+                                    emit, mute, status_failure)          # (some re-exported)
 from bandwidth.launch.ending import consequence_line, pick_root, record
 from bandwidth.launch.noise import NoiseFilter
 from bandwidth.launch.repeats import Repeats
@@ -83,21 +83,37 @@ class Supervisor:
     def run(self) -> None:
         self.t0 = time.monotonic()
         previous = _catch_signals(self.signals.append)
+        gone = False
         try:
             failure = self._loop()
+            gone = self._reader_went_away(failure)
+            if gone:
+                mute()
         finally:
+            # On ReaderGone too: the job stops (emit writes nothing more) and it goes on up
             stopped = self._stopped_count(self._stop())
             _restore_signals(previous)
             self.selector.close()
             for line in self.repeats.summary():
                 emit(sys.stderr, line + "\n")
         self.failure = failure
+        if gone:
+            raise ReaderGone
         if failure is not None:
             elapsed = self.clock() if self.root is None else self.root.ending.at_s
             processes = self.processes()
             consequences = consequence_line(self.root, processes) \
                 if self.root is not None and len(processes) > 1 else ""
             raise LaunchFailed(failure, failure.report(elapsed, stopped, consequences))
+
+    def _reader_went_away(self, failure: Failure | None) -> bool:
+        """The job ended because a process that writes straight to the launcher's stdout was
+        killed by SIGPIPE, or ended with 141 as this tool's commands do on a closed stdout: the
+        reader of that output went away (``| head -1``), no fault."""
+        root = self.root
+        return failure is not None and root is not None and \
+            (root.ending.signal == "SIGPIPE" or root.ending.status == 128 + signal.SIGPIPE) \
+            and not getattr(root, "capture_stdout", True)
 
     def processes(self) -> list:
         """Every process of the job: the children, a runner's (mpirun's) ranks in its place."""
@@ -128,6 +144,9 @@ class Supervisor:
             if self.said_watch is not None:
                 self.said_watch.poll(self.clock())
             now = time.monotonic()
+            for child in started:
+                if not child.finished:
+                    child.tick(now)
             if self._collect() or self._silent():
                 return self._settle()
             for child in started:
