@@ -135,6 +135,28 @@ def test_a_launcher_killed_with_sigkill_takes_its_processes_with_it():
     assert wait_until(lambda: not any(alive_pid(pid) for pid in pids.values()), 10)
 
 
+@pytest.mark.parametrize("ending", ["SIGKILL", "normal"])
+def test_what_the_commands_started_ends_with_the_launcher(ending):
+    """A command that leaves processes behind, in its group and in sessions of their own
+    (setsid): a SIGKILLed launcher takes them all (was: 9 sleeps left under PID 1), and so does
+    the end of the job."""
+    mark = marker()
+    sleeper = f"{sys.executable} -c 'import time; time.sleep(300)' {mark}"
+    then = "sleep 300" if ending == "SIGKILL" else "sleep 3"
+    proc = start_launch("-n", "1", "-s", "1", "sh", "-c",
+                        f"{sleeper} & setsid {sleeper} & {sleeper} & {then}")
+    try:
+        # the launcher and the two shells (the marker is in their argv), the six sleepers
+        assert wait_until(lambda: len(alive(mark)) == 9, timeout_s=30), alive(mark)
+        if ending == "SIGKILL":
+            proc.kill()
+        assert proc.wait(30) == (-9 if ending == "SIGKILL" else 0)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert wait_until(lambda: alive(mark) == [], timeout_s=10), alive(mark)
+
+
 def alive_pid(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as stat:

@@ -19,7 +19,9 @@ Modules, in the order a launch uses them:
 * ``contract`` -- the environment every process receives, and ``Role.from_environ`` to read it
 * ``environ`` -- which of the launcher's variables are forwarded (an allowlist)
 * ``rendezvous`` -- the TCPStore the launcher hosts, and the watch on who joined
-* ``supervisor`` -- start, forward output, stop everything at the first failure, report
+* ``supervisor`` -- start, forward output, stop everything at the first failure, report;
+  ``sentinel`` -- a process of its own that ends what the children started once the launcher is
+  gone (even by SIGKILL) or the job is over
 * ``local``, ``ssh`` (+ ``guard``), ``mpi`` (+ ``mpirole``), ``slurm`` (+ ``slurmrole``) -- the
   launchers themselves; ``rolewrap``, what ``mpirole`` and ``slurmrole`` share (a process that
   mpirun or srun started takes its planned role's environment, runs the command and says how it

@@ -13,13 +13,15 @@ earlier but was seen later (its report still on its way over ssh) is not missed,
 the root cause: the earliest failure that is not a consequence of another. With a heartbeat
 (``bandwidth.launch.heartbeat``) a process silent for the threshold is a failure too, dated at
 its last beat. Local children also die with the launcher (``PR_SET_PDEATHSIG``), even when it is
-killed with SIGKILL.
+killed with SIGKILL, and what they started goes with them: ``bandwidth.launch.sentinel``, a
+process of its own that the launcher tells each child's pid, kills their sessions and every
+process it saw below them once the launcher is gone (or, at the end, what they left running).
 
 Every child runs in its own session (``start_new_session``): a terminal's Ctrl-C reaches only
 the launcher, which then stops the children, and a child's whole process group can be signalled.
 Stopping is SIGTERM, then SIGKILL after the grace period. When a child's first process exits,
-whatever is left of its process group is killed, so helpers it started do not linger (a helper
-that makes a session of its own escapes this, as it would any process-group based supervisor).
+whatever is left of its process group is killed, so helpers it started do not linger (one that
+makes a session of its own is left to the sentinel).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from bandwidth.launch.child import (Child, Failure, LaunchFailed, ReaderGone,  #
                                     emit, mute, status_failure)          # (some re-exported)
 from bandwidth.launch.ending import consequence_line, pick_root, record
 from bandwidth.launch.noise import NoiseFilter
+from bandwidth.launch.sentinel import Sentinel
 from bandwidth.launch.repeats import Repeats
 
 POLL_S = 0.05
@@ -84,6 +87,7 @@ class Supervisor:
         self.t0 = time.monotonic()
         previous = _catch_signals(self.signals.append)
         gone = False
+        self.sentinel = Sentinel()
         try:
             failure = self._loop()
             gone = self._reader_went_away(failure)
@@ -92,6 +96,7 @@ class Supervisor:
         finally:
             # On ReaderGone too: the job stops (emit writes nothing more) and it goes on up
             stopped = self._stopped_count(self._stop())
+            self.sentinel.close()
             _restore_signals(previous)
             self.selector.close()
             for line in self.repeats.summary():
@@ -265,6 +270,8 @@ class Supervisor:
         except OSError as err:   # no such program, not executable, no such directory
             child.proc = None
             return Failure(child.subject, f"cannot run {child.argv[0]!r}: {err.strerror}", 127)
+        if child.die_with_launcher:
+            self.sentinel.follow(child.proc.pid)
         for stream, pipe in (("stdout", child.proc.stdout), ("stderr", child.proc.stderr)):
             if pipe is not None:
                 os.set_blocking(pipe.fileno(), False)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import signal
 import subprocess
 import sys
 
@@ -52,9 +53,31 @@ def up(name: str, count: int, rate: str | None, rates_of: dict[str, str] | None 
             sshd.wait_ready(lab, host)
         (lab.state_dir / "hosts").write_text("".join(f"{h.address}\n" for h in lab.hosts))
     except BaseException:
-        labmod.remove(name)
+        # Ctrl-C, SIGTERM (Stopped) or a failure part-way: remove what was made, and let no
+        # second signal cut the removal short
+        previous = {s: signal.signal(s, signal.SIG_IGN) for s in STOPPING}
+        try:
+            labmod.remove(name)
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
         raise
     return lab
+
+
+STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Stopped(BaseException):
+    """SIGTERM or SIGHUP while the lab is made: unwinds like Ctrl-C, so that it is removed."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _stop(signum, frame):
+    raise Stopped(signum)
 
 
 def down(name: str) -> list[str]:
@@ -105,6 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _stop)
     try:
         if args.command == "up":
             pairs = {}
@@ -131,4 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("netlab: interrupted (what was made is removed)", file=sys.stderr)
         return 130
+    except Stopped as stop:
+        print(f"netlab: stopped by {signal.Signals(stop.signum).name} (what was made is "
+              "removed)", file=sys.stderr)
+        return 128 + stop.signum
     return 0
