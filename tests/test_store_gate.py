@@ -3,6 +3,7 @@ with real sockets. The gate is hosted here, in the test process; each stranger i
 its own that is no descendant of this one (started with ``setsid -f``, so it is re-parented away),
 as another user's program on this host would be."""
 
+import contextlib
 import os
 import shutil
 import socket
@@ -155,3 +156,47 @@ def test_a_connection_is_told_apart_from_an_older_one_of_the_same_port():
     finally:
         for sock in (again, second, *listeners):
             sock.close()
+
+
+@pytest.mark.timeout(120)
+def test_the_launchers_own_open_file_limit_is_named_not_a_worker():
+    """A program holding hundreds of connections to the job's store port of a launcher whose
+    open-file limit is 256: one FAIL line names the launcher's limit (was: a worker blamed,
+    "Exception raised from recvBytes", and hundreds of stderr lines)."""
+    import resource
+
+    from launch_support import PYTHON, ROOT, launch_env, program
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+
+    def low_limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, resource.getrlimit(
+            resource.RLIMIT_NOFILE)[1]))
+
+    proc = subprocess.Popen([PYTHON, str(ROOT / "launch.py"), "-n", "2", "-s", "0", "--port",
+                             str(port), "--launcher", "local", PYTHON, program("beat.py"), "600"],
+                            cwd=ROOT, env=launch_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, preexec_fn=low_limit)
+    held = []
+    try:
+        joined = 0
+        while joined < 2:                   # the job runs; then the stranger comes
+            line = proc.stderr.readline()
+            assert line, "the job ended before it ran"
+            joined += " joined " in line
+        for _ in range(400):
+            with contextlib.suppress(OSError):
+                held.append(socket.create_connection(("127.0.0.1", port), timeout=2))
+        _, err = proc.communicate(timeout=60)
+    finally:
+        for sock in held:
+            sock.close()
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, err
+    fail = next(line for line in err.splitlines() if line.startswith("FAIL:"))
+    assert fail.startswith("FAIL: launcher: the launcher ran out of open files (its limit, "
+                           "ulimit -n, is 256)"), err[-2000:]
+    assert "Traceback" not in err

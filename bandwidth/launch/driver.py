@@ -29,7 +29,7 @@ from bandwidth.launch.preflight import PREFLIGHT_MIN_PROCESSES, check_measure_co
 from bandwidth.launch.rankends import SaidWatch
 from bandwidth.launch.rendezvous import (JoinWatch, address_towards, bind_address, free_port,
                                          open_store)
-from bandwidth.launch.supervisor import Supervisor
+from bandwidth.launch.supervisor import Failure, LaunchFailed, Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -92,10 +92,28 @@ def _run(config: LaunchConfig, launcher, hosts, master_addr: str, hosted, secret
         if config.heartbeat_s > 0 else None
     said = SaidWatch(job_store(store, job.secret), job.world_size) \
         if launcher.rank_records else None
-    supervisor = Supervisor(launcher.build(plan), check=watch, heartbeat=beats, said_watch=said,
+
+    def check(elapsed_s: float) -> Failure | None:
+        """The rendezvous watch; first, the launcher's own open-file limit, which a program
+        holding connections to the store's port exhausts (was blamed on a worker)."""
+        trouble = hosted.out_of_files()
+        if trouble:
+            return Failure("launcher", trouble, 1)
+        return watch(elapsed_s)
+
+    supervisor = Supervisor(launcher.build(plan), check=check, heartbeat=beats, said_watch=said,
                             start_timeout_s=launcher.start_timeout_s(config.timeout_s))
     try:
         supervisor.run()
+    except LaunchFailed as failed:
+        trouble = hosted.out_of_files()
+        if not trouble or failed.failure.subject == "launcher":
+            raise
+        # a process that could not reach the store failed first, but the cause is the launcher's
+        # open-file limit: say that, with what the process said as its consequence
+        cause = Failure("launcher", trouble, 1)
+        raise LaunchFailed(cause, cause.report() + "\n  then, as a consequence: "
+                           f"{failed.failure.subject} {failed.failure.what}") from None
     finally:
         if config.report_path:
             _write_report(config.report_path, supervisor)

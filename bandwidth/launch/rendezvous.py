@@ -53,6 +53,10 @@ class HostedStore:
     def __init__(self, store, port: int, gate=None):
         self.store, self.port, self._gate = store, port, gate
 
+    def out_of_files(self) -> str | None:
+        """Why the gate could not take a connection: this process's open-file limit."""
+        return None if self._gate is None else self._gate.out_of_files
+
     def close(self) -> None:
         if self._gate is not None:
             self._gate.close()

@@ -26,13 +26,16 @@ What this protects and what it does not is in docs/launcher.md (Security).
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import hmac
 import logging
 import os
+import resource
 import secrets
 import socket
 import threading
+import time
 from datetime import timedelta
 
 log = logging.getLogger(__name__)
@@ -91,12 +94,25 @@ class _Listener:
         self._closed = False
         threading.Thread(target=self._accept_loop, daemon=True, name="store-gate").start()
 
+    #: why this process could not take a connection: it ran out of open files (``ulimit -n``),
+    #: which fails the job in one line that says so (bandwidth.launch.driver), not a worker
+    out_of_files: str | None = None
+
     def _accept_loop(self) -> None:
         while not self._closed:
             try:
                 conn, _ = self._sock.accept()
-            except OSError:
-                return
+            except OSError as err:
+                if err.errno not in (errno.EMFILE, errno.ENFILE) or self._closed:
+                    return
+                soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+                self.out_of_files = (
+                    f"the launcher ran out of open files (its limit, ulimit -n, is {soft}) "
+                    f"taking a connection to the job's store at port {self.port}: "
+                    f"{err.strerror}; raise the limit, or look for a program holding "
+                    "connections to that port")
+                time.sleep(0.1)            # the connection waits in the backlog meanwhile
+                continue
             threading.Thread(target=self._serve, args=(conn,), daemon=True,
                              name="store-gate-handshake").start()
 
