@@ -254,6 +254,7 @@ def test_cli_on_cpu_devices_writes_json_under_one_key(tmp_path):
     assert list(doc) == ["ceilings"]
     assert doc["ceilings"]["collectives"]["rows"][0]["nbytes"] == 65536
     assert "# gloo collectives" in done.stderr          # progress goes to stderr
+    assert "# collectives: 65,536 B done (1 of 1 sizes, " in done.stderr     # a line per size
 
 
 def test_unpeered_child_refuses_without_gpus():

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -151,9 +152,11 @@ def one_process(devices: DeviceSet) -> bool:
 # ----- the rank side (bandwidth.processes.worker's "collectives" task) -----
 
 def rank_task(spec: dict, rank: int, world_size: int, port: int, timeout_s: float) -> list[dict]:
+    spec = dict(spec, started=time.monotonic())
     if spec.get("one_process"):
         gpus = [torch.device("cuda", g) for g in spec["ids"]]
-        return [_grouped_row(spec, nbytes, gpus) for nbytes in spec["sizes"]]
+        return [_said(spec, i, _grouped_row(spec, nbytes, gpus), rank)
+                for i, nbytes in enumerate(spec["sizes"])]
     device = (torch.device("cuda", spec["ids"][rank]) if spec["kind"] == "cuda"
               else torch.device("cpu"))
     if device.type == "cuda":
@@ -167,9 +170,20 @@ def rank_task(spec: dict, rank: int, world_size: int, port: int, timeout_s: floa
                             world_size=world_size, timeout=timeout,
                             device_id=device if device.type == "cuda" else None)
     try:
-        return [_row(spec, nbytes, device, rank, world_size) for nbytes in spec["sizes"]]
+        return [_said(spec, i, _row(spec, nbytes, device, rank, world_size), rank)
+                for i, nbytes in enumerate(spec["sizes"])]
     finally:
         dist.destroy_process_group()
+
+
+def _said(spec: dict, index: int, row: dict, rank: int) -> dict:
+    """``row``, after rank 0 said on stderr that its size is done: a sweep to 1 GB runs for
+    minutes, and a line per size shows it moving (on a terminal and in a log alike)."""
+    if rank == 0:
+        print(f"# collectives: {row['nbytes']:,} B done ({index + 1} of {len(spec['sizes'])} "
+              f"sizes, {time.monotonic() - spec['started']:.0f} s)", file=sys.stderr,
+              flush=True)
+    return row
 
 
 def _row(spec: dict, nbytes: int, device: torch.device, rank: int, n: int) -> dict:
