@@ -86,6 +86,9 @@ def test_a_step_with_compute_on_cpu_devices(tmp_path):
     assert costs["batch_size"] == 256 and costs["devices"] == 2
     assert costs["error_max"] == 0.0
     assert "max error 0.000000 in the steps with compute" in done.stdout
+    stages = [line for line in done.stderr.splitlines() if line.startswith("# --compute: ")]
+    assert [line.split(":")[1].split()[:2] for line in stages] == \
+        [["calibrating", "the"], ["the", "large"], ["the", "step"], ["one", "traced"]]
     assert 0 < costs["performance_ratio"] <= 1 and 0 <= costs["overlap"] <= 1
     assert costs["exposed_s"] == pytest.approx(max(0.0, costs["step_s"] - costs["compute_s"]))
     # 2 replicas x (forward + backward FLOPs of mlp at batch 256), each a whole number of rows

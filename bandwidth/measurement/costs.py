@@ -112,9 +112,11 @@ def schedule_of(plan: Plan) -> Schedule:
     return plan.schedule or Flat(plan.shapes, DTYPE_BYTES[plan.config.dtype])
 
 
-def measure_costs(plan: Plan, session, kick) -> dict:
+def measure_costs(plan: Plan, session, kick, say=None) -> dict:
     """Compute alone, the step, the rates and one step's timeline, as a plain dict. ``kick``
-    wraps a session so that the watchdog sees each iteration (tasks.Kicking)."""
+    wraps a session so that the watchdog sees each iteration (tasks.Kicking); ``say(stage)``,
+    where given, tells each stage as it starts (they take minutes on a large network on CPUs)."""
+    say = say or (lambda message: None)
     c = plan.config
     schedule = schedule_of(plan)
     units = unit_work(plan.compute, [(u.name, u.keys) for u in schedule.units], plan.shapes)
@@ -122,6 +124,8 @@ def measure_costs(plan: Plan, session, kick) -> dict:
     slots = Slots(runners, [part.label for part in schedule.parts])
     events = schedule.events()
     try:
+        say(f"--compute: calibrating the compute of {len(units)} units on "
+            f"{len(runners)} replica(s)")
         rates = [runner.calibrate() for runner in runners]
         compute_launch = "eager"
         if runners[0].kind == "cuda" and not runners[0].waits and c.launch != "eager":
@@ -144,7 +148,10 @@ def measure_costs(plan: Plan, session, kick) -> dict:
                 and (len({r.device for r in runners}) > 1 or len(schedule.parts) > 1):
             alone_graph = AloneGraphs(runners, events)
             compute_launch = "graph per GPU"
+        say("--compute: the large matrix product's rate (the device's reference)")
         large = large_matmul_rate(runners[0].device, c.dtype)
+        say(f"--compute: the step with compute and the compute alone, {c.warmup} + "
+            f"{c.num_batches} iterations each, interleaved")
         # Interleaved, iteration by iteration, the first rotating: load from other processes
         # falls on both alike (protocol.measure_interleaved).
         (alone, _), (step, _) = protocol.measure_interleaved(
@@ -152,6 +159,7 @@ def measure_costs(plan: Plan, session, kick) -> dict:
              kick(StepWithCompute(session, runners, slots, events, whole and whole.step))],
             iterations=c.num_batches, warmup=c.warmup, disp_batches=c.num_batches,
             check=c.test_results, nbytes=plan.nbytes, bus_factors=[0.0, 0.0])
+        say("--compute: one traced step (the timeline)")
         timeline = trace(StepWithCompute(session, runners, slots, events), session)
         alone_own = sorted(s.own_seconds for s in alone)[len(alone) // 2]
         return {"compute_samples": [asdict(s) for s in alone],

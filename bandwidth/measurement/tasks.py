@@ -4,6 +4,7 @@ process's replicas (``measure_task``), the protocol on a ready session of any ba
 
 from __future__ import annotations
 
+import sys
 from dataclasses import asdict
 from typing import Callable
 
@@ -14,6 +15,11 @@ from bandwidth.measurement.session import Session, launch_of, schedule_launch_no
 from bandwidth.plan.plan import Plan
 from bandwidth.processes.lifeline import Watchdog
 from bandwidth.stores.registry import KVSTORES
+
+
+def _say(message: str) -> None:
+    """A stage of a long measurement, on stderr (the process that reports says it)."""
+    print(f"# {message}", file=sys.stderr, flush=True)
 
 
 def measure_task(plan: Plan, indices: list[int], group,
@@ -31,7 +37,8 @@ def measure_task(plan: Plan, indices: list[int], group,
         if plan.compute is not None:
             c = plan.config
             with Watchdog(c.timeout_s, f"{c.kv_store} on {plan.network_label} with compute") as dog:
-                measured["costs"] = measure_costs(plan, session, lambda s: Kicking(s, dog))
+                measured["costs"] = measure_costs(plan, session, lambda s: Kicking(s, dog),
+                                                  say=_say if on_report is not None else None)
         return measured
     finally:
         session.close()
