@@ -32,7 +32,9 @@ requires_cuda = pytest.mark.skipif(
 # names), sshd, Open MPI, the Slurm daemons, the shared /tmp/heavy.lock, and the store gate's
 # tests, which read the machine's TCP table (/proc/net/tcp), where other tests' connections
 # would be counted. The rest make their own processes (each test finds its own by
-# a marker or as its children) and spread over the workers.
+# a marker or as its children) and spread over the workers. README's commands run in order in
+# one folder (one writes what the next reads) and take about 4 minutes: a group of their own,
+# so that they need not wait for the machine's (the lab's lines stay in the machine's group).
 ONE_AT_A_TIME = {
     "test_faults_lab.py", "test_launch_contract.py", "test_launch_interface.py",
     "test_launch_loopback.py", "test_launch_mpi.py", "test_launch_slurm.py", "test_launch_ssh.py",
@@ -45,5 +47,7 @@ ONE_AT_A_TIME = {
 @pytest.hookimpl(tryfirst=True)      # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if item.path.name in ONE_AT_A_TIME:
+        if item.path.name == "test_readme.py" and item.name.startswith("test_readme_command_runs"):
+            item.add_marker(pytest.mark.xdist_group("readme"))
+        elif item.path.name in ONE_AT_A_TIME:
             item.add_marker(pytest.mark.xdist_group("machine"))

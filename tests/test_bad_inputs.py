@@ -5,19 +5,18 @@ flags; malformed result documents are tests/test_compare.py's) get out-of-range 
 infinity, 5000 digits), sweeps that would never end, broken shape and hosts files, unusable output
 paths and argparse errors. Each must: exit with status 2, write exactly one line on stderr, no
 traceback, within 10 s, and leave no process behind (every process it started carries a marker
-in its environment, looked for in /proc afterwards). The cases run two at a time.
+in its environment, looked for in /proc afterwards). Each case is a process of its own, forked
+from one that imported torch and the package once (tests/forkrun.py), one after another.
 """
 
-import concurrent.futures
 import json
 import os
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
 
 import pytest
+from forkrun import Forker
 
 ROOT = Path(__file__).resolve().parent.parent
 LIMIT_S = 10.0
@@ -123,17 +122,11 @@ def _leftovers(mark: str) -> list[int]:
     return found
 
 
-def _run(argv: list[str], folder: str) -> dict:
+def _run(forker: Forker, argv: list[str], folder: str) -> dict:
     mark = f"{MARK}={uuid.uuid4().hex}"
     env = dict(os.environ, PYTHONPATH=str(ROOT), **dict([mark.split("=")]))
     start = time.monotonic()
-    try:
-        done = subprocess.run([sys.executable] + argv, cwd=folder, env=env,
-                              capture_output=True, text=True, timeout=60,
-                              stdin=subprocess.DEVNULL, start_new_session=True)
-        code, stderr = done.returncode, done.stderr
-    except subprocess.TimeoutExpired as exc:
-        code, stderr = None, (exc.stderr or b"").decode(errors="replace")
+    code, _, stderr = forker.run(argv, folder, env, timeout_s=60)
     seconds = time.monotonic() - start
     time.sleep(0.2)
     return {"code": code, "stderr": stderr, "seconds": seconds, "left": _leftovers(mark)}
@@ -159,10 +152,11 @@ CASES = _cases({name: f"<{name}>" for name in (
 def outcomes(tmp_path_factory):
     folder, files = _folder(tmp_path_factory)
     cases = _cases(files)                 # the same cases, with the real file names
-    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-        futures = {label: pool.submit(_run, argv, str(folder))
-                   for label, (_, argv) in zip(LABELS, cases)}
-        return {label: future.result() for label, future in futures.items()}
+    forker = Forker()
+    try:
+        return {label: _run(forker, argv, str(folder)) for label, (_, argv) in zip(LABELS, cases)}
+    finally:
+        forker.close()
 
 
 LABELS = [f"{i:02d} {label}" for i, (label, _) in enumerate(CASES)]

@@ -214,7 +214,7 @@ def _help_of(flag: str) -> str:
 
 def test_help_and_readme_agree_with_the_code():
     """--plot's formats, --cpu-threads' rule and --chunk-mb's defaults, as the code has them."""
-    from bandwidth.config.values import PLOT_SUFFIXES
+    from bandwidth.cliparse import PLOT_SUFFIXES
     from bandwidth.hardware.cputhreads import MORE_THREADS_MARGIN
     from bandwidth.stores.local import GPU_MAX_CHUNK_BYTES, GPU_MIN_CHUNK_BYTES
 

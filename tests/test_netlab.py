@@ -362,7 +362,9 @@ def test_fault_host_accepts_but_never_answers(lab):
     assert line.startswith(f"FAIL: {host.address}: connection timed out after "
                            f"{FAULT_TIMEOUT_S} s"), line
     assert f"while starting server 1@{host.address}" in proc.stderr
-    assert seconds <= FAULT_TIMEOUT_S + 5 + SLACK_S           # + the login's 5 s
+    # + the login's 5 s; twice the slack: 32.6 s were seen beside another heavy test (a bound
+    # against a launcher that waits far past its timeout, not a timing figure)
+    assert seconds <= FAULT_TIMEOUT_S + 5 + 2 * SLACK_S
     assert_clean(lab)
 
 
