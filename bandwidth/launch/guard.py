@@ -61,13 +61,15 @@ def _exited(pid):
     return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
 
 
-def _descendants(root):
-    """Every process below ``root`` (Linux /proc), children before their own."""
-    parents = {}
+def proc_table():
+    """{pid: the fields of /proc/PID/stat after the command's name} of every process but the
+    zombies: [0] state, [1] parent, [2] process group, [3] session, [19] start time ({} where
+    there is no /proc). bandwidth.launch.sentinel reads it too."""
+    table = {}
     try:
         entries = os.listdir("/proc")
     except OSError:
-        return []
+        return table
     for entry in entries:
         if not entry.isdigit():
             continue
@@ -76,8 +78,16 @@ def _descendants(root):
                 fields = stat.read().rpartition(")")[2].split()
         except OSError:
             continue
-        if len(fields) > 1 and fields[0] != "Z":
-            parents.setdefault(int(fields[1]), []).append(int(entry))
+        if len(fields) > 19 and fields[0] != "Z":
+            table[int(entry)] = fields
+    return table
+
+
+def _descendants(root):
+    """Every process below ``root`` (Linux /proc), children before their own."""
+    parents = {}
+    for pid, fields in proc_table().items():
+        parents.setdefault(int(fields[1]), []).append(pid)
     found, todo = [], [root]
     while todo:
         for pid in parents.get(todo.pop(), []):
@@ -112,20 +122,9 @@ def _kill_below(keep):
 
 def _stopped(pgid):
     """The pid of a process of group ``pgid`` stopped by a signal (SIGSTOP), or 0."""
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return 0
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as stat:
-                fields = stat.read().rpartition(")")[2].split()
-        except OSError:
-            continue
-        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] in ("T", "t"):
-            return int(entry)
+    for pid, fields in proc_table().items():
+        if fields[2] == str(pgid) and fields[0] in ("T", "t"):
+            return pid
     return 0
 
 

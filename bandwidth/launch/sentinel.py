@@ -1,53 +1,53 @@
 """Ends what a launch started on this host once the launcher is gone, even by SIGKILL.
 
-    python3 -c SOURCE LAUNCHER_PID        (started by bandwidth.launch.driver; standard library)
+    python3 -m bandwidth.launch.sentinel          (started by the supervisor; reads its stdin)
 
 A local child dies with the launcher (``PR_SET_PDEATHSIG``), but what the child started does not:
 a SIGKILLed launcher left ``sh -c 'sleep 300 & setsid sleep 300'``'s sleeps running under PID 1.
-This process, in a session of its own, watches the launcher through a pipe: the launcher writes
-the pid of each child it starts on it (one line each); when the launcher ends, however it ends,
-the pipe reads end-of-file. Meanwhile it notes, twice a second, those children and every process
-below them (pid and start time) and the sessions they belong to: each local child runs in a
-session of its own, so a process of one of those sessions is the job's. At end-of-file it kills every process of those
-sessions and every noted process that still runs with the same start time (one that left its
-session with ``setsid`` is known from a note; one started within the last half second of the
-launcher's life may be missed). The launcher closes the pipe itself when the job is over, so what
-a process left running after a normal end goes too, as the remote guard does.
+So the supervisor gives every child it starts one more variable, ``BANDWIDTH_LAUNCH_ID`` (random,
+one per launch), which whatever the child starts inherits, ``setsid`` or not, and starts this
+process, in a session of its own, with the same variable and a pipe whose write end only the
+launcher holds. When the launcher ends, however it ends, the pipe reads end-of-file; this
+process then kills every process whose environment holds that variable with that value (read in
+/proc, as the user's own processes are), until none is left. The launcher closes the pipe itself
+when the job is over, so what a process left running after a normal end goes too, as the remote
+guard does. A process that empties its environment escapes it.
 
 Linux only (/proc); elsewhere it waits for end-of-file and does nothing.
 """
 
 import os
-import select
+import secrets
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
-NOTE_S = 0.5
+from bandwidth.launch.guard import proc_table
+
+ID_VARIABLE = "BANDWIDTH_LAUNCH_ID"
 
 
 class Sentinel:
-    """The launcher's side: starts the sentinel, tells it each child (``follow``), and ``close``
-    at the end of the job (it then kills what the children left and exits)."""
+    """The launcher's side: ``tag(env)`` marks a child's environment before it starts; ``close``
+    at the end of the job (the sentinel then kills what carries the mark and exits)."""
 
     def __init__(self):
-        with open(__file__) as source:
-            code = source.read()
+        self.token = secrets.token_hex(8)
+        root = str(Path(__file__).resolve().parents[2])          # where bandwidth/ is
+        path = os.environ.get("PYTHONPATH")
+        env = dict(os.environ, PYTHONPATH=f"{root}{os.pathsep}{path}" if path else root)
+        env[ID_VARIABLE] = self.token
         try:
-            self.proc = subprocess.Popen([sys.executable, "-c", code, str(os.getpid())],
-                                         stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen([sys.executable, "-m", "bandwidth.launch.sentinel"],
+                                         env=env, stdin=subprocess.PIPE,
+                                         stdout=subprocess.DEVNULL, start_new_session=True)
         except OSError:
             self.proc = None              # no sentinel: the children still die with the launcher
 
-    def follow(self, pid: int) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            try:
-                self.proc.stdin.write(f"{pid}\n".encode())
-                self.proc.stdin.flush()
-            except OSError:
-                pass
+    def tag(self, env: dict) -> None:
+        env[ID_VARIABLE] = self.token
 
     def close(self, wait_s: float = 5.0) -> None:
         if self.proc is None:
@@ -63,75 +63,31 @@ class Sentinel:
             self.proc.wait()
 
 
-def _table():
-    """{pid: (ppid, session, start time)} of every process (Linux /proc)."""
-    table = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return table
-    for entry in entries:
-        if not entry.isdigit():
-            continue
+def _marked(entry: bytes) -> list[int]:
+    """The processes whose environment holds ``entry`` (``NAME=value``), this one excepted."""
+    me, found = os.getpid(), []
+    for pid in proc_table():
         try:
-            with open(f"/proc/{entry}/stat") as stat:
-                fields = stat.read().rpartition(")")[2].split()
+            with open(f"/proc/{pid}/environ", "rb") as environ:
+                if pid != me and entry in environ.read().split(b"\0"):
+                    found.append(pid)
         except OSError:
             continue
-        if len(fields) > 19 and fields[0] != "Z":
-            table[int(entry)] = (int(fields[1]), int(fields[3]), fields[19])
-    return table
-
-
-def _below(table, roots):
-    """``roots`` (those still running) and every process below them."""
-    children = {}
-    for pid, (ppid, _, _) in table.items():
-        children.setdefault(ppid, []).append(pid)
-    found = [pid for pid in roots if pid in table]
-    todo = list(found)
-    while todo:
-        for pid in children.get(todo.pop(), []):
-            found.append(pid)
-            todo.append(pid)
     return found
 
 
-def main(argv=None):
-    args = sys.argv[1:] if argv is None else argv
-    launcher = int(args[0])
+def main() -> int:
+    token = os.environ.get(ID_VARIABLE, "")
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, signal.SIG_IGN)     # the pipe's end decides, nothing else
-    table = _table()
-    spared = {os.getsid(0)} | ({table[launcher][1]} if launcher in table else set())
-    noted, sessions, roots, partial = {}, set(), {}, b""
-    while True:
-        new = []
-        if select.select([0], [], [], NOTE_S)[0]:
-            data = os.read(0, 4096)
-            if not data:
-                break
-            *lines, partial = (partial + data).split(b"\n")
-            new = [int(line) for line in lines if line.strip().isdigit()]
-        table = _table()
-        roots.update((pid, table[pid][2]) for pid in new if pid in table)
-        # a root that ended (its pid free for another program) is no longer followed
-        roots = {pid: start for pid, start in roots.items()
-                 if pid in table and table[pid][2] == start}
-        for pid in _below(table, roots):
-            noted[pid] = table[pid][2]
-        noted = {pid: start for pid, start in noted.items()
-                 if pid in table and table[pid][2] == start}
-        # the sessions that still hold a noted process (a session id is a pid, free again
-        # once the session has no member left)
-        sessions = {table[pid][1] for pid in noted}
-    sessions -= spared
-    me = os.getpid()
+    while os.read(0, 4096):
+        pass
+    if not token:
+        return 0
+    entry = f"{ID_VARIABLE}={token}".encode()
     deadline = time.monotonic() + 3.0
     while time.monotonic() < deadline:
-        table = _table()
-        left = [pid for pid, (_, session, start) in table.items() if pid != me and
-                (session in sessions or noted.get(pid) == start)]
+        left = _marked(entry)
         if not left:
             return 0
         for pid in left:

@@ -14,8 +14,8 @@ the root cause: the earliest failure that is not a consequence of another. With 
 (``bandwidth.launch.heartbeat``) a process silent for the threshold is a failure too, dated at
 its last beat. Local children also die with the launcher (``PR_SET_PDEATHSIG``), even when it is
 killed with SIGKILL, and what they started goes with them: ``bandwidth.launch.sentinel``, a
-process of its own that the launcher tells each child's pid, kills their sessions and every
-process it saw below them once the launcher is gone (or, at the end, what they left running).
+process of its own, kills every process that carries this launch's mark in its environment
+once the launcher is gone (or, at the end, what they left running).
 
 Every child runs in its own session (``start_new_session``): a terminal's Ctrl-C reaches only
 the launcher, which then stops the children, and a child's whole process group can be signalled.
@@ -265,13 +265,13 @@ class Supervisor:
                        detail=self.root.ending.reason if named else "")
 
     def _start(self, child: Child) -> Failure | None:
+        if child.die_with_launcher:
+            self.sentinel.tag(child.env)
         try:
             child.start()
         except OSError as err:   # no such program, not executable, no such directory
             child.proc = None
             return Failure(child.subject, f"cannot run {child.argv[0]!r}: {err.strerror}", 127)
-        if child.die_with_launcher:
-            self.sentinel.follow(child.proc.pid)
         for stream, pipe in (("stdout", child.proc.stdout), ("stderr", child.proc.stderr)):
             if pipe is not None:
                 os.set_blocking(pipe.fileno(), False)
