@@ -99,17 +99,7 @@ def _descendants(root):
 def _kill_below(keep):
     """SIGKILL every process below the guard but ``keep`` (the command, reaped by Popen), until
     none is left: those that left the command's group (setsid) included."""
-    deadline = time.monotonic() + 2.0
-    while time.monotonic() < deadline:
-        left = [pid for pid in _descendants(os.getpid()) if pid != keep]
-        if not left:
-            return
-        for pid in left:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        time.sleep(0.02)
+    def reap():
         try:
             while True:
                 info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
@@ -118,6 +108,27 @@ def _kill_below(keep):
                 os.waitpid(info.si_pid, 0)
         except (ChildProcessError, OSError):
             pass
+
+    kill_until_none(lambda: [pid for pid in _descendants(os.getpid()) if pid != keep], 2.0, reap)
+
+
+def kill_until_none(find, within_s, after=lambda: None):
+    """SIGKILL what ``find()`` lists, again and again (a process may fork meanwhile), until it
+    lists none or ``within_s`` has passed; ``after()`` after each round. True if none is left.
+    bandwidth.launch.sentinel uses it too."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        left = find()
+        if not left:
+            return True
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.02)
+        after()
+    return not find()
 
 
 def _stopped(pgid):

@@ -21,10 +21,9 @@ import secrets
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-from bandwidth.launch.guard import proc_table
+from bandwidth.launch.guard import kill_until_none, proc_table
 
 ID_VARIABLE = "BANDWIDTH_LAUNCH_ID"
 
@@ -85,18 +84,7 @@ def main() -> int:
     if not token:
         return 0
     entry = f"{ID_VARIABLE}={token}".encode()
-    deadline = time.monotonic() + 3.0
-    while time.monotonic() < deadline:
-        left = _marked(entry)
-        if not left:
-            return 0
-        for pid in left:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        time.sleep(0.05)
-    return 1
+    return 0 if kill_until_none(lambda: _marked(entry), 3.0) else 1
 
 
 if __name__ == "__main__":
