@@ -231,10 +231,11 @@ class ReaderGone(Exception):
 _reader_gone = False
 
 
-def mute() -> None:
-    """From now on emit writes nothing: the reader of the launcher's stdout went away."""
+def mute(on: bool = True) -> None:
+    """From now on emit writes nothing (the reader of the launcher's stdout went away); False:
+    write again (a new launch in the same process, as a program calling driver.run twice)."""
     global _reader_gone
-    _reader_gone = True
+    _reader_gone = on
 
 
 def emit(stream, text: str) -> None:

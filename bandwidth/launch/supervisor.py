@@ -38,8 +38,8 @@ from bandwidth.launch.child import (Child, Failure, LaunchFailed, ReaderGone,  #
                                     emit, mute, status_failure)          # (some re-exported)
 from bandwidth.launch.ending import consequence_line, pick_root, record
 from bandwidth.launch.noise import NoiseFilter
-from bandwidth.launch.sentinel import Sentinel
 from bandwidth.launch.repeats import Repeats
+from bandwidth.launch.sentinel import Sentinel
 
 POLL_S = 0.05
 SETTLE_S = 1.0           # after the first failure, how long other failures are still collected
@@ -87,6 +87,7 @@ class Supervisor:
         self.t0 = time.monotonic()
         previous = _catch_signals(self.signals.append)
         gone = False
+        mute(False)                       # this launch's output, whatever an earlier one met
         self.sentinel = Sentinel()
         try:
             failure = self._loop()
