@@ -16,7 +16,7 @@ from bandwidth.config.options import Config
 from bandwidth.hardware.environment import describe as describe_environment
 from bandwidth.measurement import protocol
 from bandwidth.measurement.protocol import Report, Sample, Summary
-from bandwidth.measurement.tasks import Kicking, reference_summary
+from bandwidth.measurement.tasks import Kicking, reference_stage, reference_summary, say
 from bandwidth.plan.plan import Plan, check_memory, make_plan
 from bandwidth.processes.lifeline import Watchdog
 from bandwidth.processes.spawn import run_ranks
@@ -39,7 +39,7 @@ def run(config: Config, on_report: Callable[[Report], None] | None = None,
         measured, reference = out["measure"], out.get("reference")
     else:
         measured = engines.engine(config).measure_here(plan, on_report)
-        reference = flat_reference(plan)
+        reference = flat_reference(plan, say if on_report is not None else None)
     ref_summary = reference_summary(plan, reference, n)
     found = (bounds or BoundCache()).bound(plan, ref_summary) if config.reference else None
     return finished(plan, measured, ref_summary, found)
@@ -109,11 +109,13 @@ def wants_reference(plan: Plan) -> bool:
     return plan.config.reference and plan.devices.n > 1 and not plan.devices.shares_gpu
 
 
-def flat_reference(plan: Plan) -> dict | None:
+def flat_reference(plan: Plan, say: Callable[[str], None] | None = None) -> dict | None:
     """The toolkit's flat all-reduce of ``plan``'s bytes in one process per device, whatever the
-    backend (None: not wanted here)."""
+    backend (None: not wanted here); ``say`` announces it."""
     if not wants_reference(plan):
         return None
+    if say is not None:
+        say(reference_stage(plan.devices.n))
     flat = replace(plan.config, backend="toolkit", gc_type="none")
     return run_ranks({"config": flat.to_dict(), "tasks": ["reference"], "print_reports": False},
                      plan.devices.n, plan.config.timeout_s)["reference"]

@@ -17,7 +17,7 @@ from bandwidth.processes.lifeline import Watchdog
 from bandwidth.stores.registry import KVSTORES
 
 
-def _say(message: str) -> None:
+def say(message: str) -> None:
     """A stage of a long measurement, on stderr (the process that reports says it)."""
     print(f"# {message}", file=sys.stderr, flush=True)
 
@@ -38,7 +38,7 @@ def measure_task(plan: Plan, indices: list[int], group,
             c = plan.config
             with Watchdog(c.timeout_s, f"{c.kv_store} on {plan.network_label} with compute") as dog:
                 measured["costs"] = measure_costs(plan, session, lambda s: Kicking(s, dog),
-                                                  say=_say if on_report is not None else None)
+                                                  say=say if on_report is not None else None)
         return measured
     finally:
         session.close()
@@ -95,10 +95,14 @@ class Kicking:
         return getattr(self._session, name)
 
 
-def reference_task(plan: Plan, indices: list[int], group, replicas: int | None = None) -> dict:
+def reference_task(plan: Plan, indices: list[int], group, replicas: int | None = None,
+                   say: Callable[[str], None] | None = None) -> dict:
     """The same bytes as one flat array through the nccl mode (a torch.distributed all-reduce)
-    over the same processes; ``replicas``: the devices in the all-reduce (default: this host's)."""
+    over the same processes; ``replicas``: the devices in the all-reduce (default: this host's).
+    ``say``: where the stage is announced (the process that reports)."""
     c = plan.config
+    if say is not None:
+        say(reference_stage(replicas or plan.devices.n))
     session = Session("nccl", [("flat", (plan.numel,))], plan.devices, indices, group,
                       dtype=c.dtype, optimizer="none", seed=c.seed, chunk_mb=c.chunk_mb, check=False,
                       launch=launch_of(KVSTORES["nccl"], plan.devices, c.launch),
@@ -112,6 +116,12 @@ def reference_task(plan: Plan, indices: list[int], group, replicas: int | None =
     finally:
         session.close()
     return {"samples": [asdict(s) for s in samples]}
+
+
+def reference_stage(n: int) -> str:
+    """The line that announces the reference (seconds on CPU devices: its processes start, fill
+    the bytes and reduce them)."""
+    return f"reference: one flat all-reduce of the same bytes over {n} processes ..."
 
 
 def reference_summary(plan: Plan, reference: dict | None, n: int) -> Summary | None:

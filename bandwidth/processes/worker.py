@@ -32,7 +32,7 @@ from bandwidth.config.options import Config  # noqa: E402
 from bandwidth.errors import BandwidthError  # noqa: E402
 from bandwidth.launch.contract import job_store  # noqa: E402
 from bandwidth.launch.storegate import connect  # noqa: E402
-from bandwidth.measurement.tasks import measure_task, reference_task  # noqa: E402
+from bandwidth.measurement.tasks import measure_task, reference_task, say  # noqa: E402
 from bandwidth.plan.plan import make_plan  # noqa: E402
 from bandwidth.processes.group import DistGroup  # noqa: E402
 from bandwidth.report.text import discard_stdout, whole_lines  # noqa: E402
@@ -114,7 +114,8 @@ def run_tasks(plan, tasks: list[str], rank: int, group: DistGroup, on_report, fi
         result["measure"] = measure_task(plan, [rank], group, on_report,
                                          first_replica=first, replicas=world_size)
     if "reference" in tasks:
-        result["reference"] = reference_task(plan, [rank], group, replicas=world_size)
+        result["reference"] = reference_task(plan, [rank], group, replicas=world_size,
+                                             say=say if on_report is not None else None)
     return result
 
 
