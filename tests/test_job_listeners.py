@@ -1,9 +1,11 @@
-"""Every socket a one-host job listens on is on loopback: the launcher's gate and its private
-store, measure.py's per-device ranks' store, and every rank's Gloo listeners.
+"""Every socket a one-host job listens on is on loopback (the launcher's gate and its private
+store, measure.py's per-device ranks' store, every rank's store relay and Gloo listeners), and
+none of them serves a key to another program of this host.
 
 torch's TCPStore server binds every interface whatever host it is given, so the store behind the
-gate once listened on ``*:PORT`` beside it (issue "Trust"). The job's processes are found as the
-descendants of the command this test starts, their listening sockets through /proc.
+gate once listened on ``*:PORT`` beside it, and on loopback it served every user of the host
+(issue "Trust"). The job's processes are found as the descendants of the command this test
+starts, their listening sockets through /proc.
 """
 
 import os
@@ -74,9 +76,29 @@ JOBS = {
 }
 
 
+# A stranger: torch's own store client, from a process that is not the job's, at every listener
+# at once (threads), each given STRANGER_S to connect and count the keys.
+STRANGER_S = 3
+STRANGER = """
+import sys, threading
+from datetime import timedelta
+from torch.distributed import TCPStore
+def try_one(address, port):
+    try:
+        store = TCPStore(address, port, is_master=False, timeout=timedelta(seconds=%d))
+        print(f"SERVED {address}:{port} {store.num_keys()} keys", flush=True)
+    except Exception as err:
+        print(f"refused {address}:{port}: {type(err).__name__}", flush=True)
+threads = [threading.Thread(target=try_one, args=(a, int(p))) for a, p in
+           (w.rsplit(":", 1) for w in sys.argv[1:])]
+for t in threads: t.start()
+for t in threads: t.join()
+""" % STRANGER_S
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("kind", sorted(JOBS))
-def test_a_one_host_job_listens_on_loopback_only(kind):
+def test_a_one_host_job_listens_on_loopback_only_and_serves_no_stranger(kind):
     job = subprocess.Popen(JOBS[kind], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                            text=True, start_new_session=True)
     try:
@@ -90,6 +112,19 @@ def test_a_one_host_job_listens_on_loopback_only(kind):
         assert len(listeners) >= 3, listeners   # the gate, the store and the ranks' listeners
         public = [(address, port) for address, port in listeners if not _is_loopback(address)]
         assert not public, f"{kind} listens beyond loopback: {public}"
+        # A listener that is not a store may take the connection and never answer: the
+        # stranger is stopped after a while, and what it was not served by then, it never got.
+        stranger = subprocess.Popen([sys.executable, "-c", STRANGER] +
+                                    [f"{address}:{port}" for address, port in listeners],
+                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        try:
+            answers = stranger.communicate(timeout=STRANGER_S + 12)[0]
+        except subprocess.TimeoutExpired:
+            stranger.kill()
+            answers = stranger.communicate()[0]
+        assert "refused" in answers, answers
+        served = [a for a in answers.splitlines() if a.startswith("SERVED")]
+        assert not served, f"{kind} served a stranger: {served}"
     finally:
         os.killpg(job.pid, signal.SIGTERM)
         try:

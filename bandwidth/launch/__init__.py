@@ -18,7 +18,10 @@ Modules, in the order a launch uses them:
   start (memory, processes, open files), refused before starting
 * ``contract`` -- the environment every process receives, and ``Role.from_environ`` to read it
 * ``environ`` -- which of the launcher's variables are forwarded (an allowlist)
-* ``rendezvous`` -- the TCPStore the launcher hosts, and the watch on who joined
+* ``rendezvous`` -- the TCPStore the launcher hosts, and the watch on who joined;
+  ``storegate`` -- the gate in front of it that serves only the job's secret, and the relay
+  its programs reach it through; ``storedoor`` -- its private loopback port, closed to all
+  but the gate
 * ``supervisor`` -- start, forward output, stop everything at the first failure, report;
   ``sentinel`` -- a process of its own that ends what the children started once the launcher is
   gone (even by SIGKILL) or the job is over

@@ -50,8 +50,8 @@ class HostedStore:
     """The job's store as its host holds it: ``store`` (a client of it, for the host's own
     use), ``port`` (where the job reaches it: the gate's) and ``close()``."""
 
-    def __init__(self, store, port: int, gate=None):
-        self.store, self.port, self._gate = store, port, gate
+    def __init__(self, store, port: int, gate=None, door=None):
+        self.store, self.port, self._gate, self._door = store, port, gate, door
 
     def out_of_files(self) -> str | None:
         """Why the gate could not take a connection: this process's open-file limit."""
@@ -60,6 +60,8 @@ class HostedStore:
     def close(self) -> None:
         if self._gate is not None:
             self._gate.close()
+        if self._door is not None:
+            self._door.close()
 
 
 def open_store(port: int, timeout_s: float, address: str = "127.0.0.1",
@@ -70,6 +72,7 @@ def open_store(port: int, timeout_s: float, address: str = "127.0.0.1",
     only clients that prove they know the secret (``storegate.connect``)."""
     from torch.distributed import TCPStore
 
+    from bandwidth.launch.storedoor import StoreDoor
     from bandwidth.launch.storegate import Gate
 
     try:
@@ -96,8 +99,8 @@ def open_store(port: int, timeout_s: float, address: str = "127.0.0.1",
     bound_port = listener.getsockname()[1]
     try:
         if secret:             # the store on a private loopback port, the gate in front
-            store = _loopback_store(timeout_s)
-            return HostedStore(store, bound_port, Gate(listener, store.port, secret))
+            door = StoreDoor(timeout_s)
+            return HostedStore(door.store, bound_port, Gate(listener, door, secret), door)
         store = TCPStore(address or "127.0.0.1", bound_port, is_master=True,
                          wait_for_workers=False, timeout=timedelta(seconds=timeout_s),
                          master_listen_fd=listener.fileno(), use_libuv=True)
@@ -106,26 +109,6 @@ def open_store(port: int, timeout_s: float, address: str = "127.0.0.1",
         raise ConfigError(f"--port {port}: cannot host the rendezvous: {err}") from None
     listener.detach()              # the store owns the listening socket now
     return HostedStore(store, bound_port)
-
-
-def _loopback_store(timeout_s: float):
-    """A TCPStore that listens on 127.0.0.1 only. Given a host and port, torch's store server
-    binds every interface whatever the host (seen with torch 2.13: ``*:PORT``), so the socket is
-    bound here and handed over (``master_listen_fd``): no other machine can reach the store."""
-    from torch.distributed import TCPStore
-
-    private = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        private.bind(("127.0.0.1", 0))
-        private.listen(1024)
-        store = TCPStore("127.0.0.1", private.getsockname()[1], is_master=True,
-                         wait_for_workers=False, timeout=timedelta(seconds=timeout_s),
-                         master_listen_fd=private.fileno(), use_libuv=True)
-    except BaseException:
-        private.close()
-        raise
-    private.detach()               # the store owns the listening socket now
-    return store
 
 
 def free_port() -> int:

@@ -36,7 +36,10 @@ import secrets
 import socket
 import threading
 import time
+from collections.abc import Callable
 from datetime import timedelta
+
+from bandwidth.launch.storedoor import StoreDoor
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +62,9 @@ def _read_exactly(sock: socket.socket, count: int) -> bytes:
     return data
 
 
-def _pipe(src: socket.socket, dst: socket.socket) -> None:
-    """Forward ``src``'s bytes to ``dst`` until either side closes; then close both."""
+def _pipe(src: socket.socket, dst: socket.socket, on_end: Callable[[], None]) -> None:
+    """Forward ``src``'s bytes to ``dst`` until either side closes; then ``on_end()`` and close
+    both."""
     try:
         while True:
             chunk = src.recv(1 << 16)
@@ -70,6 +74,7 @@ def _pipe(src: socket.socket, dst: socket.socket) -> None:
     except OSError:
         pass
     finally:
+        on_end()
         for sock in (src, dst):
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
@@ -77,11 +82,11 @@ def _pipe(src: socket.socket, dst: socket.socket) -> None:
                 sock.close()
 
 
-def _splice(a: socket.socket, b: socket.socket) -> None:
+def _splice(a: socket.socket, b: socket.socket, on_end: Callable[[], None] = lambda: None) -> None:
     a.settimeout(None)
     b.settimeout(None)
     for src, dst in ((a, b), (b, a)):
-        threading.Thread(target=_pipe, args=(src, dst), daemon=True,
+        threading.Thread(target=_pipe, args=(src, dst, on_end), daemon=True,
                          name="store-gate-pipe").start()
 
 
@@ -129,10 +134,10 @@ class _Listener:
 
 class Gate(_Listener):
     """The job's public endpoint (``listener``, already bound and listening) in front of the
-    store at 127.0.0.1:``store_port``."""
+    store behind ``door`` (a storedoor.StoreDoor: nothing but the gate reaches it)."""
 
-    def __init__(self, listener: socket.socket, store_port: int, secret: str):
-        self._store_port = store_port
+    def __init__(self, listener: socket.socket, door: StoreDoor, secret: str):
+        self._door = door
         self._secret = secret
         self._hinted = False        # the hint below is said once per launch
         super().__init__(listener)
@@ -160,14 +165,20 @@ class Gate(_Listener):
                                 "bandwidth.launch.contract.join_store, or launch with "
                                 "--open-store (no gate, as torchrun)", _peer(conn))
                 raise ConnectionError("neither the handshake nor a process of this launch")
-            store = socket.create_connection(("127.0.0.1", self._store_port), timeout=HANDSHAKE_S)
-            store.sendall(first)
+            store, port = self._door.connect(HANDSHAKE_S)
         except OSError as err:
             log.info("store gate: refused %s: %s", _peer(conn), err)
             with contextlib.suppress(OSError):
                 conn.close()
             return
-        _splice(conn, store)
+        try:
+            store.sendall(first)
+        except OSError:
+            self._door.forget(port)
+            for sock in (conn, store):
+                sock.close()
+            return
+        _splice(conn, store, lambda: self._door.forget(port))
 
 
 class ClientRelay(_Listener):
