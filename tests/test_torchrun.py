@@ -76,6 +76,43 @@ def test_torchrun_bad_combination_is_one_line(nproc, args, message):
     assert line.startswith(f"measure.py: error: {message}")
 
 
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("case", ["port held by another program", "address that does not resolve"])
+def test_a_store_that_cannot_be_hosted_or_reached_is_one_line_per_rank(case):
+    """MASTER_PORT held by a program that takes connections and never answers: rank 0 says the
+    port is taken, rank 1 that the store gave no answer within --timeout (torch's client would
+    wait on forever); a MASTER_ADDR that does not resolve: each rank says so. One line each,
+    no C++ stack, exit 2."""
+    import socket
+
+    holder = socket.socket()
+    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    holder.bind(("", 0))
+    if case.startswith("port"):
+        holder.listen(8)                        # else the port is free, only the name is wrong
+    with holder:
+        address = "127.0.0.1" if case.startswith("port") else "no-such-host.invalid"
+        procs = []
+        for rank in (0, 1):
+            env = dict(os.environ, PYTHONPATH=str(ROOT), RANK=str(rank), WORLD_SIZE="2",
+                       MASTER_ADDR=address, MASTER_PORT=str(holder.getsockname()[1]))
+            env.pop("DMLC_ROLE", None)
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "bandwidth.measure", "--kv-store", "dist_nccl", "--cpus",
+                 "1", *LENET[:-1], "5"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, text=True))
+        outs = outputs_of(procs, timeout_s=90)   # killed past it: not exit 2
+    for rank, (proc, (_, err)) in enumerate(zip(procs, outs)):
+        lines = err.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1, (rank, err[-2000:])
+        assert lines[0].startswith("measure.py: error: "), lines
+        if address == "127.0.0.1":
+            assert (f"rank {rank} cannot " + ("host" if rank == 0 else "use")) in lines[0]
+            assert ("EADDRINUSE" if rank == 0 else "no answer within 5 s") in lines[0]
+        else:
+            assert "no-such-host.invalid" in lines[0] and "resolve" in lines[0], lines[0]
+
 @pytest.mark.timeout(150)
 def test_rank0_hosts_the_store_without_torchrun(tmp_path):
     """RANK/WORLD_SIZE/MASTER_* alone (no torchrun agent): rank 0 opens the store; rank 1,

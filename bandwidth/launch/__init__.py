@@ -31,6 +31,7 @@ Modules, in the order a launch uses them:
   ended: ``rankends``); ``runner``, the child for mpirun or srun that reports every rank
 * ``interface`` -- the network interface towards the rendezvous; ``noise`` -- torch's warnings
   explained once; ``torchenv`` -- a job started by torchrun (or another launcher that sets
-  ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``) read as a launch.py job
+  ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``) read as a launch.py job; ``storeopen`` -- the store
+  such a job's rank 0 hosts and the others join, each failure in one line within ``--timeout``
 * ``driver`` -- ``run(config, environ)``, the whole launch without the command line
 """

@@ -57,7 +57,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import timedelta
 
 from bandwidth.errors import ConfigError
 from bandwidth.launch.heartbeat import INTERVAL_VARIABLE, Heartbeat, interval_from_environ
@@ -280,20 +279,22 @@ def join_store(role: Role, timeout_s: float = 300.0):
     the others retry reaching it until ``timeout_s``, as they may start first."""
     import os
 
-    from torch.distributed import TCPStore
-
     from bandwidth.launch.interface import export_choice
+    from bandwidth.launch.storegate import connect
+    from bandwidth.launch.storeopen import open_store
 
     hosting = role.job.store_on_rank0 and role.rank == 0
-    master = TCPStore(role.master_addr, role.master_port, is_master=True,
-                      wait_for_workers=False, timeout=timedelta(seconds=timeout_s)) \
+    master = open_store(role.master_addr, role.master_port, True, timeout_s, "rank 0") \
         if hosting else None
     choice = _towards(role, timeout_s, patient=role.job.store_on_rank0 and not hosting)
     export_choice(choice, os.environ)
-    from bandwidth.launch.storegate import connect
-
-    client = master or connect(role.master_addr, role.master_port, role.job.secret, timeout_s,
-                               gated=role.job.gated)
+    if master is not None:
+        client = master
+    elif role.job.secret and role.job.gated:
+        client = connect(role.master_addr, role.master_port, role.job.secret, timeout_s)
+    else:                           # a store torchrun's agent or rank 0 hosts: no gate
+        client = open_store(role.master_addr, role.master_port, False, timeout_s,
+                            f"rank {role.rank}")
     store = job_store(client, role.job.secret)
     if role.rank is not None:
         store.set(f"{JOINED_KEY_PREFIX}{role.rank}", role.node_host)
