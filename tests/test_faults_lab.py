@@ -165,16 +165,28 @@ def test_a_killed_per_device_rank_is_named(lab, tmp_path):
 
 
 def job_processes(host) -> list[int]:
-    """The guards and measure.py processes (with their per-device ranks) on ``host``."""
+    """The guards and measure.py processes (with their per-device ranks) on ``host``; not the
+    lab's sshd (its configuration's path names the lab's folder, bandwidth-netlab)."""
     found = []
     for pid in labmod.pids_in(host.namespace):
         try:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue
+        if argv.startswith(b"sshd"):
+            continue
         if b"bandwidth-guard" in argv or b"measure.py" in argv or b"bandwidth" in argv:
             found.append(pid)
     return found
+
+
+def describe(pid: int) -> str:
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")[:300]
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[:2]
+    except OSError:
+        return "gone"
+    return f"{argv.decode(errors='replace')} (state {state[0]}, parent {state[1]})"
 
 
 def test_a_link_set_down_names_the_host_behind_it(lab, tmp_path):
@@ -190,16 +202,17 @@ def test_a_link_set_down_names_the_host_behind_it(lab, tmp_path):
         labmod.sh("ip", "-n", host.namespace, "link", "set", host.interface, "down")
         cut = time.monotonic()
         code, err = finish(proc)
-        # Not asserted yet: one process (pid not identified) was still on the cut-off host in
-        # the one full run of this check; the guard's silence rule is tested on its own
-        # (test_launch_contract.test_the_guard_ends_what_left_the_group_too[silence]).
-        del cut, GUARD_QUIET_S, GUARD_GRACE_S
+        deadline = cut + GUARD_QUIET_S + GUARD_GRACE_S + 15
+        while job_processes(host) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        left = {pid: describe(pid) for pid in job_processes(host)}
     finally:
         labmod.sh("ip", "-n", host.namespace, "link", "set", host.interface, "up")
         if proc.poll() is None:
             proc.kill()
     assert fail_line(err).startswith(f"FAIL: worker 1 (rank 1) on {host.address}: "), err[-3000:]
     assert code != 0 and "Traceback" not in err
+    assert left == {}, left
     assert_clean(lab, within_s=30)
 
 
