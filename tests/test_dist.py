@@ -155,10 +155,10 @@ def test_dist_nccl_all_reduces_over_every_device_of_every_worker(tmp_path):
     assert "busbw = algbw x 1.5" in proc.stdout      # 2(N-1)/N over N = 4 devices
     # The reference and ceiling: one flat all-reduce of the same bytes over the same 4 processes.
     assert proc.stdout.count("# summary:") == 1
-    # A percentage, or n/a where this tiny exchange happened to beat its reference by over 10 %
-    # on a loaded machine (bandwidth.ceiling.bounds.judged): either way the reference was measured.
-    assert re.search(r"ceiling: ([0-9.]+ % of [0-9.]+ GB/s \(flat all-reduce of the same bytes, "
-                     r"same run\)|n/a \(timing noise)", proc.stdout), proc.stdout
+    # On CPU devices the reference is not a bound (Gloo's many arrays can beat it): n/a, saying so,
+    # with the reference's figure.
+    assert re.search(r"ceiling: n/a \(CPU devices: Gloo stands in for NCCL.*\); flat all-reduce "
+                     r"of the same bytes, same run: [0-9.]+ GB/s", proc.stdout), proc.stdout
     assert "reference, one flat all-reduce of the same bytes: busbw" in proc.stdout
     result = json.loads(out.read_text())["results"][0]
     assert result["reference"]["bus_factor"] == 1.5 and result["reference"]["busbw_median"] > 0

@@ -170,9 +170,8 @@ def summary_lines(result: Result) -> list[str]:
               f"#   ceiling: {ceiling_text(result)}"]
     ref = result.reference
     if ref is not None:
-        ratio = s.busbw_median / ref.busbw_median if ref.busbw_median else float("nan")
         lines.append(f"#   reference, one flat all-reduce of the same bytes: busbw "
-                     f"{ref.busbw_median:.3f} GB/s (median); this run reaches {100 * ratio:.1f} %")
+                     f"{ref.busbw_median:.3f} GB/s (median); {reference_ratio(result)}")
     elif plan.store_cls.distributed and result.host_ceiling is None:
         lines.append("#   host-to-host ceiling: python launch.py -H hosts -n K python -m "
                      "bandwidth.ceiling --network")
@@ -222,6 +221,18 @@ def devices_words(devices) -> str:
         gpus = len(set(devices.ids))
         return f"{devices.n} replicas on {gpus} GPU{'s' if gpus > 1 else ''}"
     return f"{devices.n} device{'s' if devices.n != 1 else ''}"
+
+
+def reference_ratio(result: Result) -> str:
+    """The run against its flat all-reduce reference, as a ratio: a share (%) only of a bound."""
+    ref, s = result.reference, result.summary
+    if not ref.busbw_median:
+        return "this run n/a x it"
+    ratio = s.busbw_median / ref.busbw_median
+    bound = result.ceiling is not None and result.ceiling.probe_nbytes is None and \
+        not result.ceiling.not_a_bound
+    return f"this run {ratio:.2f} x it" + (" (the ceiling above)" if bound else
+                                            " (a comparison, not a bound)")
 
 
 def reference_skipped(plan: Plan) -> str:
