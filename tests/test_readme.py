@@ -178,21 +178,21 @@ def _gpus() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def _environ(scratch) -> dict:
+def _environ(scratch, python: str = sys.executable) -> dict:
     env = {k: v for k, v in os.environ.items()
            if k not in ("DMLC_ROLE", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
     env["PYTHONPATH"] = str(ROOT)
-    # `python` and `python3` of the README are this interpreter: a script that runs it by its
-    # own path, not a symlink to it (Python started through a symlink outside a virtual
+    # `python` and `python3` of the README are ``python``: a script that runs it by its own
+    # path, not a symlink to it (Python started through a symlink outside a virtual
     # environment does not find the environment's pyvenv.cfg, and so none of its packages).
     shim = scratch / ".bin"
     shim.mkdir(exist_ok=True)
     for name in ("python", "python3"):
         wrapper = shim / name
         if not wrapper.exists():
-            wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+            wrapper.write_text(f'#!/bin/sh\nexec "{python}" "$@"\n')
             wrapper.chmod(0o755)
-    env["PATH"] = f"{shim}:{os.path.dirname(sys.executable)}:{env.get('PATH', '')}"
+    env["PATH"] = f"{shim}:{os.path.dirname(python)}:{env.get('PATH', '')}"
     return env
 
 
@@ -212,6 +212,29 @@ def test_readme_command_runs(command, case, scratch):
     assert proc.returncode == 0, f"{line}\n{proc.stderr[-3000:]}"
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
 
+
+
+@pytest.mark.timeout(200)
+def test_the_readme_commands_run_from_a_virtual_environment(tmp_path):
+    """As a user with a venv runs them: README's `python` is the venv's (its sys.prefix), and a
+    measurement of the README runs through it. The venv sees this interpreter's packages
+    (--system-site-packages: torch is not installed twice)."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip",
+                    str(venv)], check=True, timeout=120)
+    folder = tmp_path / "root"
+    folder.mkdir()
+    for name in ("bandwidth", "networks", "launch.py"):
+        (folder / name).symlink_to(ROOT / name)
+    env = _environ(folder, str(venv / "bin" / "python"))
+    prefix = subprocess.run(["bash", "-c", 'python -c "import sys; print(sys.prefix)"'],
+                            cwd=folder, env=env, capture_output=True, text=True, timeout=60)
+    assert prefix.stdout.strip() == str(venv), prefix.stdout + prefix.stderr
+    (command, case), = [(c, k) for c, k in RUNS
+                        if k.match == "--kv-store local --cpus 4 --network mlp"]
+    proc = subprocess.run(["bash", "-c", cpu_sized(command, case)], cwd=folder, env=env,
+                          capture_output=True, text=True, timeout=150)
+    assert proc.returncode == 0 and "error 0.000000" in proc.stdout, proc.stderr[-3000:]
 
 NETLAB_NAME = "rdmelab"
 NETLAB_SUBNET = "198.18.201.0/24"
