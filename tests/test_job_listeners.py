@@ -16,55 +16,10 @@ import time
 from pathlib import Path
 
 import pytest
-from launch_support import descendants
+from launch_support import descendants, is_loopback, listening, socket_inodes, stranger_served
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = ["--network", "mlp", "--image-shape", "1,28,28", "--num-classes", "10"]
-
-
-def _socket_inodes(pids: set[int]) -> set[str]:
-    inodes = set()
-    for pid in pids:
-        try:
-            for fd in os.listdir(f"/proc/{pid}/fd"):
-                target = os.readlink(f"/proc/{pid}/fd/{fd}")
-                if target.startswith("socket:["):
-                    inodes.add(target[8:-1])
-        except OSError:
-            continue
-    return inodes
-
-
-def _listening(inodes: set[str]) -> list[tuple[str, int]]:
-    """(address, port) of every TCP socket in LISTEN (state 0A) among ``inodes``."""
-    found = []
-    for table, width in (("/proc/net/tcp", 8), ("/proc/net/tcp6", 32)):
-        with open(table) as rows:
-            next(rows)
-            for row in rows:
-                fields = row.split()
-                if fields[3] != "0A" or fields[9] not in inodes:
-                    continue
-                address, port = fields[1].split(":")
-                found.append((_address(address, width), int(port, 16)))
-    return found
-
-
-def _address(hexed: str, width: int) -> str:
-    import ipaddress
-    raw = bytes.fromhex(hexed)
-    if width == 8:
-        return str(ipaddress.IPv4Address(raw[::-1]))
-    words = b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4))
-    return str(ipaddress.IPv6Address(words))
-
-
-def _is_loopback(address: str) -> bool:
-    import ipaddress
-    ip = ipaddress.ip_address(address)
-    if getattr(ip, "ipv4_mapped", None):
-        ip = ip.ipv4_mapped
-    return ip.is_loopback
 
 
 JOBS = {
@@ -76,26 +31,6 @@ JOBS = {
 }
 
 
-# A stranger: torch's own store client, from a process that is not the job's, at every listener
-# at once (threads), each given STRANGER_S to connect and count the keys.
-STRANGER_S = 3
-STRANGER = """
-import sys, threading
-from datetime import timedelta
-from torch.distributed import TCPStore
-def try_one(address, port):
-    try:
-        store = TCPStore(address, port, is_master=False, timeout=timedelta(seconds=%d))
-        print(f"SERVED {address}:{port} {store.num_keys()} keys", flush=True)
-    except Exception as err:
-        print(f"refused {address}:{port}: {type(err).__name__}", flush=True)
-threads = [threading.Thread(target=try_one, args=(a, int(p))) for a, p in
-           (w.rsplit(":", 1) for w in sys.argv[1:])]
-for t in threads: t.start()
-for t in threads: t.join()
-""" % STRANGER_S
-
-
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("kind", sorted(JOBS))
 def test_a_one_host_job_listens_on_loopback_only_and_serves_no_stranger(kind):
@@ -105,25 +40,14 @@ def test_a_one_host_job_listens_on_loopback_only_and_serves_no_stranger(kind):
         listeners: list[tuple[str, int]] = []
         for line in job.stdout:                 # mid-run: once the first iteration is printed
             if line.startswith("iter "):
-                listeners = _listening(_socket_inodes({job.pid} | descendants(job.pid)))
+                listeners = listening(socket_inodes({job.pid} | descendants(job.pid)))
                 break
         else:
             pytest.fail(f"{kind}: no iteration printed (exit {job.wait()})")
         assert len(listeners) >= 3, listeners   # the gate, the store and the ranks' listeners
-        public = [(address, port) for address, port in listeners if not _is_loopback(address)]
+        public = [(address, port) for address, port in listeners if not is_loopback(address)]
         assert not public, f"{kind} listens beyond loopback: {public}"
-        # A listener that is not a store may take the connection and never answer: the
-        # stranger is stopped after a while, and what it was not served by then, it never got.
-        stranger = subprocess.Popen([sys.executable, "-c", STRANGER] +
-                                    [f"{address}:{port}" for address, port in listeners],
-                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        try:
-            answers = stranger.communicate(timeout=STRANGER_S + 12)[0]
-        except subprocess.TimeoutExpired:
-            stranger.kill()
-            answers = stranger.communicate()[0]
-        assert "refused" in answers, answers
-        served = [a for a in answers.splitlines() if a.startswith("SERVED")]
+        served = stranger_served(listeners)
         assert not served, f"{kind} served a stranger: {served}"
     finally:
         os.killpg(job.pid, signal.SIGTERM)

@@ -20,7 +20,8 @@ import time
 from pathlib import Path
 
 import pytest
-from launch_support import lab_leftovers, netlab_for_tests
+from launch_support import (descendants, is_loopback, lab_leftovers, listening, netlab_for_tests,
+                            socket_inodes, strangers_served)
 
 from bandwidth.netlab import lab as labmod
 from bandwidth.netlab import sshd as labsshd
@@ -235,6 +236,49 @@ def test_matrix_reads_the_shaped_rates_and_names_the_slow_host(lab, tmp_path):
     assert f"@{slow}" in line and "%" in line, line
     assert_clean(lab)
 
+
+
+def test_no_listener_of_a_job_across_hosts_serves_a_stranger(lab):
+    """Mid-run, torch's own store client from a program outside the job, at every socket the
+    job listens on: the launcher's (its gate, its store's private port) from the launching host;
+    each job host's (store relays, Gloo, the servers') from that host and, beyond loopback, from
+    the lab host the job does not use. None serves a key."""
+    state = lab.state_dir
+    argv = [PYTHON, str(ROOT / "launch.py"), "-H", str(state / "hosts"), "--ssh-config",
+            str(state / "ssh_config"), "-n", "2", "-s", "1", "--timeout", "60", "python3",
+            "bandwidth/measure.py", "--kv-store", "dist_sync", "--cpus", "1", "--network", "mlp",
+            "--num-batches", "100000", "--no-reference", "--timeout", "60"]
+    proc = subprocess.Popen(argv, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            start_new_session=True)
+    try:
+        for line in proc.stdout:
+            if line.startswith("iter 2,"):
+                break
+        else:
+            pytest.fail(f"no iteration (exit {proc.wait()})")
+        probes = [(listening(socket_inodes({proc.pid} | descendants(proc.pid))), None, True)]
+        used, free = [], []
+        for host in lab.hosts:
+            pids = [pid for pid in labmod.pids_in(host.namespace)
+                    if not Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"sshd")]
+            (used if pids else free).append((host, pids))
+        assert free and len(used) == 3, [h.address for h, _ in used]
+        for host, pids in used:
+            here = listening(socket_inodes(pids), table_of=pids[0])
+            remote = [(host.address if address in ("0.0.0.0", "::") else address, port)
+                      for address, port in here if not is_loopback(address)]
+            probes += [(here, host.namespace, True), (remote, free[0][0].namespace, False)]
+        served = strangers_served(probes)
+        assert not served, served
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert_clean(lab, within_s=20)
 
 # Faults across hosts: each ends within the launcher's --timeout plus a few seconds, with FAIL:
 # naming the host and the role, a non-zero exit, and no process left in any namespace.
