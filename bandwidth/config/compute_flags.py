@@ -1,5 +1,6 @@
-"""The compute a step overlaps with: ``--compute``, ``--batch-size``, ``--seq-len``,
-``--compute-ms`` and ``--compute-file``, parsed into Config fields (bandwidth.compute runs it)."""
+"""The compute a step overlaps with: the values of ``--compute``, ``--batch-size``,
+``--seq-len``, ``--compute-ms`` and ``--compute-file`` (the flags are parser.py's table's, topic
+compute), turned into Config fields (bandwidth.compute runs it)."""
 
 from __future__ import annotations
 
@@ -14,28 +15,6 @@ COMPUTES = ("none", "flops")     # the --compute names; "ms" and "file" come fro
 MAX_BATCH_SIZE = 1 << 20
 MAX_STEP_MS = 3600 * 1000.0      # an hour per layer and pass: beyond any real step
 MAX_LAYERS = 100_000
-
-
-def add_compute_flags(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("compute (what a training step costs)")
-    group.add_argument("--compute", default="none",
-                       help="compute each step overlaps with: 'none' (default: the exchange "
-                            "alone) or 'flops' (each layer's forward and backward FLOPs at "
-                            "--batch-size, run as matrix multiplications in the run's dtype on "
-                            "every device)")
-    group.add_argument("--batch-size", type=int, default=32, metavar="N",
-                       help="samples per device and step, for --compute flops and samples/s "
-                            "(default: 32)")
-    group.add_argument("--seq-len", type=int, default=None, metavar="T",
-                       help="tokens per sample of the language models (default: their learned "
-                            "positions, BERT 512, GPT-2 1024; Llama 2048)")
-    group.add_argument("--compute-ms", default=None, metavar="FWD,BWD",
-                       help="the step's forward and backward milliseconds on one device (e.g. "
-                            "from a profiler), spread over the layers by their FLOPs")
-    group.add_argument("--compute-file", default=None, metavar="FILE.json",
-                       help='per-layer forward and backward milliseconds: {"layers": [{"name": '
-                            '"fc1", "forward_ms": 0.5, "backward_ms": 1.0}, ...]}, every layer of '
-                            "the network once (names as --dry-run lists them)")
 
 
 def parse_compute_ms(text: str) -> tuple[float, float]:
