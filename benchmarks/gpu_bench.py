@@ -39,7 +39,6 @@ import dataclasses
 import gc
 import json
 import re
-import statistics
 import subprocess
 import sys
 import time
@@ -52,18 +51,17 @@ from bandwidth.ceiling.bounds import PROBE_BYTES, one_gpu_rates
 from bandwidth.ceiling.host import duplex_host_gbps, host_link_gbps
 from bandwidth.config.options import Config
 from bandwidth.errors import BandwidthError
-from bandwidth.formulas import one_gpu_device_bound_gbps
 from bandwidth.plan.layout import DTYPE_BYTES
 from bandwidth.plan.plan import check_memory, make_plan
 from bandwidth.run import run
+# The tables (this script runs from benchmarks/, so its folder is on sys.path).
+from gpu_bench_report import (PATH_DISTURBED, disturbed, mode_rows, print_modes,
+                              print_rates, targets)
 
 MIN_NETWORK_BYTES = 16 * 10**6
-# local on one GPU: every run is bracketed by two short duplex probes (bursts of 5, fastest of 3).
-# A run whose probes both read more than PATH_DISTURBED below the fastest duplex rate of the call
-# was taken while the host path itself was slowed (on the lent machines by minute-long phases,
-# BENCHMARKS.md 2026-11-24); after the rounds it is measured once more, and the new run replaces
-# it only if its own probes were clean. The table counts both.
-PATH_DISTURBED = 0.04
+# local on one GPU: every run is bracketed by two short duplex probes (bursts of 5, fastest of 3);
+# a run they show taken while the host path itself was slowed (gpu_bench_report.disturbed) is
+# measured once more after the rounds.
 PATH_PROBE = dict(repeats=3, burst=5)
 EXTRA = [("llama-1b", "bfloat16")]          # the transformer in bf16
 
@@ -196,17 +194,7 @@ def measure_bracketed(config: Config) -> dict:
     return got
 
 
-def disturbed(run: dict, fastest: float) -> bool:
-    """Was ``run`` taken while the host path read more than PATH_DISTURBED below ``fastest``
-    (both its probes)? Runs without probes never are."""
-    return "path" in run and max(run["path"]) < (1 - PATH_DISTURBED) * fastest
-
-
-def spread(values: list[float]) -> str:
-    return f"{max(values) / min(values):.3f}" if values and min(values) > 0 else "n/a"
-
-
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="gpu_bench.py", description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--warmup-rounds", type=int, default=1,
@@ -228,19 +216,13 @@ def main(argv: list[str] | None = None) -> int:
                              "took 396 s on 2 x H200, so one device call may need it")
     parser.add_argument("--json", default=None)
     parser.add_argument("--log-tools", default=None, help="write the tools' raw output here")
-    args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("gpu_bench.py: no CUDA GPU here", file=sys.stderr)
-        return 2
-    started = time.perf_counter()
-    gpus = torch.cuda.device_count()
-    peers = Path(args.peers) if args.peers and Path(args.peers).is_dir() else None
-    tool_log: list[str] = []
-    print(f"# gpu_bench: {gpus} x {torch.cuda.get_device_name(0)}, torch {torch.__version__}, "
-          f"{args.rounds} rounds; reference tools: {peers or 'not built'}")
+    return parser.parse_args(argv)
 
-    nets = network_list(args.networks)
-    modes = configurations(gpus)
+
+def fitting(args: argparse.Namespace, nets: list[tuple[str, str, int]],
+            modes: list[tuple[str, dict]]) -> tuple[dict, list[str]]:
+    """The Config of every (network, dtype, mode label) that is planned and fits the GPU's
+    memory, and why each of the others is skipped."""
     plans, skipped = {}, []
     for name, dtype, nbytes in nets:
         if args.max_mb is not None and nbytes > args.max_mb * 1e6:
@@ -259,18 +241,14 @@ def main(argv: list[str] | None = None) -> int:
                 plans[(name, dtype, label)] = config
             except BandwidthError as exc:
                 skipped.append(f"{name} {dtype} {label}: {exc}")
+    return plans, skipped
 
-    # The reference tools first (they need the GPUs to themselves).
-    matrices = p2p_matrices(peers, tool_log)
-    nccl_ref = {}
-    for name, dtype, nbytes in nets:
-        busbw = nccl_tests_busbw(peers, gpus, nbytes, dtype, tool_log)
-        if busbw is not None:
-            nccl_ref[(name, dtype)] = busbw
 
-    runs: dict[tuple, list[dict]] = {key: [] for key in plans}
-    rounds_from = time.perf_counter()
-    round_rates: list[dict[int, dict]] = []
+def warmup_rounds(args: argparse.Namespace, plans: dict, gpus: int,
+                  started: float) -> list[dict[int, dict]]:
+    """--warmup-rounds rounds of every configuration, their figures discarded; local's
+    iterations in ``plans`` set from its step here (``local_iterations``). Returns each round's
+    rates."""
     warm_rates: list[dict[int, dict]] = []
     for w in range(args.warmup_rounds):
         # Every configuration once, its figures discarded: the first runs of a call on the one-GPU
@@ -295,6 +273,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"# warm-up round {w + 1} (discarded) done at "
               f"{time.perf_counter() - started:.0f} s; slowest configurations: {slowest}",
               flush=True)
+    return warm_rates
+
+
+def timed_rounds(args: argparse.Namespace, plans: dict, gpus: int, started: float,
+                 skipped: list[str]) -> tuple[dict[tuple, list[dict]], list[dict[int, dict]]]:
+    """--rounds rounds of every configuration, each round's rates first; none that would end
+    past --budget-s. Returns the runs of each configuration and each round's rates; a failed
+    run is added to ``skipped``."""
+    runs: dict[tuple, list[dict]] = {key: [] for key in plans}
+    round_rates: list[dict[int, dict]] = []
     rounds_from = time.perf_counter()
     for r in range(args.rounds):
         elapsed = time.perf_counter() - started
@@ -315,87 +303,40 @@ def main(argv: list[str] | None = None) -> int:
             torch.cuda.empty_cache()
         print(f"# round {r + 1}/{args.rounds} done at {time.perf_counter() - started:.0f} s",
               flush=True)
-    fastest_path = max([rr[0]["duplex"] for rr in round_rates + warm_rates]
+    return runs, round_rates
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if not torch.cuda.is_available():
+        print("gpu_bench.py: no CUDA GPU here", file=sys.stderr)
+        return 2
+    started = time.perf_counter()
+    gpus = torch.cuda.device_count()
+    peers = Path(args.peers) if args.peers and Path(args.peers).is_dir() else None
+    tool_log: list[str] = []
+    print(f"# gpu_bench: {gpus} x {torch.cuda.get_device_name(0)}, torch {torch.__version__}, "
+          f"{args.rounds} rounds; reference tools: {peers or 'not built'}")
+    nets = network_list(args.networks)
+    modes = configurations(gpus)
+    plans, skipped = fitting(args, nets, modes)
+    # The reference tools first (they need the GPUs to themselves).
+    matrices = p2p_matrices(peers, tool_log)
+    nccl_ref = {}
+    for name, dtype, nbytes in nets:
+        busbw = nccl_tests_busbw(peers, gpus, nbytes, dtype, tool_log)
+        if busbw is not None:
+            nccl_ref[(name, dtype)] = busbw
+    warm_rates = warmup_rounds(args, plans, gpus, started)
+    runs, round_rates = timed_rounds(args, plans, gpus, started, skipped)
+    every_rates = round_rates + warm_rates
+    fastest_path = max([rr[0]["duplex"] for rr in every_rates]
                        + [p for got in runs.values() for x in got for p in x.get("path", ())],
                        default=0.0)
     repeated = makeup(plans, runs, fastest_path, started, args.budget_s)
-
-    # -- rates ---------------------------------------------------------------------------------
-    print("\n== rates measured in this run (GB/s; median and fastest over rounds, the warm-up "
-          "round's included, spread = max/min); the bounds below take the fastest")
-    print(f"{'GPU':>3}  {'rate':<44} {'median':>9} {'fastest':>9} {'spread':>7}")
-    words = {"copy": "copy inside the GPU (read + write)",
-             "add": "add a + b -> c (3 x bytes)",
-             "both": "a copy and an add at once (all traffic)", "h2d": "pinned host -> device",
-             "d2h": "device -> pinned host", "duplex": "both at once, each way"}
-    for g in range(gpus):
-        for key, text in words.items():
-            values = [rr[g][key] for rr in round_rates + warm_rates]
-            print(f"{g:>3}  {text:<44} {statistics.median(values):>9.1f} {max(values):>9.1f} "
-                  f"{spread(values):>7}")
-    for title, matrix in matrices.items():
-        if "Bandwidth" in title:
-            print(f"p2pBandwidthLatencyTest {title}: "
-                  + "; ".join(" ".join(f"{x:.1f}" for x in row) for row in matrix))
-    diag = matrices.get("Unidirectional P2P=Enabled Bandwidth (P2P Writes) Matrix (GB/s)")
-    if diag:
-        ours = max(rr[0]["copy"] for rr in round_rates + warm_rates)
-        print(f"GPU 0 diagonal: toolkit {ours:.1f} GB/s, p2pBandwidthLatencyTest {diag[0][0]:.1f}"
-              f" GB/s, ratio {ours / diag[0][0]:.3f}")
-
-    # -- the modes -----------------------------------------------------------------------------
-    table = []
-    for name, dtype, nbytes in nets:
-        for label, _ in modes:
-            got = runs.get((name, dtype, label)) or []
-            if not got:
-                continue
-            one_device = label.startswith("local 0")
-            figure = [x["algbw" if one_device else "busbw"] for x in got]
-            bound, bound_name = None, ""
-            if gpus == 1 and label.startswith("device"):
-                # A bound is an upper bound: the fastest rates of the run (others only slow a
-                # probe down), as bandwidth.ceiling.bounds takes the fastest of its repeats.
-                every = round_rates + warm_rates
-                bound = one_gpu_device_bound_gbps(
-                    2, max(rr[0][k] for rr in every for k in ("copy", "add", "both")))
-                bound_name = "memory bound (fastest rate of the run)"
-            elif gpus == 1 and one_device:
-                bound = fastest_path
-                bound_name = "duplex host path (fastest probe of the run)"
-            elif (name, dtype) in nccl_ref:
-                bound, bound_name = nccl_ref[(name, dtype)], "nccl-tests busbw"
-            median = statistics.median(figure)
-            table.append({"network": name, "dtype": dtype, "mbytes": nbytes / 1e6, "mode": label,
-                          "unit": "algbw" if one_device else "busbw", "median": median,
-                          "runs": figure, "spread": max(figure) / min(figure),
-                          "bound": bound, "bound_name": bound_name,
-                          "ratio": median / bound if bound else None,
-                          "host_us": 1e6 * statistics.median(x["host_seconds"] for x in got),
-                          "step_us": 1e6 * statistics.median(x["seconds"] for x in got),
-                          "error": max(x["error"] for x in got),
-                          "chosen": "/".join(sorted({x["launch"] or "?" for x in got})),
-                          "graph_steps": sorted({x.get("graph_steps", 1) for x in got}),
-                          "path_spread": path_spread(got),
-                          "paths": [x.get("path") for x in got],
-                          "repeated": repeated.get((name, dtype, label), 0),
-                          "replaced_runs": [x["replaced"]["algbw"] for x in got
-                                            if "replaced" in x],
-                          "disturbed": sum(disturbed(x, fastest_path) for x in got)})
-    print("\n== modes: median of the run medians (GB/s; local on one GPU: algbw), spread of the "
-          "run medians (max/min), ratio to the bound of the same run, host time per step (us) "
-          "beside the step's time; both per step, where an iteration replays the graph several times")
-    print(f"{'network':<20} {'dtype':<8} {'MB':>9}  {'mode':<17} {'GB/s':>9} {'spread':>7} "
-          f"{'bound':>9} {'ratio':>6}  {'host us':>8} {'step us':>9}  bound")
-    for row in table:
-        bound = f"{row['bound']:9.1f}" if row["bound"] else f"{'n/a':>9}"
-        ratio = f"{row['ratio']:6.3f}" if row["ratio"] else f"{'n/a':>6}"
-        chosen = f" (auto chose {row['chosen']})" if row["mode"].endswith("auto") else ""
-        if row["graph_steps"] != [1]:
-            chosen += f" (graph steps {'/'.join(map(str, row['graph_steps']))})"
-        print(f"{row['network']:<20} {row['dtype']:<8} {row['mbytes']:>9.1f}  {row['mode']:<17} "
-              f"{row['median']:>9.1f} {row['spread']:>7.3f} {bound} {ratio}  "
-              f"{row['host_us']:>8.1f} {row['step_us']:>9.1f}  {row['bound_name']}{chosen}")
+    print_rates(gpus, every_rates, matrices)
+    table = mode_rows(nets, modes, runs, repeated, gpus, every_rates, fastest_path, nccl_ref)
+    print_modes(table)
     if gpus == 1:
         targets(table)
     for line in skipped:
@@ -411,26 +352,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.log_tools:
         Path(args.log_tools).write_text("\n".join(tool_log))
     return 0
-
-
-def targets(table: list[dict]) -> None:
-    """Issue 17's one-GPU targets, row by row: device --gpus 0,0 at >= 0.8 of its bound from
-    64 MB, >= 0.6 from 16 MB, for the graph path and for the default (auto) path; local on the GPU
-    at >= 0.85 of the duplex host path from 64 MB, >= 0.6 from 16 MB; every row's run medians
-    within 5 % (max/min <= 1.05)."""
-    for mode in ("device 0,0 graph", "device 0,0 auto"):
-        target_rows(mode, [r for r in table if r["mode"] == mode], 0.8)
-    target_rows("local 0", [r for r in table if r["mode"] == "local 0"], 0.85)
-
-
-def path_spread(got: list[dict]) -> float | None:
-    """local on one GPU: the spread (max/min) of each run's figure over the mean of the two
-    duplex probes around it, which separates the mode's steadiness from the host path's own drift
-    (None for runs without probes)."""
-    if not got or any("path" not in x for x in got):
-        return None
-    ratios = [x["algbw"] / statistics.fmean(x["path"]) for x in got]
-    return max(ratios) / min(ratios)
 
 
 def makeup(plans: dict, runs: dict, fastest: float, started: float, budget_s: float) -> dict:
@@ -466,23 +387,6 @@ def makeup(plans: dict, runs: dict, fastest: float, started: float, budget_s: fl
               f"{100 * PATH_DISTURBED:g} % below its fastest ({fastest:.1f} GB/s) were measured "
               f"again: {sum(replaced.values())} replaced by a clean run", flush=True)
     return replaced
-
-
-def target_rows(mode: str, rows: list[dict], large: float) -> None:
-    print(f"\n== targets ({mode}: ratio >= {large} from 64 MB, >= 0.6 from 16 MB; spread <= "
-          f"1.05)")
-    met = 0
-    for row in rows:
-        need = large if row["mbytes"] >= 64 else 0.6
-        ok = row["ratio"] is not None and row["ratio"] >= need and row["spread"] <= 1.05
-        met += ok
-        beside = (f" (runs over the duplex probes around them: spread "
-                  f"{row['path_spread']:.3f}; {row['repeated']} run(s) measured again after a "
-                  f"disturbed path, {row['disturbed']} still disturbed)"
-                  if row.get("path_spread") else "")
-        print(f"{row['network']:<20} {row['dtype']:<8} ratio {row['ratio']:.3f} (>= {need}) "
-              f"spread {row['spread']:.3f}: {'met' if ok else 'NOT met'}{beside}")
-    print(f"# {met} of {len(rows)} rows meet the targets")
 
 
 if __name__ == "__main__":

@@ -166,7 +166,7 @@ def inbound_line(before: dict[str, int], after: dict[str, int]) -> str:
     hit = [host for host in drops if drops[host] > 0]
     if not hit:
         return "lab ports: no drops into any host's link during the launch"
-    from bandwidth.hardware.linkcounters import host_span
+    from bandwidth.hardware.linksummary import host_span
     low, high = min(drops[h] for h in hit), max(drops[h] for h in hit)
     counts = f"{low:,}" if low == high else f"{low:,}-{high:,}"
     rest = len(drops) - len(hit)

@@ -77,28 +77,10 @@ def main() -> int:
     shapes = networks.get_shapes(args.network, num_layers=args.num_layers)
     numel = networks.num_elements(shapes)
     nbytes = numel * 4
-    tmp = Path(tempfile.mkdtemp())
-    (tmp / "flat.json").write_text(json.dumps([["flat", [numel]]]))
-    # The device mode places whole keys: one flat key would sit on one GPU, so its fair flat
-    # counterpart is one equal key per GPU.
-    parts = [numel // len(gpus) + (i < numel % len(gpus)) for i in range(len(gpus))]
-    (tmp / "flat_per_gpu.json").write_text(json.dumps([[f"flat{i}", [p]] for i, p in enumerate(parts)]))
-    flat = replace(base, network=str(tmp / "flat.json"), num_layers=None)
-    flat_per_gpu = replace(base, network=str(tmp / "flat_per_gpu.json"), num_layers=None)
+    flat, flat_per_gpu = flat_configs(base, numel, len(gpus))
     figures = {"gpus": [torch.cuda.get_device_name(g) for g in gpus], "torch": torch.__version__,
                "network": args.network, "num_layers": args.num_layers, "nbytes": nbytes}
-
-    def busbw(config):
-        result = run(config)
-        return result.summary.busbw_median, result
-
-    sweep, enqueue = {}, {}
-    for mode in ("device", "local"):
-        for chunk in [float(c) for c in args.chunks.split(",")]:
-            gbps, _ = busbw(replace(base, kv_store=mode, chunk_mb=chunk, reference=False))
-            sweep[f"{mode} chunk {chunk:g} MB"] = gbps
-            if mode == "device":
-                enqueue[f"device chunk {chunk:g} MB"] = enqueue_seconds(shapes, gpus, chunk)
+    sweep, enqueue = chunk_sweep(base, shapes, gpus, [float(c) for c in args.chunks.split(",")])
     figures["chunk_sweep"], figures["device_enqueue_seconds"] = sweep, enqueue
     print(f"# {len(gpus)} x {figures['gpus'][0]}, torch {torch.__version__}, {args.network}-"
           f"{args.num_layers}, {nbytes / 1e6:.2f} MB float32, {args.iters} iterations (median)")
@@ -109,35 +91,8 @@ def main() -> int:
 
     figures["rounds"] = []
     for r in range(args.rounds):
-        rows = []
-        uni = p2p_copy_gbps(0, 1, 256 * 10**6)
-        bi = p2p_copy_gbps(0, 1, 256 * 10**6, bidirectional=True)
-        device_net, _ = busbw(replace(base, kv_store="device", reference=False))
-        device_flat, _ = busbw(replace(flat_per_gpu, kv_store="device", reference=False))
-        rows.append(("device", device_net, "p2p unidirectional copy", uni))
-        rows.append(("device", device_net, "p2p bidirectional / 2", bi / 2))
-        rows.append(("device, flat per gpu", device_flat, "device, network arrays", device_net))
-
-        nccl_net, result = busbw(replace(base, kv_store="nccl"))
-        ref = result.reference.busbw_median
-        nccl_flat, _ = busbw(replace(flat, kv_store="nccl", reference=False))
-        rows.append(("nccl", nccl_net, "flat all-reduce (same run)", ref))
-        rows.append(("nccl, flat array", nccl_flat, "nccl, network arrays", nccl_net))
-
-        hp = host_path(list(gpus), nbytes)
-        local_net, _ = busbw(replace(base, kv_store="local", reference=False))
-        rows.append(("local", local_net, "host path, pipelined bound",
-                     hp.busbw_gbps(hp.bound_seconds)))
-        rows.append(("local", local_net, "host path, serial bound",
-                     hp.busbw_gbps(hp.serial_seconds)))
-        figures["rounds"].append({
-            "p2p_unidirectional_gbps": uni, "p2p_bidirectional_gbps": bi, "host_path": asdict(hp),
-            "rows": [dict(zip(("what", "gbps", "against", "ceiling_gbps"), row)) for row in rows]})
-        print(f"# round {r + 1} of {args.rounds}: p2p copy 0->1: unidirectional {uni:.1f} GB/s, "
-              f"bidirectional {bi:.1f} GB/s; host path: d2h {hp.d2h_seconds * 1e3:.2f} ms, sum "
-              f"{hp.sum_seconds * 1e3:.2f} ms ({hp.threads} threads), h2d "
-              f"{hp.h2d_seconds * 1e3:.2f} ms, all at once {hp.overlap_seconds * 1e3:.2f} ms")
-        _table(rows)
+        figures["rounds"].append(ratio_round(base, flat, flat_per_gpu, gpus, nbytes,
+                                             f"round {r + 1} of {args.rounds}"))
     if args.rounds > 1:
         print(f"# median over the {args.rounds} rounds of each row's figures and ratio")
         per_row = list(zip(*[rnd["rows"] for rnd in figures["rounds"]]))   # a row's rounds
@@ -148,6 +103,72 @@ def main() -> int:
     if args.out:
         Path(args.out).write_text(json.dumps(figures, indent=1))
     return 0
+
+
+def busbw(config: Config) -> tuple[float, object]:
+    """The run's median busbw, and the run's result."""
+    result = run(config)
+    return result.summary.busbw_median, result
+
+
+def flat_configs(base: Config, numel: int, gpus: int) -> tuple[Config, Config]:
+    """``base`` on one flat array of the network's elements, and on one equal flat array per
+    GPU (network files in a temporary folder)."""
+    tmp = Path(tempfile.mkdtemp())
+    (tmp / "flat.json").write_text(json.dumps([["flat", [numel]]]))
+    # The device mode places whole keys: one flat key would sit on one GPU, so its fair flat
+    # counterpart is one equal key per GPU.
+    parts = [numel // gpus + (i < numel % gpus) for i in range(gpus)]
+    (tmp / "flat_per_gpu.json").write_text(json.dumps([[f"flat{i}", [p]] for i, p in enumerate(parts)]))
+    return (replace(base, network=str(tmp / "flat.json"), num_layers=None),
+            replace(base, network=str(tmp / "flat_per_gpu.json"), num_layers=None))
+
+
+def chunk_sweep(base: Config, shapes, gpus, chunks: list[float]) -> tuple[dict, dict]:
+    """--chunk-mb swept for the device and local modes: busbw by mode and chunk, and the device
+    mode's host enqueue time and step time in bursts (``enqueue_seconds``) by chunk."""
+    sweep, enqueue = {}, {}
+    for mode in ("device", "local"):
+        for chunk in chunks:
+            gbps, _ = busbw(replace(base, kv_store=mode, chunk_mb=chunk, reference=False))
+            sweep[f"{mode} chunk {chunk:g} MB"] = gbps
+            if mode == "device":
+                enqueue[f"device chunk {chunk:g} MB"] = enqueue_seconds(shapes, gpus, chunk)
+    return sweep, enqueue
+
+
+def ratio_round(base: Config, flat: Config, flat_per_gpu: Config, gpus, nbytes: int,
+                which: str) -> dict:
+    """One ratio table: the ceilings and every mode measured again, printed; returns the round's
+    figures."""
+    rows = []
+    uni = p2p_copy_gbps(0, 1, 256 * 10**6)
+    bi = p2p_copy_gbps(0, 1, 256 * 10**6, bidirectional=True)
+    device_net, _ = busbw(replace(base, kv_store="device", reference=False))
+    device_flat, _ = busbw(replace(flat_per_gpu, kv_store="device", reference=False))
+    rows.append(("device", device_net, "p2p unidirectional copy", uni))
+    rows.append(("device", device_net, "p2p bidirectional / 2", bi / 2))
+    rows.append(("device, flat per gpu", device_flat, "device, network arrays", device_net))
+
+    nccl_net, result = busbw(replace(base, kv_store="nccl"))
+    ref = result.reference.busbw_median
+    nccl_flat, _ = busbw(replace(flat, kv_store="nccl", reference=False))
+    rows.append(("nccl", nccl_net, "flat all-reduce (same run)", ref))
+    rows.append(("nccl, flat array", nccl_flat, "nccl, network arrays", nccl_net))
+
+    hp = host_path(list(gpus), nbytes)
+    local_net, _ = busbw(replace(base, kv_store="local", reference=False))
+    rows.append(("local", local_net, "host path, pipelined bound",
+                 hp.busbw_gbps(hp.bound_seconds)))
+    rows.append(("local", local_net, "host path, serial bound",
+                 hp.busbw_gbps(hp.serial_seconds)))
+    print(f"# {which}: p2p copy 0->1: unidirectional {uni:.1f} GB/s, "
+          f"bidirectional {bi:.1f} GB/s; host path: d2h {hp.d2h_seconds * 1e3:.2f} ms, sum "
+          f"{hp.sum_seconds * 1e3:.2f} ms ({hp.threads} threads), h2d "
+          f"{hp.h2d_seconds * 1e3:.2f} ms, all at once {hp.overlap_seconds * 1e3:.2f} ms")
+    _table(rows)
+    return {"p2p_unidirectional_gbps": uni, "p2p_bidirectional_gbps": bi, "host_path": asdict(hp),
+            "rows": [dict(zip(("what", "gbps", "against", "ceiling_gbps"), row)) for row in rows]}
 
 
 def _table(rows, ratios=None) -> None:

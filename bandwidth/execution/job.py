@@ -48,20 +48,7 @@ def execute(job: Job, role=None) -> int:
     environment = describe_environment(widest.devices)
     for name in dict.fromkeys(plan.config.backend for plan in plans):   # fails before output
         environment.update(engines.ENGINES[name].environment())
-    base = None
-    if job.baseline:                       # refuse other hardware before measuring anything
-        base = baseline.load_baseline(job.baseline)
-        baseline.check_fingerprint(baseline.document_fingerprint(base), fingerprint(environment),
-                                   job.force)
-    gates = baseline.Gates(job.tolerance_pct, job.min_gbps, job.min_pct_of_ceiling,
-                           job.allow_missing, pool=job.repeat_auto)
-    gating = base is not None or gates.any
-    summary_md = gatereport.summary_path(job.summary_md, os.environ) if gating else None
-    if (job.junit_path or job.summary_md) and not gating:
-        raise ConfigError("--junit and --summary-md report the gates: give --baseline, "
-                          "--min-gbps or --min-percent-of-ceiling")
-    for path, flag in ((job.junit_path, "--junit"), (summary_md, "--summary-md")):
-        check_output_path(flag, path)
+    base, gates, gating, summary_md = judging(job, environment)
     busy_lines = check_busy(widest.devices, job.force, gating)
     if base is not None:                   # like with like: the baseline's CPU threads
         plans, pinned = pin_threads(plans, baseline_threads(base))
@@ -71,42 +58,16 @@ def execute(job: Job, role=None) -> int:
         print(line)
     ceiling_doc, ceiling_status = host_ceilings(widest) if job.ceiling else (None, 0)
     bounds = BoundCache(plans)             # each mode's ceiling measured once per device set
-    repeating = job.repeat > 1
-    bar = Progress(len(plans)) if job.is_sweep or repeating else None
-    every_row, verdict, doc, runs = [], None, None, []
+
+    def judge(every_row):
+        return baseline.check(every_row, base,
+                              fingerprints={"this machine": fingerprint(environment)},
+                              force=job.force, baseline_name=job.baseline or "", gates=gates)
+
     started = time.perf_counter()
-    for repeat in range(job.repeat):
-        round_start = time.perf_counter()
-        try:
-            results = measure_all(job, plans, bounds, bar, repeat)
-        finally:
-            if bar is not None:
-                bar.close()
-        runs.append(results)
-        if repeat == 0:                    # later repeats keep this process's choice of threads
-            plans, _ = pin_threads(plans, {plan_key(r.plan): r.cpu_threads for r in results})
-        doc = document(merged(runs) if job.repeat_auto else results, environment,
-                       None if ceiling_doc is None else {"ceiling": ceiling_doc})
-        every_row += rows_from_document(document(results, environment), f"repeat {repeat + 1}")
-        if job.repeat_auto:
-            width = max(ci_width_pct(row.samples) for row in rows_from_document(doc, "pooled"))
-            now = time.perf_counter()
-            out_of_time = now + (now - round_start) > started + job.time_budget_s
-            if width > job.ci_width_pct and not out_of_time:
-                continue
-            print(f"# --repeat auto: {repeat + 1} repeat{'s' if repeat else ''} in "
-                  f"{now - started:.1f} s; widest 95 % interval of a median: {width:.1f} % "
-                  + (f"(within {job.ci_width_pct:g} %)" if width <= job.ci_width_pct else
-                     f"(--time-budget {job.time_budget_s:g} s ended first)"))
-        if gating:
-            verdict = baseline.check(every_row, base,
-                                     fingerprints={"this machine": fingerprint(environment)},
-                                     force=job.force, baseline_name=job.baseline or "",
-                                     gates=gates)
-            if verdict.exit_code == 0:
-                break                      # as fleet health checks: the first good repeat passes
-        if job.repeat_auto:
-            break                          # precise enough, or out of time: judged once
+    plans, runs, every_row, doc, verdict = repeats(
+        job, plans, bounds, environment, None if ceiling_doc is None else {"ceiling": ceiling_doc},
+        judge if gating else None, started)
     if job.repeat_auto and job.baseline_processes > 1:
         doc["results"] += baseline_processes(job, plans, environment)
     if job.repeat_auto and verdict is not None and verdict.exit_code == 1 and job.confirm:
@@ -134,6 +95,67 @@ def execute(job: Job, role=None) -> int:
         print("measure.py: the ceiling measurement (--ceiling) failed in part: see FAILED above",
               file=sys.stderr)
     return max(status, ceiling_status)
+
+
+def judging(job: Job, environment: dict) -> tuple:
+    """Before measuring: the baseline (other hardware refused), the gates, whether anything is
+    judged, and where the summary of the gates goes; every output path checked. Returns
+    (baseline document or None, gates, gating, summary_md path or None)."""
+    base = None
+    if job.baseline:                       # refuse other hardware before measuring anything
+        base = baseline.load_baseline(job.baseline)
+        baseline.check_fingerprint(baseline.document_fingerprint(base), fingerprint(environment),
+                                   job.force)
+    gates = baseline.Gates(job.tolerance_pct, job.min_gbps, job.min_pct_of_ceiling,
+                           job.allow_missing, pool=job.repeat_auto)
+    gating = base is not None or gates.any
+    summary_md = gatereport.summary_path(job.summary_md, os.environ) if gating else None
+    if (job.junit_path or job.summary_md) and not gating:
+        raise ConfigError("--junit and --summary-md report the gates: give --baseline, "
+                          "--min-gbps or --min-percent-of-ceiling")
+    for path, flag in ((job.junit_path, "--junit"), (summary_md, "--summary-md")):
+        check_output_path(flag, path)
+    return base, gates, gating, summary_md
+
+
+def repeats(job: Job, plans: list[Plan], bounds: BoundCache, environment: dict,
+            extra: dict | None, judge, started: float) -> tuple:
+    """Every plan measured --repeat times, or under --repeat auto until the widest 95 % interval
+    of a median is within --ci-width or --time-budget ends; with gates (``judge``: the rows so
+    far to a verdict, None: no gate), until the first repeat that passes. Returns the plans
+    (their CPU threads pinned by the first repeat), every repeat's results, every row, the
+    document (``extra``: its further keys) and the verdict (None: no gate)."""
+    bar = Progress(len(plans)) if job.is_sweep or job.repeat > 1 else None
+    every_row, verdict, doc, runs = [], None, None, []
+    for repeat in range(job.repeat):
+        round_start = time.perf_counter()
+        try:
+            results = measure_all(job, plans, bounds, bar, repeat)
+        finally:
+            if bar is not None:
+                bar.close()
+        runs.append(results)
+        if repeat == 0:                    # later repeats keep this process's choice of threads
+            plans, _ = pin_threads(plans, {plan_key(r.plan): r.cpu_threads for r in results})
+        doc = document(merged(runs) if job.repeat_auto else results, environment, extra)
+        every_row += rows_from_document(document(results, environment), f"repeat {repeat + 1}")
+        if job.repeat_auto:
+            width = max(ci_width_pct(row.samples) for row in rows_from_document(doc, "pooled"))
+            now = time.perf_counter()
+            out_of_time = now + (now - round_start) > started + job.time_budget_s
+            if width > job.ci_width_pct and not out_of_time:
+                continue
+            print(f"# --repeat auto: {repeat + 1} repeat{'s' if repeat else ''} in "
+                  f"{now - started:.1f} s; widest 95 % interval of a median: {width:.1f} % "
+                  + (f"(within {job.ci_width_pct:g} %)" if width <= job.ci_width_pct else
+                     f"(--time-budget {job.time_budget_s:g} s ended first)"))
+        if judge is not None:
+            verdict = judge(every_row)
+            if verdict.exit_code == 0:
+                break                      # as fleet health checks: the first good repeat passes
+        if job.repeat_auto:
+            break                          # precise enough, or out of time: judged once
+    return plans, runs, every_row, doc, verdict
 
 
 def check_busy(devices, force: bool, gating: bool) -> list[str]:

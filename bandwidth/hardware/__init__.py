@@ -1,8 +1,9 @@
 """Facts about this machine and the few device operations everything shares: which devices take
 part (``devices``), their links as NVML reports them (``topology``), versions and the hardware
 fingerprint (``environment``), copies between GPUs without torch's fences (``rawcopy``),
-whether a GPU is busy before we measure (``busy``), and how many torch threads the steps on
-CPU devices run with (``cputhreads``).
+whether a GPU is busy before we measure (``busy``), how many torch threads the steps on CPU
+devices run with (``cputhreads``), the counters of a host's links and cores (``linkcounters``)
+and what they say over a run's hosts (``linksummary``).
 
 May import only the vocabulary: every stage may read hardware facts.
 """

@@ -1,6 +1,7 @@
 """The measurement protocol, written once: warm-up, device-synchronised timing and the error check
 on every iteration (``protocol``), one process's replicas of a mode with their data (``session``),
-and a process's whole task as a plain dict that crosses processes (``tasks``).
+how its steps are issued, from a CUDA graph or eagerly (``launching``), and a process's whole task
+as a plain dict that crosses processes (``tasks``).
 
 May import: stores, plan, hardware, processes.lifeline (the per-iteration watchdog). Not the run,
 the results or the report.

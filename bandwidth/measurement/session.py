@@ -45,11 +45,15 @@ import torch
 
 from bandwidth.hardware import cputhreads
 from bandwidth.hardware.devices import DeviceSet
+from bandwidth.measurement.launching import launch_of, schedule_launch_note
 from bandwidth.plan import optimizers
 from bandwidth.plan.data import Reference, fill_gradient
 from bandwidth.plan.layout import DTYPE_BYTES, TORCH_DTYPES, Replica
 from bandwidth.schedules.runner import ScheduledStore, scheduled_layout
 from bandwidth.stores.registry import KVSTORES
+
+# launch_of and schedule_launch_note: imported from here by measurement.tasks
+__all__ = ["Session", "launch_of", "schedule_launch_note"]
 
 log = logging.getLogger(__name__)
 
@@ -124,15 +128,7 @@ class Session:
         self.more_sets: list[tuple[list[Replica], object, object]] = []
         self.turns = 1                          # replays of every set per iteration
         self.graph_note = None
-        # The exact expected sum, once per distinct device (CPU devices share one).
-        self.references = {}
-        if check:
-            for replica in self.replicas:
-                if replica.device not in self.references:
-                    # A distributed worker computes it chunk by chunk at each check: its
-                    # memory stays within 2 x the network beyond its replicas (issue 27).
-                    self.references[replica.device] = Reference(
-                        numel, self.n, seed, replica.device, keep=cluster is None)
+        self.references = self._expected_sums(keep=cluster is None) if check else {}
         self.steps = 0
         self.synchronize()
         # CPU devices: the torch threads of the steps (bandwidth.hardware.cputhreads).
@@ -141,7 +137,27 @@ class Session:
         if not devices.is_cuda:
             self._set_cpu_threads(cpu_threads)
             self.cpu_threads_used = torch.get_num_threads()
-        self.launch = launch_of(store_cls, devices, launch, optimizer, schedule)
+        self._start_launch(launch_of(store_cls, devices, launch, optimizer, schedule),
+                           graph_steps)
+        self._new_set = None     # the closure refers to self: no cycle to outlive the session
+        self.synchronize()
+
+    def _expected_sums(self, keep: bool) -> dict:
+        """The exact expected sum, once per distinct device (CPU devices share one); ``keep``
+        False: a distributed worker computes it chunk by chunk at each check, so that its memory
+        stays within 2 x the network beyond its replicas (issue 27)."""
+        references = {}
+        for replica in self.replicas:
+            if replica.device not in references:
+                references[replica.device] = Reference(self.layout.numel, self.n, self.seed,
+                                                       replica.device, keep=keep)
+        return references
+
+    def _start_launch(self, launch: str, graph_steps: int | None) -> None:
+        """Issue the steps as ``launch`` says (``launch_of``): "graph" captures the step once,
+        "auto" too and then lets the trial steps of ``_choose_launch`` decide; with a graph, the
+        further sets of buffers and replays per iteration (``_add_sets``)."""
+        self.launch = launch
         self.graph, self.graph_failure, self.launch_trial = None, None, None
         auto = self.launch == "auto"
         if auto:
@@ -162,8 +178,6 @@ class Session:
             graph_s = self._choose_launch()
         if self.graph is not None:
             self._add_sets(graph_steps, graph_s)
-        self._new_set = None     # the closure refers to self: no cycle to outlive the session
-        self.synchronize()
 
     @property
     def graph_steps(self) -> int:
@@ -348,45 +362,3 @@ def _allocated(devices: DeviceSet) -> int:
     if not devices.is_cuda:
         return 0
     return sum(torch.cuda.memory_allocated(gpu) for gpu in set(devices.ids))
-
-
-def launch_of(store_cls, devices: DeviceSet, requested: str | None,
-              optimizer: str = "none", schedule=None) -> str:
-    """How ``store_cls``'s steps are issued on ``devices``: "graph" or "auto" where asked for (or,
-    for "auto", by default) on GPUs by a mode that can capture its step there (``can_capture``;
-    "auto" only where the mode's ``auto_graph`` says a graph can help), otherwise "eager". The
-    session resolves "auto" to "graph" or "eager" (``Session.launch``). A ``schedule`` other than
-    flat follows the same rule with one graph per part, where its parts allow graphs
-    (``Schedule.graph_parts``: not fsdp's)."""
-    if schedule is not None and not schedule.graph_parts:
-        return "eager"
-    wanted = requested or ("auto" if devices.is_cuda else "eager")
-    if wanted == "auto" and not store_cls.auto_graph:
-        return "eager"
-    if wanted in ("graph", "auto") and devices.is_cuda and store_cls.can_capture(devices,
-                                                                                 optimizer):
-        return wanted
-    return "eager"
-
-
-def schedule_launch_note(schedule, store_cls, devices: DeviceSet, requested: str | None,
-                         optimizer: str, graphed: bool) -> str:
-    """How a scheduled step is issued, for the summary's notes: ``requested`` is the user's
-    --launch (None: the default), ``graphed`` whether the session replays a graph per part."""
-    parts = len(schedule.parts)
-    if graphed:
-        return (f"launch: each of the {parts} parts' exchanges replayed from a CUDA graph of its "
-                "own on a side stream at its EXCHANGE, compute waiting on its event at its WAIT")
-    if not devices.is_cuda:
-        why = "CPU devices"
-    elif not schedule.graph_parts:
-        why = f"{schedule.name}'s parts are not captured"
-    elif requested == "eager":
-        why = "--launch eager"
-    elif not store_cls.can_capture(devices, optimizer):
-        why = f"{store_cls.name} cannot capture its step here"
-    elif requested != "graph" and not store_cls.auto_graph:
-        why = f"{store_cls.name} runs eager under --launch auto; --launch graph to capture"
-    else:
-        why = "launch auto's trial steps chose it, or the capture failed: see the next note"
-    return f"launch: eager, each of the {parts} parts' exchanges issued from the host ({why})"

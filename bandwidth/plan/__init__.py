@@ -3,6 +3,6 @@ with which seeded data and closed-form reference (``data``), which optimizer (``
 on which devices and under which mode's class, and whether it fits (``plan``).
 
 May import: config, hardware, the stores' registry, the schedules (their registry),
-backends.registry (the mode's class under its backend), measurement.session (how steps are
+backends.registry (the mode's class under its backend), measurement.launching (how steps are
 launched). Not the run, the report or the processes.
 """

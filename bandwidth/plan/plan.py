@@ -14,7 +14,7 @@ from bandwidth.compute.runner import work_bytes
 from bandwidth.config.options import Config
 from bandwidth.errors import ConfigError, OutOfMemoryError, UnsupportedError
 from bandwidth.hardware.devices import DeviceSet, free_bytes, resolve
-from bandwidth.measurement.session import launch_of
+from bandwidth.measurement.launching import launch_of
 from bandwidth.plan.layout import DTYPE_BYTES
 from bandwidth.plan.onegpu import one_gpu
 from bandwidth.schedules.base import Schedule
@@ -72,7 +72,7 @@ class Plan:
 
     @property
     def launch(self) -> str:
-        """How the mode's steps are issued here: "graph", "auto" or "eager" (session.launch_of;
+        """How the mode's steps are issued here: "graph", "auto" or "eager" (launching.launch_of;
         a schedule other than flat: one graph per part where its parts and the mode allow)."""
         return launch_of(self.store_cls, self.devices, self.config.launch, self.config.optimizer,
                          self.schedule)

@@ -184,7 +184,7 @@ def summary_lines(result: Result) -> list[str]:
     if result.costs is not None:
         lines += result.costs.lines()
     if result.link_counters:
-        from bandwidth.hardware.linkcounters import cores_line, summary_line
+        from bandwidth.hardware.linksummary import cores_line, summary_line
         roles = {h: c["processes"] for h, c in result.link_counters.items()}
         link_pct = getattr(result.link_bound, "pct", None)
         lines += [line for line in (summary_line(result.link_counters, roles),

@@ -2,7 +2,9 @@
 reads): ``local``, ``device``, ``nccl`` (and ``dist_nccl``), the parameter-server modes in
 ``dist``, and the server side of those, ``psserver``. ``base`` is the small interface each mode
 fills; ``owners``: which device owns which elements (the device mode's placement rules, also
-the parameter servers' key placement). Adding a mode: one module here and one line in ``registry``.
+the parameter servers' key placement); ``deviceplan``: the device mode's plan of a step (chunks,
+copy streams, events and the views each copy and sum touches). Adding a mode: one module here and
+one line in ``registry``.
 
 May import: the vocabulary, hardware (devices, raw copies), plan.layout, plan.optimizers. Never
 config, the run, the measurement or the report.

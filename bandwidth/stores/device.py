@@ -21,7 +21,8 @@ region. A step then has three phases, all enqueued at once and run asynchronousl
 2. sum: o adds its own gradients and the received ones (and applies the optimizer, if any);
 3. push: o copies the result into the same region of every other device's outputs.
 
-Each phase is cut into chunks so that sums and pushes of early chunks overlap pulls of later ones.
+Each phase is cut into chunks so that sums and pushes of early chunks overlap pulls of later ones
+(the plan of a step: bandwidth.stores.deviceplan).
 Copies from device i to device j run in order on a stream of their own on i, ordered against the
 sums by events, so the two directions of a link, and different links, are busy at the same time.
 The copies go straight to the CUDA runtime (bandwidth.hardware.rawcopy) to keep host time per copy
@@ -52,15 +53,16 @@ import torch
 
 from bandwidth.hardware import devices as dev
 from bandwidth.hardware import rawcopy
-from bandwidth.plan.layout import Layout, chunk_ranges
+from bandwidth.plan.layout import Layout
 from bandwidth.stores.base import KVStore
+from bandwidth.stores.deviceplan import PLAN_FIELDS, DevicePlan, auto_chunk
 from bandwidth.stores.owners import SPLIT_BOUND, owner_pieces, owner_runs
 from bandwidth.words import counted
 
 log = logging.getLogger(__name__)
 
 
-class DeviceStore(KVStore):
+class DeviceStore(DevicePlan, KVStore):
     name = "device"
     summary = ("reduce on the GPUs over peer-to-peer copies: each key summed on its owner GPU, "
                "then broadcast")
@@ -109,7 +111,7 @@ class DeviceStore(KVStore):
         # Sums run on each device's current stream: no stream switching inside the timed step.
         self.compute = [dev.current_stream(d) for d in devices]
         # send[i][j]: the stream on device i that runs every copy i -> j, in order.
-        self._schedule([chunk_elements or _auto_chunk(self.owned[o], replicas[0].grads)
+        self._schedule([chunk_elements or auto_chunk(self.owned[o], replicas[0].grads)
                         for o in range(n)],
                        [[dev.new_stream(devices[i]) if i != j else None for j in range(n)]
                         for i in range(n)])
@@ -128,69 +130,6 @@ class DeviceStore(KVStore):
             for j in range(n):
                 if i != j:
                     replicas[j].outputs[:1].copy_(replicas[i].outputs[:1])
-
-    def _schedule(self, chunk: list[int], send, via_torch: bool = False, push=None,
-                  kernel: bool = False) -> None:
-        """Cut each owner's runs into chunks of at most ``chunk[o]`` elements, take ``send`` as
-        the copy streams (``push``: other streams for the pushes), and plan every copy and sum of
-        a step (``_plan_views``; ``via_torch``: its copies as torch's ``copy_``; ``kernel``: as
-        elementwise kernels, rawcopy.kernel_copy)."""
-        self.via_torch = via_torch
-        self.kernel_copies = kernel
-        self.sum_lanes = False       # True: owner o sums on compute[o], not the current stream
-        self.push_send = push or send
-        n = len(self.replicas)
-        devices = [r.device for r in self.replicas]
-        self.chunks, self.recv_at = [], []
-        for o in range(n):
-            self.chunks.append([c for s, e in self.ranges[o] for c in chunk_ranges(s, e, chunk[o])])
-            starts = [0]
-            for s, e in self.chunks[o]:
-                starts.append(starts[-1] + e - s)
-            self.recv_at.append(starts[:-1])       # where chunk c lands in the receive buffer
-        self.send = send
-        self.pulled = [[[dev.new_event(devices[o]) for _ in self.chunks[o]] for _ in range(n)]
-                       for o in range(n)]
-        self.summed = [[dev.new_event(devices[o]) for _ in self.chunks[o]] for o in range(n)]
-        self._plan_views()
-
-    def _plan_views(self) -> None:
-        """Every slice and copy a step touches, made once: (owner, peer, chunk, copy) for the
-        pulls, and per (chunk, owner) the sum's operands and the pushes."""
-        reps, n = self.replicas, len(self.replicas)
-        # Chunk-major, so that the first copy of every link direction is queued before any
-        # second one: a step starts every link at once (queuing all of one owner's chunks first
-        # started the other direction some 20 us late, and a single step ends with its last link).
-        self.pulls = []
-        for c in range(max(len(chunks) for chunks in self.chunks)):
-            for o in range(n):
-                if c >= len(self.chunks[o]):
-                    continue
-                s, e = self.chunks[o][c]
-                for j in range(n):
-                    if j != o:
-                        self.pulls.append((o, j, c, rawcopy.Copy(self._received(o, j, c),
-                                                                 reps[j].grads[s:e],
-                                                                 self.send[j][o],
-                                                                 self.via_torch,
-                                                                 self.kernel_copies)))
-        self.rounds = []
-        for c in range(max(len(chunks) for chunks in self.chunks)):
-            for o in range(n):
-                if c < len(self.chunks[o]):
-                    s, e = self.chunks[o][c]
-                    received = [self._received(o, j, c) for j in range(n) if j != o]
-                    pushes = [(j, rawcopy.Copy(reps[j].outputs[s:e], reps[o].outputs[s:e],
-                                               self.push_send[o][j], self.via_torch,
-                                               self.kernel_copies))
-                              for j in range(n) if j != o]
-                    self.rounds.append((o, c, reps[o].grads[s:e], reps[o].outputs[s:e], received,
-                                        pushes))
-
-    def _received(self, o: int, j: int, c: int) -> torch.Tensor:
-        s, e = self.chunks[o][c]
-        at = self.recv_at[o][c]
-        return self.recv[o][j][at:at + e - s]
 
     def notes(self):
         n = len(self.replicas)
@@ -301,7 +240,7 @@ class DeviceStore(KVStore):
         devices = [r.device for r in self.replicas]
         home = devices[0]
         capture = torch.cuda.current_stream(home)
-        eager_plan = {name: getattr(self, name) for name in _PLAN}
+        eager_plan = {name: getattr(self, name) for name in PLAN_FIELDS}
         eager = self.compute
         sums = {d: capture if d == home else torch.cuda.Stream(device=d) for d in set(devices)}
         compute = [sums[d] for d in devices]
@@ -352,8 +291,8 @@ class DeviceStore(KVStore):
             self.sum_lanes = True
             return lanes
         if schedule == "concurrent":
-            self._schedule([self.chunk_elements or _auto_chunk(self.owned[o],
-                                                               self.replicas[0].grads)
+            self._schedule([self.chunk_elements or auto_chunk(self.owned[o],
+                                                              self.replicas[0].grads)
                             for o in range(n)], self.send, kernel=kernel)
             return [capture] * n
         self._schedule(whole, [[capture if i != j else None for j in range(n)] for i in range(n)],
@@ -370,10 +309,6 @@ class DeviceStore(KVStore):
         else:
             self.optimizer.apply(replica.outputs, replica.grads)
 
-
-# The plan of a step (``_schedule``), saved and restored around a capture with another plan.
-_PLAN = ("chunks", "recv_at", "send", "push_send", "pulled", "summed", "pulls", "rounds",
-         "via_torch", "kernel_copies", "sum_lanes")
 
 # Replicas sharing one GPU: the schedule and the kind of copies their graph is captured with
 # (DeviceStore._shared_schedule).
@@ -397,15 +332,3 @@ class _same_stream:
 
     def __exit__(self, *exc):
         return False
-
-
-# Fewer, larger copies are faster (each copy and each event costs microseconds on the GPU), but a
-# pipeline needs at least two stages: by default each owner region goes in two chunks, or in
-# chunks of at most 256 MB for very large networks.
-AUTO_MAX_CHUNK_BYTES = 256 * 10**6
-
-
-def _auto_chunk(region_numel: int, sample: torch.Tensor) -> int:
-    max_elements = AUTO_MAX_CHUNK_BYTES // sample.element_size()
-    pieces = max(2, -(-region_numel // max_elements))
-    return max(1, -(-region_numel // pieces))
