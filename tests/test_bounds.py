@@ -4,6 +4,7 @@ sweep measures each mode's ceiling once per device set, and a run that beats its
 than 10 % shows n/a with the reason instead of a percentage above 100."""
 
 import re
+from dataclasses import replace
 
 import pytest
 
@@ -118,3 +119,21 @@ def test_the_host_copy_probe_settles_before_it_times_and_keeps_the_best():
     warm = [t for t in calls if t < 0.2]
     assert len(warm) == 4 and len(calls) - len(warm) >= 10     # 4 untimed, then 10 timed or more
     assert bounds.host_copy_gbps(4 << 20) > 0
+
+
+def test_the_reference_is_a_ratio_and_a_share_only_of_a_bound():
+    """this run N x the flat all-reduce: '(the ceiling above)' only where that reference is the
+    run's ceiling and a bound (nccl on GPUs), a comparison everywhere else."""
+    from types import SimpleNamespace
+
+    from bandwidth.report.text import reference_ratio
+    ref = SimpleNamespace(busbw_median=2.0)
+    run = SimpleNamespace(busbw_median=5.0)
+    flat = Bound("flat all-reduce of the same bytes, same run", 2.0)
+    probe = Bound("host memory copy rate / devices, 4 MiB probe", 8.0, 4 << 20)
+    said = {name: reference_ratio(SimpleNamespace(reference=ref, summary=run, ceiling=c))
+            for name, c in (("gpu nccl", flat), ("cpu nccl", replace(flat, not_a_bound="CPU")),
+                            ("device", probe), ("none", None))}
+    assert said["gpu nccl"] == "this run 2.50 x it (the ceiling above)"
+    assert said["cpu nccl"] == said["device"] == said["none"] == \
+        "this run 2.50 x it (a comparison, not a bound)"

@@ -229,8 +229,8 @@ def reference_ratio(result: Result) -> str:
     if not ref.busbw_median:
         return "this run n/a x it"
     ratio = s.busbw_median / ref.busbw_median
-    bound = result.ceiling is not None and result.ceiling.probe_nbytes is None and \
-        not result.ceiling.not_a_bound
+    bound = result.ceiling is not None and result.ceiling.gbps == ref.busbw_median and \
+        not result.ceiling.not_a_bound          # the ceiling is this very reference
     return f"this run {ratio:.2f} x it" + (" (the ceiling above)" if bound else
                                             " (a comparison, not a bound)")
 
