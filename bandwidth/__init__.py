@@ -24,6 +24,10 @@ Modules at this level: the entry points (``measure``, ``compare``, ``__main__``)
 vocabulary every stage may import and that imports none of them: ``errors``, ``formulas``,
 ``cliparse``, ``words``. No module imports another that imports it back, directly or not
 (tests/test_architecture.py checks it); package ``__init__`` files hold only their rule.
+
+``hostgate`` is an entry point too (``python -m bandwidth.hostgate``, the per-host gate on a
+host-to-host matrix), and ``cliexit`` how every entry point ends on Ctrl-C, a signal or a closed
+stdout.
 """
 
 __version__ = "0.1.0"

@@ -134,6 +134,18 @@ def test_package_inits_hold_only_their_rule():
         assert code == [], f"{init.relative_to(ROOT)} holds code: move it to a module"
 
 
+
+def test_every_package_names_each_of_its_modules():
+    """A package's docstring says what each of its modules holds (``name``), so that a reader
+    finds the module for a job from the package's face, and a new module is described where it
+    lives."""
+    for init in sorted(PACKAGE.rglob("__init__.py")):
+        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+        modules = sorted(p.stem for p in init.parent.glob("*.py")
+                         if p.stem not in ("__init__", "__main__"))
+        unnamed = [m for m in modules if f"``{m}``" not in doc]
+        assert unnamed == [], f"{init.relative_to(ROOT)} does not name {unnamed}"
+
 @pytest.mark.parametrize("argv", [
     ["bandwidth/measure.py", "--help"],
     ["-m", "bandwidth.measure", "--help"],

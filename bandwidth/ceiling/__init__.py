@@ -25,6 +25,9 @@ judged against, measured quickly in the same run), ``hostmatrix`` (the host-to-h
 distributed modes, ``--network-ceiling``), ``linkbound`` (the full-duplex link bound,
 ``--link-rate``), ``expect`` (what NVML says each link should carry, ``--expect-links``).
 
+``network`` -- the host-to-host matrix, the distributed modes' ceiling, through torch.distributed
+with Gloo over TCP.
+
 May import: hardware, config.values (the sweep's sizes and flags' values), processes and
 launch.contract (Gloo ranks on CPU devices, the host-to-host matrix's roles), launch.placement
 (what crosses each host's link), report.cells, report.baseline and

@@ -13,4 +13,6 @@ the schedules' registry for --schedule (``schedules``: those flags),
 plan.layout for dtype sizes, ceiling.hostmatrix and ceiling.linkbound for --network-ceiling and
 --link-rate, report.baseline for the gates' thresholds, hardware.devices for the default devices
 that --scaling sweeps. Nothing it imports imports it back.
+
+``options`` -- the command line parsed once into the frozen Config and Job (``job_from_args``).
 """

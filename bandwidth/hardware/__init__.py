@@ -5,5 +5,7 @@ whether a GPU is busy before we measure (``busy``), how many torch threads the s
 devices run with (``cputhreads``), the counters of a host's links and cores (``linkcounters``)
 and what they say over a run's hosts (``linksummary``).
 
+``memory`` -- a process's peak resident set and the job's memory figures.
+
 May import only the vocabulary: every stage may read hardware facts.
 """

@@ -1,5 +1,11 @@
 """The distributed launcher: MXNet's ``tools/launch.py`` interface, with supervision.
 
+Beside them: ``child`` -- one child process of a launch and the ``Failure`` that names a root
+cause; ``ending`` -- how each process ended, the root cause and the ``--report`` file;
+``heartbeat`` -- each process's beats through the rendezvous, and the launcher's watch on them;
+``repeats`` -- identical stderr lines of many processes shown once with a count; ``fdlimit`` -- the
+open-file limit, checked before anything starts.
+
 May import the vocabulary (errors, cliparse) and processes.lifeline; nothing of the measurement:
 the launcher starts any command.
 

@@ -5,8 +5,9 @@ address in 198.18.0.0/15, links shaped with ``tc tbf``, and an sshd of the lab's
     python -m bandwidth.netlab status [--name bwlab]
     python -m bandwidth.netlab down [--name bwlab]
 
-``bandwidth.netlab.lab`` makes and removes the namespaces, links and shaping; ``.sshd`` the keys,
-configurations and daemons; ``.cli`` the command line. See docs/netlab.md.
+Modules: ``lab`` -- the network (namespaces, veths, a bridge, ``tc tbf``): made and removed;
+``sshd`` -- the lab's ssh (keys, one sshd per host, a client configuration); ``cli`` -- the
+command line, and ``up``/``down`` for programs. See docs/netlab.md.
 
 May import the vocabulary and ceiling.linkbound (rates); nothing else of the toolkit: a lab is
 for any program, the launcher's jobs among them.

@@ -2,6 +2,9 @@
 document that ``--json`` writes and the flat ``Row`` view every reader uses (``document``), and
 the checks that make a document read from a file safe to use (``validate``).
 
+``costs`` -- what a step cost (``--compute``), as figures of the document; ``files`` -- reading and
+writing the tool's files so that nothing is silently lost and nothing blocks.
+
 May import: plan, measurement.protocol (samples and summaries), ceiling (bounds), the
 vocabulary. Not the report, which renders results.
 """
