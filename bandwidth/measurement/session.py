@@ -319,10 +319,16 @@ class Session:
         wrong = 0.0
         total = 0.0
         sets = [self.replicas] + [replicas for replicas, _, _ in self.more_sets]
+        # The pull overwrote the gradients: refilled here, chunk by chunk as each is checked,
+        # rather than in the next prepare (the test data's hash computed once for both).
+        refill = self._pulled and not self.more_sets
         for replica in (r for replicas in sets for r in replicas):
             w, total = self.references[replica.device].error_terms(
-                [replica.outputs], self.optimizer, self.steps)
+                [replica.outputs], self.optimizer, self.steps,
+                refill_rank=replica.rank if refill else None)
             wrong += w
+        if refill:
+            self._pulled = False
         wrong = self.group.sum(wrong) / len(sets)
         return wrong / total if total else 0.0
 

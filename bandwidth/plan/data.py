@@ -43,13 +43,17 @@ def _chunks(numel: int):
 def fill_gradient(flat: torch.Tensor, rank: int, seed: int) -> None:
     """Write replica ``rank``'s gradient into ``flat`` (any dtype, any device)."""
     for start, stop in _chunks(flat.numel()):
-        base, delta = _base_delta(start, stop, seed, flat.device)
-        values = base.add_(delta, alpha=rank) if abs(rank) < 1 << 20 else \
-            base.long().add_(delta, alpha=rank)
-        if flat.dtype == torch.float32:     # integers and their 64ths are exact in float32
-            flat[start:stop].copy_(values).div_(SCALE)
-        else:
-            flat[start:stop] = (values.to(torch.float32) / SCALE).to(flat.dtype)
+        _fill(flat[start:stop], *_base_delta(start, stop, seed, flat.device), rank)
+
+
+def _fill(view: torch.Tensor, base: torch.Tensor, delta: torch.Tensor, rank: int) -> None:
+    """Replica ``rank``'s values of one chunk into ``view`` (``base`` is overwritten)."""
+    values = base.add_(delta, alpha=rank) if abs(rank) < 1 << 20 else \
+        base.long().add_(delta, alpha=rank)
+    if view.dtype == torch.float32:         # integers and their 64ths are exact in float32
+        view.copy_(values).div_(SCALE)
+    else:
+        view.copy_((values.to(torch.float32) / SCALE).to(view.dtype))
 
 
 def expected_sum(start: int, stop: int, replicas: int, seed: int, device) -> torch.Tensor:
@@ -78,27 +82,37 @@ class Reference:
                              for start, stop in _chunks(numel))
 
     def _computed(self, start: int, stop: int) -> torch.Tensor:
-        base, delta = _base_delta(start, stop, self.seed, self.device)
+        return self._sum_of(*_base_delta(start, stop, self.seed, self.device))
+
+    def _sum_of(self, base: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
         pairs = self.replicas * (self.replicas - 1) // 2
         if 33 * self.replicas + pairs >= 1 << 31:        # past int32: in int64
             base, delta = base.long(), delta.long()
-        return base.mul_(self.replicas).add_(delta, alpha=pairs).to(torch.float32).div_(SCALE)
+        return (base * self.replicas).add_(delta, alpha=pairs).to(torch.float32).div_(SCALE)
 
     def chunk(self, start: int, stop: int) -> torch.Tensor:
         """The expected sum of elements [start, stop)."""
         return self.sum[start:stop] if self.sum is not None else self._computed(start, stop)
 
     def error_terms(self, outputs: list[torch.Tensor], optimizer: Sgd | None,
-                    steps: int) -> tuple[float, float]:
+                    steps: int, refill_rank: int | None = None) -> tuple[float, float]:
         """MXNet's error, split for combining across processes: (sum over these outputs of
         |got - expected|, sum of |expected|); error = first / second, summed over GPUs as MXNet
-        did. With an optimizer the expected weights are ``steps`` updates from zero."""
+        did. With an optimizer the expected weights are ``steps`` updates from zero.
+        ``refill_rank``: each chunk, once checked, is overwritten with that replica's gradient
+        (a parameter-server worker pulls into its gradients), the hash computed once for both."""
         scale = 1.0 if optimizer is None else -optimizer.lr * steps
         wrong = 0.0
         for out in outputs:
             for start, stop in _chunks(out.numel()):
-                expected = self.chunk(start, stop)
+                base_delta = None
+                if refill_rank is not None:
+                    base_delta = _base_delta(start, stop, self.seed, self.device)
+                expected = self.sum[start:stop] if self.sum is not None else \
+                    self._sum_of(*base_delta) if base_delta else self._computed(start, stop)
                 expected = expected * scale if scale != 1.0 else expected
                 diff = out[start:stop].to(torch.float32) - expected
                 wrong += float(diff.abs_().sum(dtype=torch.float64))
+                if base_delta is not None:
+                    _fill(out[start:stop], *base_delta, refill_rank)
         return wrong, abs(scale) * self.abs_total
