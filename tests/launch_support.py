@@ -347,3 +347,20 @@ def strangers_served(probes) -> list[str]:
 def stranger_served(listeners, netns: str | None = None, refusals: bool = True) -> list[str]:
     """strangers_served for one stranger."""
     return strangers_served([(listeners, netns, refusals)])
+
+
+def pids_with(marker: str, role: str) -> list[int]:
+    """The processes whose command line holds ``marker`` and whose environment says
+    DMLC_ROLE=``role``."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if marker.encode() not in f.read():
+                    continue
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if f"DMLC_ROLE={role}".encode() in f.read().split(b"\0"):
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return found

@@ -13,6 +13,7 @@ import time
 
 import pytest
 from conftest import ROOT
+from launch_support import pids_with
 
 from bandwidth.ceiling.bounds import CPU_REFERENCE, Bound, bound
 from bandwidth.config.options import Config
@@ -196,21 +197,6 @@ def test_sixteen_workers_and_four_servers(tmp_path):
     assert len(errors) == 32 and max(errors) == 0.0
 
 
-def _pids_with(marker: str, role: str) -> list[int]:
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if marker.encode() not in f.read():
-                    continue
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                if f"DMLC_ROLE={role}".encode() in f.read().split(b"\0"):
-                    found.append(int(pid))
-        except OSError:
-            pass
-    return found
-
-
 @pytest.mark.timeout(200)
 def test_a_server_killed_mid_run_ends_the_job():
     marker = "24681357"                       # a --seed no other test uses
@@ -220,10 +206,10 @@ def test_a_server_killed_mid_run_ends_the_job():
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     deadline = time.monotonic() + 60
-    while not _pids_with(marker, "server") and time.monotonic() < deadline:
+    while not pids_with(marker, "server") and time.monotonic() < deadline:
         time.sleep(0.2)
     time.sleep(3)                              # let it run
-    (server,) = _pids_with(marker, "server")
+    (server,) = pids_with(marker, "server")
     os.kill(server, signal.SIGKILL)
     start = time.monotonic()
     out, err = proc.communicate(timeout=120)
@@ -231,7 +217,7 @@ def test_a_server_killed_mid_run_ends_the_job():
     assert time.monotonic() - start < 90
     assert "server" in err and ("SIGKILL" in err or "signal" in err)
     time.sleep(0.5)
-    assert _pids_with(marker, "worker") == [] and _pids_with(marker, "server") == []
+    assert pids_with(marker, "worker") == [] and pids_with(marker, "server") == []
 
 
 @pytest.mark.timeout(200)
@@ -257,7 +243,7 @@ def test_a_worker_that_exits_1_ends_the_job(tmp_path):
     stopped = re.fullmatch(r"  stopped (\d+) running process(es)?", report[-1])
     assert ended + (int(stopped.group(1)) if stopped else 0) == 2, report
     time.sleep(0.5)
-    assert _pids_with(marker, "worker") == [] and _pids_with(marker, "server") == []
+    assert pids_with(marker, "worker") == [] and pids_with(marker, "server") == []
 
 
 @pytest.mark.timeout(150)

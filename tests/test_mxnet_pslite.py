@@ -16,6 +16,7 @@ import time
 
 import pytest
 from conftest import ROOT, run_cli
+from launch_support import pids_with
 from mxnet_support import LENET, iter_lines, needs_mxnet, size_line
 
 LAUNCH = ROOT / "launch.py"
@@ -69,7 +70,7 @@ def test_a_single_host_mode_under_servers_and_a_scheduler_is_refused_at_once(bac
     assert "FAIL:" in proc.stderr and "exited with status 2" in proc.stderr
     time.sleep(0.5)
     for role in ("worker", "server", "scheduler"):
-        assert _pids_with(marker, role) == []
+        assert pids_with(marker, role) == []
 
 
 def test_one_worker_alone_may_run_a_single_host_mode_and_several_are_refused():
@@ -147,21 +148,6 @@ def test_without_the_scheduler_every_process_says_add_it():
     assert "FAIL:" in proc.stderr
 
 
-def _pids_with(marker: str, role: str) -> list[int]:
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if marker.encode() not in f.read():
-                    continue
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                if f"DMLC_ROLE={role}".encode() in f.read().split(b"\0"):
-                    found.append(int(pid))
-        except OSError:
-            pass
-    return found
-
-
 @needs_mxnet
 @pytest.mark.timeout(200)
 def test_a_dead_server_ends_the_job_instead_of_hanging_ps_lite():
@@ -174,10 +160,10 @@ def test_a_dead_server_ends_the_job_instead_of_hanging_ps_lite():
                             text=True)
     try:
         deadline = time.monotonic() + 60
-        while not _pids_with(marker, "server") and time.monotonic() < deadline:
+        while not pids_with(marker, "server") and time.monotonic() < deadline:
             time.sleep(0.2)
         time.sleep(4)                          # let it run
-        (server,) = _pids_with(marker, "server")
+        (server,) = pids_with(marker, "server")
         os.kill(server, signal.SIGKILL)
         start = time.monotonic()
         _, err = proc.communicate(timeout=120)
@@ -188,4 +174,4 @@ def test_a_dead_server_ends_the_job_instead_of_hanging_ps_lite():
     assert "FAIL: server 0" in err and "SIGKILL" in err
     time.sleep(0.5)
     for role in ("worker", "server", "scheduler"):
-        assert _pids_with(marker, role) == []
+        assert pids_with(marker, role) == []
