@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
 import threading
 import time
@@ -280,6 +281,17 @@ def end_process(exc: BaseException, role: Role) -> NoReturn:
     elif isinstance(exc, KeyboardInterrupt):
         print("measure.py: interrupted", file=sys.stderr, flush=True)
         code = 130
+    elif getattr(exc, "signum", None):      # measure.py's Stopped: SIGTERM or SIGHUP
+        print(f"measure.py: stopped by {signal.Signals(exc.signum).name}", file=sys.stderr,
+              flush=True)
+        code = 128 + exc.signum
+    elif isinstance(exc, RuntimeError) and str(exc).strip():
+        # Gloo's or the store's own error (a peer closed its connection, a timeout): its first
+        # line; the launcher names the process at fault.
+        first = next(line.strip() for line in str(exc).splitlines() if line.strip())
+        print(f"measure.py: error: a peer process is gone or stopped answering: {first[:300]}",
+              file=sys.stderr, flush=True)
+        code = 1
     else:
         traceback.print_exception(exc, file=sys.stderr)
         sys.stderr.flush()
