@@ -1,6 +1,7 @@
 """--backend mxnet under launch.py: ps-lite's servers and scheduler. A single-host mode refuses
 them at once (with or without MXNet); with MXNet, dist_sync and dist_async on loopback, exact or
-within their staleness, and a job whose server dies ends instead of hanging.
+within their staleness, a job whose server dies ends instead of hanging, and every socket of a
+one-host job, ps-lite's scheduler's included, listens on loopback and serves a stranger no key.
 
 The tests marked ``needs_mxnet`` run where ``import mxnet`` works and skip, saying why, elsewhere
 (tests/mxnet_support.py); .ci/run gives them their own venv.
@@ -16,7 +17,8 @@ import time
 
 import pytest
 from conftest import ROOT, run_cli
-from launch_support import pids_with
+from launch_support import (descendants, is_loopback, listening, pids_with, socket_inodes,
+                            stranger_served)
 from mxnet_support import LENET, iter_lines, needs_mxnet, size_line
 
 LAUNCH = ROOT / "launch.py"
@@ -175,3 +177,41 @@ def test_a_dead_server_ends_the_job_instead_of_hanging_ps_lite():
     time.sleep(0.5)
     for role in ("worker", "server", "scheduler"):
         assert pids_with(marker, role) == []
+
+
+@needs_mxnet
+@pytest.mark.timeout(200)
+def test_a_one_host_ps_lite_job_listens_on_loopback_only_and_serves_no_stranger():
+    # Issue "Trust", the socket audit of tests/test_job_listeners.py for --backend mxnet: the
+    # launcher's gate and store, the ranks' Gloo listeners, and ps-lite's own ZeroMQ sockets
+    # (scheduler, servers, workers), which bind the host each node is given (127.0.0.1 here).
+    marker = "24681357"                       # a --seed no other test uses
+    argv = [sys.executable, str(LAUNCH), "-n", "2", "-s", "1", "--scheduler", "--timeout", "60",
+            sys.executable, "bandwidth/measure.py", "--backend", "mxnet", "--kv-store",
+            "dist_sync", "--cpus", "2", "--seed", marker, "--num-batches", "100000",
+            "--timeout", "60", *LENET]
+    job = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True, start_new_session=True)
+    try:
+        for line in job.stdout:               # mid-run: once the first iteration is printed
+            if "iter " in line:
+                break
+        else:
+            pytest.fail(f"no iteration printed (exit {job.wait()})")
+        listeners = listening(socket_inodes({job.pid} | descendants(job.pid)))
+        (scheduler,) = pids_with(marker, "scheduler")
+        environ = dict(item.split("=", 1) for item in
+                       open(f"/proc/{scheduler}/environ").read().split("\0") if "=" in item)
+        ports = {port for _, port in listeners}
+        assert int(environ["DMLC_PS_ROOT_PORT"]) in ports, (environ["DMLC_PS_ROOT_PORT"], ports)
+        public = [(address, port) for address, port in listeners if not is_loopback(address)]
+        assert not public, f"the job listens beyond loopback: {public}"
+        served = stranger_served(listeners)
+        assert not served, f"the job served a stranger: {served}"
+    finally:
+        os.killpg(job.pid, signal.SIGTERM)
+        try:
+            job.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
