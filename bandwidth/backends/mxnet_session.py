@@ -247,8 +247,8 @@ def _work(plan: Plan, role: Role, store, on_report, watchdog: Watchdog) -> Resul
     import torch.distributed as dist
     from torch.distributed import PrefixStore
 
-    from bandwidth.processes.distributed import _result
     from bandwidth.processes.group import DistGroup
+    from bandwidth.results.gathered import worker_result
 
     c, workers = plan.config, role.job.num_workers
     watchdog.kick("joining the other workers")
@@ -262,7 +262,7 @@ def _work(plan: Plan, role: Role, store, on_report, watchdog: Watchdog) -> Resul
                            replicas=workers * per_worker, on_progress=watchdog.kick)
     measured = measure_session(plan, session, on_report, workers * per_worker, session.notes())
     session.close()
-    result = _result(plan, measured, group, workers * per_worker)
+    result = worker_result(plan, measured, group, workers * per_worker)
     result.environment["mxnet"] = mx.__version__
     dist.destroy_process_group()
     watchdog.stop()

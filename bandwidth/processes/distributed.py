@@ -18,27 +18,25 @@ from __future__ import annotations
 import socket
 import statistics
 import time
-from dataclasses import asdict
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
-from bandwidth.ceiling.bounds import Bound, bound, judged
+from bandwidth.ceiling.bounds import Bound, judged
 from bandwidth.config.job import server_settings
 from bandwidth.errors import ConfigError, UnsupportedError
-from bandwidth.formulas import busbw_gbps
 from bandwidth.launch.contract import SERVER, WORKER, Role, join_store
 from bandwidth.measurement.costs import exchange_steps
-from bandwidth.measurement.protocol import Report, Sample, Summary
-from bandwidth.measurement.tasks import measure_task, reference_summary
+from bandwidth.measurement.protocol import Summary
+from bandwidth.measurement.tasks import measure_task
 from bandwidth.plan import optimizers
 from bandwidth.plan.layout import DTYPE_BYTES, TORCH_DTYPES
 from bandwidth.plan.plan import Plan, make_plan
 from bandwidth.processes.group import DistGroup, all_gather_json
 from bandwidth.processes.spawn import run_ranks
-from bandwidth.results.costs import step_costs
-from bandwidth.results.result import Result, WorkerTraffic
+from bandwidth.results.gathered import worker_result
+from bandwidth.results.result import Result
 from bandwidth.hardware import linkcounters
 from bandwidth.stores.dist import Cluster, messages, post_messages, ps_layout
 from bandwidth.schedules.runner import exchange_order
@@ -141,7 +139,7 @@ def _parameter_server(plan: Plan, role: Role, on_report) -> Result | None:
             measured = measure_task(plan, list(range(per_worker)), group, on_report,
                                     cluster=cluster, first_replica=role.task_id * per_worker,
                                     replicas=role.job.num_workers * per_worker)
-            result = _result(plan, measured, group, role.job.num_workers * per_worker)
+            result = worker_result(plan, measured, group, role.job.num_workers * per_worker)
             result.worker_hosts = hosts[:role.job.num_workers]
             result.server_takes = cluster.server_takes
             result.server_hosts = hosts[role.job.num_workers:]
@@ -275,8 +273,8 @@ def _dist_nccl(plan: Plan, role: Role, on_report) -> Result | None:
                                               else 0)
         counters = gather_counters(counters_before, all_reduces, hosts, role.job.num_workers,
                                    role.job.num_workers)
-        result = _result(plan, out["measure"], DistGroup(torch.device("cpu")), replicas,
-                         reference=out.get("reference"))
+        result = worker_result(plan, out["measure"], DistGroup(torch.device("cpu")), replicas,
+                               reference=out.get("reference"))
         result.worker_hosts = hosts               # dist_nccl's servers take no part
         result.link_counters = counters
         # A worker and its device ranks, if any (each rank's peak taken as the largest one's).
@@ -358,42 +356,3 @@ def _own_share(plan: Plan, role: Role) -> Plan:
     if len(share) == len(ids):
         return plan
     return make_plan(replace(plan.config, gpus=tuple(ids[i] for i in share)))
-
-
-def _result(plan: Plan, measured: dict, group, replicas: int,
-            reference: dict | None = None) -> Result:
-    """This worker's Result; with ``group`` (the workers), every worker's traffic gathered in
-    ``Result.workers`` and a note on how it is counted."""
-    from bandwidth.hardware.environment import describe
-
-    samples = [Sample(**s) for s in measured["samples"]]
-    local = plan.devices.n
-    counted = plan.store_cls.counted_devices(local, replicas)
-    summary = Summary.of(samples, plan.nbytes, plan.bus_factor(counted))
-    ref = reference_summary(plan, reference, counted)
-    notes = list(measured["notes"])
-    workers = []
-    if group is not None:
-        traffic = plan.store_cls.network_nbytes(plan.nbytes, local, replicas)
-        own = statistics.median(s.own_seconds for s in samples)
-        mine = WorkerTraffic(group.rank, own, busbw_gbps(plan.nbytes, own, summary.bus_factor),
-                             traffic, tuple(measured.get("server_nbytes", ())),
-                             tuple(s.own_seconds for s in samples),
-                             tuple(s.error for s in samples))
-        workers = [WorkerTraffic(int(w["worker"]), float(w["seconds_median"]),
-                                 float(w["busbw_median"]), float(w["network_nbytes"]),
-                                 tuple(int(n) for n in w["server_nbytes"]),
-                                 tuple(float(x) for x in w["own_seconds"]),
-                                 tuple(float(x) for x in w["errors"]))
-                   for w in group.gather(asdict(mine))]
-        notes.append(f"network, per worker and step: {traffic / 1e6:.2f} MB "
-                     f"{' and '.join(plan.store_cls.traffic_words)} (S = "
-                     f"{plan.nbytes / 1e6:.2f} MB): {plan.store_cls.traffic_rule(local, replicas)}")
-    return Result(plan=plan, environment=describe(plan.devices), samples=samples,
-                  reports=[Report(**r) for r in measured["reports"]], summary=summary,
-                  reference=ref, ceiling=judged(bound(plan, ref), summary.busbw_median,
-                                                on_cpu=not plan.devices.is_cuda)
-                  if plan.config.reference else None,
-                  notes=notes, workers=workers,
-                  costs=step_costs(measured, summary.seconds_median, plan.config.batch_size,
-                                   replicas))
