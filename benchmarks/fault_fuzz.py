@@ -116,7 +116,7 @@ def find_target(case: Case, marker: str) -> int | None:
             if case.role != "device":
                 return pid
             for child, (parent, cmd) in table.items():
-                if parent == pid and b"bandwidth.processes.worker" in cmd and \
+                if parent == pid and b"bandwidth.execution.rank" in cmd and \
                         f"--rank\0{case.device_rank}\0".encode() in cmd:
                     return child
     return None

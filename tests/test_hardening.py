@@ -11,7 +11,7 @@ import pytest
 
 from bandwidth.config.values import MAX_SWEEP_SIZES, parse_size, size_sweep
 from bandwidth.errors import ConfigError
-from bandwidth.processes.distributed import gpu_shares
+from bandwidth.execution.roles import gpu_shares
 
 ROOT = Path(__file__).resolve().parent.parent
 

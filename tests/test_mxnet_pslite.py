@@ -78,7 +78,7 @@ def test_a_single_host_mode_under_servers_and_a_scheduler_is_refused_at_once(bac
 def test_one_worker_alone_may_run_a_single_host_mode_and_several_are_refused():
     from bandwidth.errors import ConfigError
     from bandwidth.launch.contract import Job
-    from bandwidth.processes.distributed import check_single_host
+    from bandwidth.execution.roles import check_single_host
 
     check_single_host(["local"], None)                                   # no launcher
     one_worker = Job(1, 0, "127.0.0.1", 4000, 4000, "local")

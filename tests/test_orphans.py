@@ -1,6 +1,6 @@
 """No per-device rank outlives its run: SIGTERM, SIGKILL and Ctrl-C to measure.py and the launcher.
 
-Real processes and real signals. A rank (``python -m bandwidth.processes.worker``) is found as a
+Real processes and real signals. A rank (``python -m bandwidth.execution.rank``) is found as a
 descendant
 of the process under test; after the signal every one of them must be gone within seconds, and
 measure.py's temporary folder (TMPDIR points at the test's own) must be empty.
@@ -43,12 +43,12 @@ def _cmdline(pid: int) -> str:
 
 
 def ranks_under(pid: int) -> list[int]:
-    """Every ``bandwidth.processes.worker`` process descending from ``pid``."""
+    """Every ``bandwidth.execution.rank`` process descending from ``pid``."""
     tree, found, todo = _children(), [], [pid]
     while todo:
         for child in tree.get(todo.pop(), []):
             todo.append(child)
-            if "bandwidth.processes.worker" in _cmdline(child):
+            if "bandwidth.execution.rank" in _cmdline(child):
                 found.append(child)
     return found
 

@@ -191,7 +191,7 @@ def test_a_rank_killed_mid_run_ends_the_job_and_leaves_nothing(cpus):
         everyone = descendants(proc.pid)
         ranks = [p for p in everyone if b"bandwidth.measure" in
                  Path(f"/proc/{p}/cmdline").read_bytes()]
-        workers = [p for p in everyone if b"bandwidth.processes.worker" in
+        workers = [p for p in everyone if b"bandwidth.execution.rank" in
                    Path(f"/proc/{p}/cmdline").read_bytes()]
         assert len(ranks) == 2 and len(workers) == (0 if cpus == 1 else 4), (ranks, workers)
         os.kill(max(ranks), signal.SIGKILL)

@@ -7,7 +7,9 @@ An engine gives: ``measure_here(plan, on_report)``, every device of the plan mea
 process (the plain dict of bandwidth.measurement.tasks); ``open_here(plan, stack)``, a ready session
 on every device for a run that interleaves backends (its clean-ups entered on ``stack``), and its
 notes; ``roles()``, the module whose ``check_role`` and ``run_distributed`` play this process's
-part under launch.py; ``environment()``, what the preamble adds about the backend (its version).
+part under launch.py (None for the toolkit: its own roles are the distributed pipeline,
+bandwidth.execution.roles, which sits above the backends); ``environment()``, what the preamble
+adds about the backend (its version).
 
 MXNet's engine is imported only when it is asked for (bandwidth.backends.mxnet_session), and it
 imports ``mxnet`` itself only when it measures.
@@ -23,7 +25,6 @@ from types import ModuleType
 from bandwidth.config.options import Config
 from bandwidth.measurement.tasks import measure_task, open_session
 from bandwidth.plan.plan import Plan
-from bandwidth.processes import distributed
 from bandwidth.processes.group import LocalGroup
 
 
@@ -35,8 +36,9 @@ class Engine:
     # every device of the plan in this process: (session, notes), clean-ups entered on the stack
     open_here: Callable[[Plan, contextlib.ExitStack], tuple[object, list[str]]]
     # the module whose check_role(kv_store, role, servers_needed) and
-    # run_distributed(plan, role, on_report) play this process's part under launch.py
-    roles: Callable[[], ModuleType]
+    # run_distributed(plan, role, on_report) play this process's part under launch.py;
+    # None: the toolkit's own (bandwidth.execution.roles, a floor above the backends)
+    roles: Callable[[], ModuleType] | None
     # entries for the run's environment (the preamble, JSON); may fail in one line first
     environment: Callable[[], dict] = dict
 
@@ -76,7 +78,7 @@ def _mxnet_roles() -> ModuleType:
 
 
 ENGINES: dict[str, Engine] = {
-    "toolkit": Engine("toolkit", _toolkit_here, _toolkit_open, lambda: distributed),
+    "toolkit": Engine("toolkit", _toolkit_here, _toolkit_open, None),
     "mxnet": Engine("mxnet", _mxnet_here, _mxnet_open, _mxnet_roles, _mxnet_environment),
 }
 

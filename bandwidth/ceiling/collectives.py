@@ -149,7 +149,7 @@ def one_process(devices: DeviceSet) -> bool:
     return devices.kind == "cuda" and hasattr(torch._C, "_nccl_all_reduce")
 
 
-# ----- the rank side (bandwidth.processes.worker's "collectives" task) -----
+# ----- the rank side (bandwidth.execution.rank's "collectives" task) -----
 
 def rank_task(spec: dict, rank: int, world_size: int, port: int, timeout_s: float) -> list[dict]:
     spec = dict(spec, started=time.monotonic())

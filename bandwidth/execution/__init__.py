@@ -1,13 +1,16 @@
 """Execution: what ``measure.py`` does with a parsed ``Job`` (``job.execute``): the configurations
 measured in order (``measuring``), the passes beyond the first (``passes``: --repeat auto, the
-baseline's processes, the confirmations), the gates judged and the files written; a distributed
-mode's role under launch.py or torchrun (``distributed``). ``measure.py`` is only the command line
-around it (parsing, the role, exit statuses).
+baseline's processes, the confirmations), the gates judged and the files written; one
+configuration under launch.py or torchrun (``distributed``), where the toolkit's own roles play
+each process's part (``roles``: workers and parameter servers, dist_nccl ranks); and one rank of
+a run of one process per device (``rank``, the main that bandwidth.processes.spawn starts).
+``measure.py`` is only the command line around it (parsing, the role, exit statuses).
 
 ``job`` -- a whole invocation on this host (``execute``): plans checked first, then the
 measurements, gates and outputs.
 
 May import: config, plan, run, backends, measurement, results, report, ceiling, hardware,
-stores.registry, launch (the preflight and heartbeat contract), processes, predict, compute, the
-vocabulary. Imported only by ``measure``; nothing it imports imports it back.
+stores, schedules, launch (the preflight and heartbeat contract, the rendezvous), processes,
+predict, compute, the vocabulary. Imported only by ``measure`` (bandwidth.processes.spawn starts
+``rank`` by its module name, importing nothing here); nothing it imports imports it back.
 """

@@ -9,6 +9,7 @@ import os
 from bandwidth.backends import engines
 from bandwidth.config.job import Job
 from bandwidth.errors import ConfigError
+from bandwidth.execution import roles as toolkit_roles
 from bandwidth.hardware.environment import describe as describe_environment
 from bandwidth.hardware.memory import return_freed_memory
 from bandwidth.launch.preflight import PREFLIGHT_ENV
@@ -26,7 +27,9 @@ def preflight(role) -> bool:
 def execute_distributed(job: Job, role) -> int:
     """One configuration under launch.py: workers measure and print MXNet's lines, servers serve,
     and the first worker prints the summary with every worker's line."""
-    roles = engines.engine(job.configs[0]).roles()     # MXNet's: ps-lite (mxnet imported there)
+    engine = engines.engine(job.configs[0])
+    # MXNet's: ps-lite (mxnet imported there); the toolkit's: bandwidth.execution.roles
+    roles = engine.roles() if engine.roles is not None else toolkit_roles
 
     if job.is_sweep:
         raise ConfigError(f"the distributed modes measure one configuration per launch, not "

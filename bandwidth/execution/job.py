@@ -33,7 +33,7 @@ def execute(job: Job, role=None) -> int:
     if any(KVSTORES[c.kv_store].distributed for c in job.configs):
         return execute_distributed(job, role)
     if role is not None:                   # under launch.py: refuse servers before importing mxnet
-        from bandwidth.processes.distributed import check_single_host
+        from bandwidth.execution.roles import check_single_host
         check_single_host(list(dict.fromkeys(c.kv_store for c in job.configs)), role)
     plans = [make_plan(config) for config in job.configs]     # every configuration checked first
     if preflight(role):

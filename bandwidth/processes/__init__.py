@@ -1,9 +1,8 @@
-"""The processes of a run and what they share: one worker process per device on this host
-(``spawn``, ``worker``), the role dispatch of a distributed run under launch.py
-(``distributed``: workers and parameter servers, dist_nccl ranks), cross-process combination
+"""The process plumbing of a run, whatever it measures: one process per device on this host
+started and supervised (``spawn``; each runs bandwidth.execution.rank), cross-process combination
 (``group``), and how a process ends when it must (``lifeline``).
 
-May import: plan, measurement, stores, results.result, ceiling (bounds), report.text (rank 0
-prints), launch.contract and launch.rendezvous (the launcher's environment and store). The run
-calls into here; nothing here imports the run or the backends.
+May import: launch.plan, launch.rendezvous and launch.heartbeat (the launcher's threads rule,
+store and heartbeat), the vocabulary. Nothing here imports what a process runs: not the run,
+the plan, the measurement, the ceiling, the results or the report.
 """

@@ -1,6 +1,6 @@
 """How a process of a run ends when it must: its parent died, or it stopped making progress.
 
-Used by the per-device ranks (``bandwidth.processes.worker``, started by
+Used by the per-device ranks (``bandwidth.execution.rank``, started by
 ``bandwidth.processes.spawn``), by
 ``measure.py``'s measurements in every mode, and by the supervisors that name a hung process:
 

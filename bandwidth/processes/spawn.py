@@ -4,10 +4,9 @@ The parent hosts the rendezvous (a torch.distributed TCPStore on a free loopback
 is no port race and no other machine can reach it, behind a ``launch.storegate.Gate`` that
 serves only clients proving they know a secret of the run, which the ranks get with their
 payload on stdin and which every key also lives under), starts ``python -m
-bandwidth.processes.worker``
-for every rank with an argument list, forwards their stderr, and on the first failure or when a
-rank stops answering stops them all and raises one WorkerError that names the rank, its exit
-status and its last stderr line.
+bandwidth.execution.rank`` for every rank with an argument list, forwards their stderr, and on
+the first failure or when a rank stops answering stops them all and raises one WorkerError that
+names the rank, its exit status and its last stderr line.
 
 Nothing is left running and nothing is left on disk, whatever happens to the parent:
 
@@ -73,7 +72,7 @@ def run_ranks(payload: dict, world_size: int, timeout_s: float,
     ranks: list[_Rank] = []
     try:
         for r in range(world_size):
-            ranks.append(_Rank(r, [sys.executable, "-m", "bandwidth.processes.worker",
+            ranks.append(_Rank(r, [sys.executable, "-m", "bandwidth.execution.rank",
                                    "--rank", str(r), "--world-size", str(world_size),
                                    "--store-port", str(store.port if store else 0),
                                    "--parent-pid", str(os.getpid()),

@@ -1,4 +1,5 @@
-"""The distributed modes under launch.py: each process's part, chosen by its role.
+"""The toolkit's roles in the distributed modes under launch.py (its engine's ``roles``): each
+process's part, chosen by its role.
 
     python launch.py -n 2 -s 2 python bandwidth/measure.py --kv-store dist_sync --cpus 2
     python launch.py -n 2 -s 0 python bandwidth/measure.py --kv-store dist_nccl --gpus 0,1
@@ -18,6 +19,7 @@ from __future__ import annotations
 import socket
 import statistics
 import time
+from dataclasses import replace
 from datetime import timedelta
 
 import torch
@@ -255,7 +257,7 @@ def _dist_nccl(plan: Plan, role: Role, on_report) -> Result | None:
             # One CPU device per worker: the workers' Gloo group is the ranks' world (the same
             # ranks, the same backend), so the worker is its own rank and starts no process per
             # device: 100 ranks are 100 processes, not 200 (about 150 MB each before any work).
-            from bandwidth.processes.worker import run_tasks
+            from bandwidth.execution.rank import run_tasks
             out = run_tasks(plan, tasks, 0, DistGroup(torch.device("cpu")), on_report,
                             role.task_id, replicas)
         else:
@@ -343,9 +345,6 @@ def gpu_shares(workers: list[tuple[str, str, tuple[str, ...]]]) -> list[tuple[in
 
 def _own_share(plan: Plan, role: Role) -> Plan:
     """``plan`` on this worker's own share of the GPUs (see ``gpu_shares``)."""
-    from dataclasses import replace
-
-
     ids = plan.devices.ids if plan.devices.is_cuda else ()
     mine = (role.node_host, machine_id(), list(gpu_uuids(ids)))
     everyone = [(str(host), str(machine), tuple(map(str, uuids))) for host, machine, uuids

@@ -1,13 +1,12 @@
 """One rank of a run of one process per device; started by bandwidth.processes.spawn, not by hand.
 
-    python -m bandwidth.processes.worker --rank R --world-size N --store-port P --parent-pid PID \
+    python -m bandwidth.execution.rank --rank R --world-size N --store-port P --parent-pid PID \
         [--result-fd FD] [--timeout S]  < payload (one JSON line; stdin then stays open)
 
 The payload arrives on stdin, and stdin stays open for the rank's whole life: end-of-file on it
 means the parent is gone or is stopping this rank, which then kills its own process group at once
 (``bandwidth.processes.lifeline``; on Linux the kernel also sends SIGKILL when the parent dies).
-Rank 0
-writes its result as JSON to ``--result-fd``.
+Rank 0 writes its result as JSON to ``--result-fd``.
 """
 
 from __future__ import annotations
@@ -39,7 +38,7 @@ from bandwidth.report.text import discard_stdout, whole_lines  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bandwidth.processes.worker")
+    parser = argparse.ArgumentParser(prog="python -m bandwidth.execution.rank")
     parser.add_argument("--rank", type=int, required=True)
     parser.add_argument("--world-size", type=int, required=True)
     parser.add_argument("--store-port", type=int, required=True)
