@@ -22,7 +22,12 @@ distributed launcher; ``netlab`` a laboratory of hosts. ``run.py`` is the pipeli
 
 Modules at this level: the entry points (``measure``, ``compare``, ``__main__``), ``run``, and the
 vocabulary every stage may import and that imports none of them: ``errors``, ``formulas``,
-``cliparse``, ``words``. No module imports another that imports it back, directly or not
+``cliparse``, ``words``; ``files`` (reading and writing the tool's files so that nothing is
+silently lost and nothing blocks), ``thresholds`` (the gates' flags' values: --tolerance,
+--min-gbps, --min-percent-of-ceiling, --repeat), ``gates`` (one record per gated figure, and the
+JUnit and markdown reports CI systems show), ``textformat`` (byte counts and fixed-width tables
+as text); and the package ``links`` (the host-to-host matrix and the link bound of the
+distributed modes). No module imports another that imports it back, directly or not
 (tests/test_architecture.py checks it); package ``__init__`` files hold only their rule.
 
 ``hostgate`` is an entry point too (``python -m bandwidth.hostgate``, the per-host gate on a

@@ -33,11 +33,11 @@ import os
 import sys
 from pathlib import Path
 
-from bandwidth import cliexit
+from bandwidth import cliexit, thresholds
 from bandwidth.cliparse import OneLineParser, check_output_path
 from bandwidth.errors import BandwidthError, ConfigError
+from bandwidth.gates import summary_path
 from bandwidth.report import baseline as bl
-from bandwidth.report import gatereport as gr
 from bandwidth.report.table import report_lines, write_csv
 from bandwidth.results.document import Row, load_document, rows_from_document
 
@@ -108,12 +108,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    tolerance = bl.parse_tolerance(args.tolerance)
-    min_gbps = None if args.min_gbps is None else bl.parse_min_gbps(args.min_gbps)
+    tolerance = thresholds.parse_tolerance(args.tolerance)
+    min_gbps = None if args.min_gbps is None else thresholds.parse_min_gbps(args.min_gbps)
     min_pct = None if args.min_percent_of_ceiling is None else \
-        bl.parse_min_percent(args.min_percent_of_ceiling)
+        thresholds.parse_min_percent(args.min_percent_of_ceiling)
     gates = bl.Gates(tolerance, min_gbps, min_pct, args.allow_missing)
-    summary_md = gr.summary_path(args.summary_md, os.environ)
+    summary_md = summary_path(args.summary_md, os.environ)
     for path, flag in ((args.junit, "--junit"), (summary_md, "--summary-md"),
                        (args.json_path, "--json")):
         check_output_path(flag, path)

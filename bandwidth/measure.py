@@ -39,8 +39,8 @@ if __name__ == "__main__":
 import torch  # noqa: E402
 
 import networks  # noqa: E402
-from bandwidth.config.options import build_parser, job_from_args  # noqa: E402
 from bandwidth.errors import BandwidthError  # noqa: E402
+from bandwidth.execution.commandline import build_parser, job_from_args  # noqa: E402
 from bandwidth.execution.job import execute  # noqa: E402
 from bandwidth.report.text import whole_lines  # noqa: E402
 

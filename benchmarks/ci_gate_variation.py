@@ -37,7 +37,7 @@ from ci_gate_cpu import MODE, ROOT, WORKLOADS  # noqa: E402
 def worker(repeats: int, threads: str, workload: str, extra: list[str]) -> None:
     """In the child: ``repeats`` measurements of the workload, one JSON line each."""
     sys.path.insert(0, str(ROOT))
-    from bandwidth.config.options import build_parser, job_from_args
+    from bandwidth.execution.commandline import build_parser, job_from_args
     from bandwidth.formulas import busbw_gbps
     from bandwidth.plan.plan import make_plan
     from bandwidth.run import run

@@ -16,7 +16,7 @@ it runs, through the ssh launcher across the hosts:
   toolkit's ``dist_sync`` with 2 CPU devices per worker too (the same configuration).
 
 It prints, per mode, the median step time and ``% of link`` (the full-duplex bound of
-``bandwidth.ceiling.linkbound`` over the measured step) of every cell, and the seeds' table: the
+``bandwidth.links.linkbound`` over the measured step) of every cell, and the seeds' table: the
 performance ratio of every rate against the fastest one, per network (1 = the link does not
 matter). With ``--mxnet``, the toolkit's dist_sync time over MXNet's per cell.
 
@@ -46,8 +46,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bandwidth.ceiling.linkbound import (link_bound, parse_rate, ps_host_bytes,  # noqa: E402
-                                         ring_host_bytes)
+from bandwidth.links.linkbound import (link_bound, parse_rate, ps_host_bytes,  # noqa: E402
+                                       ring_host_bytes)
 from bandwidth.netlab import lab as labmod  # noqa: E402
 from bandwidth.netlab.cli import up  # noqa: E402
 

@@ -6,6 +6,7 @@ import json
 import pytest
 from resultdocs import doctor, h200_links, make_document, make_result, three_modes, write_document
 
+from bandwidth import thresholds
 from bandwidth.errors import ConfigError
 from bandwidth.report import baseline as bl
 from bandwidth.results.document import fingerprint, rows_from_document
@@ -21,25 +22,25 @@ BASE = make_document(three_modes())
 @pytest.mark.parametrize("text, pct", [("10%", 10.0), ("10", 10.0), (" 2.5 % ", 2.5),
                                        ("0", 0.0), (5, 5.0), ("99.9%", 99.9)])
 def test_tolerance_is_a_percentage_with_or_without_the_sign(text, pct):
-    assert bl.parse_tolerance(text) == pct
+    assert thresholds.parse_tolerance(text) == pct
 
 
 @pytest.mark.parametrize("text", ["-1", "-5%", "abc", "", "%", "10%%", "100", "nan", "inf"])
 def test_a_bad_tolerance_states_the_rule(text):
     with pytest.raises(ConfigError, match=r"--tolerance must be a percentage from 0 up to 100, "
                                           r"written 10% or 10"):
-        bl.parse_tolerance(text)
+        thresholds.parse_tolerance(text)
 
 
 def test_floor_and_repeat_values_are_checked():
-    assert bl.parse_min_gbps("431") == 431.0
-    assert bl.parse_repeat("3") == 3
+    assert thresholds.parse_min_gbps("431") == 431.0
+    assert thresholds.parse_repeat("3") == 3
     for bad in ("0", "-2", "x", "inf"):
         with pytest.raises(ConfigError, match="--min-gbps must be a positive number"):
-            bl.parse_min_gbps(bad)
+            thresholds.parse_min_gbps(bad)
     for bad in ("0", "1.5", "x"):
         with pytest.raises(ConfigError, match="--repeat must be a whole number"):
-            bl.parse_repeat(bad)
+            thresholds.parse_repeat(bad)
 
 
 def verdicts(diffs):

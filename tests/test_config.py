@@ -3,10 +3,10 @@ from pathlib import Path
 
 import pytest
 
-from bandwidth.config.options import build_parser, job_from_args
 from bandwidth.config.values import parse_gpus, parse_image_shape, parse_size, size_sweep
 from bandwidth.errors import ConfigError
-from bandwidth.report.baseline import parse_tolerance
+from bandwidth.execution.commandline import build_parser, job_from_args
+from bandwidth.thresholds import parse_tolerance
 
 
 def job(*argv):

@@ -95,7 +95,7 @@ def test_every_results_writer_keeps_the_old_file_on_a_full_filesystem(tmp_path):
     from bandwidth.errors import ConfigError
     from bandwidth.report.baseline import save_baseline
     from bandwidth.report.table import write_csv
-    from bandwidth.results.files import append_atomic, write_atomic
+    from bandwidth.files import append_atomic, write_atomic
 
     doc = make_document([make_result(busbw=300.0)])
     (tmp_path / "now.json").write_text(json.dumps(doc))
@@ -121,7 +121,7 @@ def test_every_results_writer_keeps_the_old_file_on_a_full_filesystem(tmp_path):
 
 def test_a_read_only_folder_is_refused_before_measuring_and_the_old_file_kept(tmp_path):
     from bandwidth.errors import ConfigError
-    from bandwidth.results.files import write_atomic
+    from bandwidth.files import write_atomic
 
     with _tmpfs(tmp_path / "ro") as ro:
         (ro / "results.json").write_text(OLD)
@@ -135,7 +135,7 @@ def test_a_read_only_folder_is_refused_before_measuring_and_the_old_file_kept(tm
 
 
 def test_a_successful_write_replaces_the_file_whole_and_keeps_its_mode(tmp_path):
-    from bandwidth.results.files import write_atomic
+    from bandwidth.files import write_atomic
 
     target = tmp_path / "r.json"
     target.write_text(OLD)

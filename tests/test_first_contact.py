@@ -11,7 +11,7 @@ import sys
 import pytest
 from conftest import ROOT
 
-from bandwidth.config.options import build_parser, job_from_args
+from bandwidth.execution.commandline import build_parser, job_from_args
 from bandwidth.hardware.devices import DeviceSet
 from bandwidth.plan.onegpu import one_gpu
 from bandwidth.plan.plan import Plan

@@ -9,8 +9,8 @@ import pytest
 from conftest import ROOT
 from test_config import readme_flags
 
-from bandwidth.config.options import build_parser
 from bandwidth.config.parser import FLAGS, TOPICS
+from bandwidth.execution.commandline import build_parser
 
 # MXNet's tools/bandwidth/measure.py had these (../shared/docs/mxnet-kvstore-spec.md, A.2).
 MXNET_FLAGS = ("--network", "--gpus", "--num-layers", "--kv-store", "--num-batches",

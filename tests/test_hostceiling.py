@@ -10,10 +10,10 @@ import sys
 import pytest
 from conftest import ROOT
 
-from bandwidth.ceiling.hostmatrix import (HostMatrix, host_ceiling, load_matrix, needed_pairs,
-                                          slowest_cell)
-from bandwidth.config.options import build_parser, job_from_args
 from bandwidth.errors import ConfigError
+from bandwidth.execution.commandline import build_parser, job_from_args
+from bandwidth.links.hostmatrix import (HostMatrix, host_ceiling, load_matrix, needed_pairs,
+                                        slowest_cell)
 
 LAUNCH = ROOT / "launch.py"
 LENET = ["--network", "lenet", "--image-shape", "1,28,28", "--num-classes", "10"]

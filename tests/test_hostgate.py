@@ -10,7 +10,7 @@ import sys
 import pytest
 from conftest import ROOT
 
-from bandwidth.ceiling.hostmatrix import HostMatrix
+from bandwidth.links.hostmatrix import HostMatrix
 from bandwidth.report.hostgate import judge
 
 

@@ -1,8 +1,8 @@
-"""The link bound of a distributed step (bandwidth/ceiling/linkbound.py, docs/formulas.md)."""
+"""The link bound of a distributed step (bandwidth/links/linkbound.py, docs/formulas.md)."""
 
 import pytest
 
-from bandwidth.ceiling.linkbound import link_bound, parse_rate, ps_host_bytes, ring_host_bytes
+from bandwidth.links.linkbound import link_bound, parse_rate, ps_host_bytes, ring_host_bytes
 from bandwidth.errors import ConfigError
 
 

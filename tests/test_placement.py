@@ -5,8 +5,9 @@ import pytest
 
 from bandwidth.errors import ConfigError
 from bandwidth.launch.hostfile import Host
-from bandwidth.launch.placement import (better_placement, busiest, host_bytes, imbalance,
-                                        parse_policy, place, server_host_count)
+from bandwidth.launch.placement import (better_placement, busiest, imbalance, parse_policy, place,
+                                        server_host_count)
+from bandwidth.links.linkbound import host_bytes
 
 HOSTS = [Host(f"h{i}") for i in range(4)]
 

@@ -180,7 +180,7 @@ def test_every_schedule_is_exact_under_nccl_in_every_dtype():
     (["--schedule", "zigzag"], "valid: flat, backward, ddp, fsdp"),
 ])
 def test_bad_schedule_input_is_one_error(argv, words):
-    from bandwidth.config.options import build_parser, job_from_args
+    from bandwidth.execution.commandline import build_parser, job_from_args
     from bandwidth.errors import ConfigError
     with pytest.raises(ConfigError, match=None) as raised:
         job_from_args(build_parser().parse_args(["--cpus", "2"] + argv))
@@ -188,7 +188,7 @@ def test_bad_schedule_input_is_one_error(argv, words):
 
 
 def test_a_sweep_of_modes_and_schedules_keeps_the_pairs_that_run():
-    from bandwidth.config.options import build_parser, job_from_args
+    from bandwidth.execution.commandline import build_parser, job_from_args
     job = job_from_args(build_parser().parse_args(
         ["--cpus", "2", "--kv-store", "local,nccl", "--schedule", "flat,ddp",
          "--bucket-mb", "1,25"]))

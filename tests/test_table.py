@@ -7,8 +7,9 @@ import pytest
 from resultdocs import (flat_sweep, make_document, make_result, measure_document, scaling,
                         three_modes)
 
+from bandwidth import textformat
 from bandwidth.errors import ConfigError
-from bandwidth.report import cells, table
+from bandwidth.report import table
 from bandwidth.results.document import rows_from_document
 
 
@@ -99,11 +100,11 @@ def test_backend_column_shows_wherever_a_row_is_not_the_toolkits():
 
 
 def test_format_bytes_uses_binary_units_for_sweep_sizes_and_mb_for_networks():
-    assert cells.format_bytes(1 << 20) == "1 MiB"
-    assert cells.format_bytes(3 << 30) == "3 GiB"
-    assert cells.format_bytes(257_991_328) == "257.99 MB"
-    assert cells.format_bytes(437_544) == "437.54 kB"
-    assert cells.format_bytes(12) == "12 B"
+    assert textformat.format_bytes(1 << 20) == "1 MiB"
+    assert textformat.format_bytes(3 << 30) == "3 GiB"
+    assert textformat.format_bytes(257_991_328) == "257.99 MB"
+    assert textformat.format_bytes(437_544) == "437.54 kB"
+    assert textformat.format_bytes(12) == "12 B"
 
 
 def test_ratio_table_divides_by_the_baseline_row_like_the_performance_ratio_tables():

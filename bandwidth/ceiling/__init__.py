@@ -21,16 +21,15 @@ Modules: ``timing`` (the protocol), ``p2p`` (+ ``unpeered``, its P2P=Disabled ch
 ``cli``. ``p2p_copy_gbps`` and ``host_path`` are the single-host benchmark's ceilings.
 
 What bounds the measured modes, beside this command: ``bounds`` (the ceiling each kvstore mode is
-judged against, measured quickly in the same run), ``hostmatrix`` (the host-to-host matrix of the
-distributed modes, ``--network-ceiling``), ``linkbound`` (the full-duplex link bound,
-``--link-rate``), ``expect`` (what NVML says each link should carry, ``--expect-links``).
+judged against, measured quickly in the same run), ``expect`` (what NVML says each link should
+carry, ``--expect-links``). The distributed modes' ceilings (the host-to-host matrix,
+``--network-ceiling``; the full-duplex link bound, ``--link-rate``) are bandwidth.links.
 
 ``network`` -- the host-to-host matrix, the distributed modes' ceiling, through torch.distributed
 with Gloo over TCP.
 
 May import: hardware, config.values (the sweep's sizes and flags' values), processes and
-launch.contract (Gloo ranks on CPU devices, the host-to-host matrix's roles), launch.placement
-(what crosses each host's link), report.cells, report.baseline and
-report.gatereport (its tables, thresholds and gate reports), the vocabulary. Not the stores, the
-measurement or the run.
+launch.contract (Gloo ranks on CPU devices, the host-to-host matrix's roles), the vocabulary
+(``textformat``, ``thresholds`` and ``gates`` for its tables, thresholds and gate reports;
+``files``). Not the stores, the measurement, the results, the report or the run.
 """

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from bandwidth.formulas import allreduce_factor, one_gpu_device_bound_gbps
-from bandwidth.report.cells import format_bytes
+from bandwidth.textformat import format_bytes
 
 # GPU links: the rate of the link itself, whatever the network's size: large enough for the full
 # rate (and for scheduling noise on a busy host not to count), small enough to take a fraction of

@@ -16,8 +16,11 @@ from bandwidth.ceiling.suite import PARTS, CeilingOptions, measure_ceilings
 from bandwidth.config.values import check_timeout, parse_gpus, parse_size, size_sweep
 from bandwidth.cliparse import check_output_path
 from bandwidth.errors import BandwidthError, ConfigError
+from bandwidth.files import write_atomic
+from bandwidth.gates import summary_path, write_reports
 from bandwidth.hardware.devices import resolve
-from bandwidth.results.files import write_atomic
+from bandwidth.textformat import render as render_table
+from bandwidth.thresholds import parse_min_percent
 
 PROG = "python -m bandwidth.ceiling"
 MAX_MB = 1e9                              # 1 PB: beyond any memory
@@ -144,9 +147,6 @@ def _expect_args(args, devices, options) -> tuple[float | None, str | None]:
     """--expect-links, --junit and --summary-md checked before anything is measured."""
     import os
 
-    from bandwidth.report import gatereport
-    from bandwidth.report.baseline import parse_min_percent
-
     if args.expect_links is None:
         if args.junit or args.summary_md:
             raise ConfigError("--junit and --summary-md report the --expect-links gate: add "
@@ -160,7 +160,7 @@ def _expect_args(args, devices, options) -> tuple[float | None, str | None]:
     if missing or "p2p" in options.skip and len(devices.ids) > 1:
         raise ConfigError(f"--expect-links needs the parts it judges: do not --skip "
                           f"{','.join(sorted(missing | ({'p2p'} & options.skip)))}")
-    summary_md = gatereport.summary_path(args.summary_md, os.environ)
+    summary_md = summary_path(args.summary_md, os.environ)
     for path, flag in ((args.junit, "--junit"), (summary_md, "--summary-md")):
         check_output_path(flag, path)
     return pct, summary_md
@@ -170,8 +170,6 @@ def _expect(ceilings, pct: float, junit: str | None, summary_md: str | None,
             json_path: str | None) -> int:
     """The --expect-links gate on the measured ceilings: table, verdict, reports; 0 or 1."""
     from bandwidth.ceiling.expect import link_gates
-    from bandwidth.report import gatereport
-    from bandwidth.report.cells import render as render_table
 
     doc = ceilings.to_dict()
     if ceilings.topology is None:
@@ -190,9 +188,8 @@ def _expect(ceilings, pct: float, junit: str | None, summary_md: str | None,
     print("\n".join(render_table(["link", "measured GB/s", f"{pct:g} % of expected GB/s",
                                   "verdict", "detail"], cells, right={1, 2})))
     print(verdict)
-    for line in gatereport.write_reports(records, tool=PROG, title=f"bandwidth: {PROG}",
-                                         verdict_line=verdict, junit_path=junit,
-                                         summary_md=summary_md):
+    for line in write_reports(records, tool=PROG, title=f"bandwidth: {PROG}",
+                              verdict_line=verdict, junit_path=junit, summary_md=summary_md):
         print(line)
     if json_path:
         data = json.loads(Path(json_path).read_text())

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from bandwidth.ceiling.hostmatrix import HostMatrix
+from bandwidth.links.hostmatrix import HostMatrix
 from bandwidth.errors import ConfigError
 
 DTYPES = ("float32", "float16", "bfloat16")

@@ -1,8 +1,10 @@
 """The command line, parsed once into a frozen Config. Code below this never touches argparse.
 
-``job_from_args`` checks the parsed flags together and freezes them into a ``Job`` of ``Config``s
+``parse_job`` checks the parsed flags together and freezes them into a ``Job`` of ``Config``s
 (``job``); the flags are ``parser.build_parser``'s, the single values' parsers are in ``values``.
-``Config``, ``Job`` and ``build_parser`` are importable from here too: this is config's front door.
+``Config`` and ``Job`` are importable from here too: this is config's front door. The names that
+a registry owns (--kv-store's modes, what --predict covers) are checked where the job is built
+(bandwidth.execution.commandline), which hands ``parse_job`` the modes by their canonical names.
 
 Flag names follow MXNet's tools/bandwidth/measure.py (``--kv-store``, ``--gpus``, ``--num-batches``,
 ...) so that its users' commands keep working.
@@ -13,19 +15,20 @@ from __future__ import annotations
 import argparse
 import math
 
-from bandwidth.ceiling.hostmatrix import load_matrix
 from bandwidth.cliparse import check_output_path
 from bandwidth.config.compute_flags import compute_fields
 from bandwidth.config.job import (AUTO_REPEATS, DTYPES, GC_TYPES, LAUNCHES, OPTIMIZERS,
                                   OWNER_RULES, Config, Job, refuse_server_takes)
-from bandwidth.config.parser import build_parser
 from bandwidth.config.values import (MAX_CHUNK_MB, canonical_backend,
                                      check_timeout, parse_baseline_processes, parse_confirm,
                                      parse_gpus, parse_graph_steps, parse_image_shape,
                                      parse_size, size_sweep)
 from bandwidth.errors import ConfigError
+from bandwidth.links.hostmatrix import load_matrix
+from bandwidth.links.linkbound import parse_rate
+from bandwidth.thresholds import parse_min_gbps, parse_min_percent, parse_repeat, parse_tolerance
 
-__all__ = ["Config", "Job", "build_parser", "job_from_args"]     # the front door of config/
+__all__ = ["Config", "Job", "parse_job"]     # the front door of config/
 
 
 def _check_scalars(args: argparse.Namespace) -> None:
@@ -134,13 +137,11 @@ def _backends(args: argparse.Namespace) -> list[str]:
     return names
 
 
-def job_from_args(args: argparse.Namespace) -> Job:
-    """Validate the parsed flags and freeze them into a Job; bad values raise ConfigError."""
+def parse_job(args: argparse.Namespace, modes: list[str]) -> Job:
+    """Validate the parsed flags and freeze them into a Job; bad values raise ConfigError.
+    ``modes``: --kv-store's, by the names the stores' registry gives them (the caller's check)."""
     from bandwidth.plan.layout import DTYPE_BYTES
-    from bandwidth.report.baseline import (parse_min_gbps, parse_min_percent, parse_repeat,
-                                           parse_tolerance)
     from bandwidth.config.schedules import schedule_pairs, schedule_sweep
-    from bandwidth.stores.registry import canonical_name
 
     _check_scalars(args)
     for flag, path in (("--json", args.json_path), ("--csv", args.csv_path),
@@ -149,35 +150,17 @@ def job_from_args(args: argparse.Namespace) -> Job:
     optimizer = "none" if args.optimizer in (None, "None", "none") else args.optimizer.lower()
     if optimizer not in OPTIMIZERS:
         raise ConfigError(f"unknown --optimizer {args.optimizer!r}; valid: {', '.join(OPTIMIZERS)}")
-    modes = [canonical_name(m) for m in args.kv_store.split(",") if m]
     if not modes:
         raise ConfigError("--kv-store needs at least one mode")
     backends = _backends(args)
     unsynced = [m for m in modes if m.startswith("dist_async")]
     refuse_server_takes(args.server_takes, (unsynced or modes)[0], args.max_in_flight)
-    matrix = None
-    if args.network_ceiling is not None:
-        from bandwidth.stores.registry import KVSTORES
-        local = [m for m in modes if not KVSTORES[m].distributed]
-        if local:
-            raise ConfigError(f"--network-ceiling is the ceiling of the distributed modes (dist_*),"
-                              f" not of --kv-store {','.join(local)}; drop it, or measure a "
-                              "dist_* mode under launch.py")
-        matrix = load_matrix(args.network_ceiling)
+    matrix = None if args.network_ceiling is None else load_matrix(args.network_ceiling)
     auto = str(args.repeat).strip().lower() == "auto"
     repeat = AUTO_REPEATS if auto else parse_repeat(args.repeat)
-    link_rate_bits = None
-    if args.link_rate is not None:
-        from bandwidth.ceiling.linkbound import parse_rate
-        link_rate_bits = parse_rate(args.link_rate, "--link-rate")
-    if args.predict:
-        from bandwidth.predict.model import MODES as PREDICTED
-        if link_rate_bits is None:
-            raise ConfigError("--predict needs --link-rate RATE (every host's link, each way)")
-        uncovered = [m for m in modes if m not in PREDICTED]
-        if uncovered:
-            raise ConfigError(f"--predict: the model does not cover --kv-store {uncovered[0]}; "
-                              f"it predicts {', '.join(PREDICTED)}")
+    link_rate_bits = None if args.link_rate is None else parse_rate(args.link_rate, "--link-rate")
+    if args.predict and link_rate_bits is None:
+        raise ConfigError("--predict needs --link-rate RATE (every host's link, each way)")
     image_shape = parse_image_shape(args.image_shape)
     common = dict(num_layers=args.num_layers, image_shape=image_shape,
                   num_classes=args.num_classes, num_batches=args.num_batches, warmup=args.warmup,

@@ -1,13 +1,14 @@
 """The command line's flags as one table (``FLAGS``: names as MXNet's tools/bandwidth/measure.py
 had them, defaults, help, the topic each is listed under, whether ``--help`` shows it) and the
-function that builds the parser from it (``build_parser``). ``--help`` lists the flags a person
-starts with, ``--help-all`` every flag by topic; values are checked by ``options.job_from_args``.
+function that builds the parser from it (``build_parser``, given the kvstore modes' names, which
+the stores' registry owns). ``--help`` lists the flags a person starts with, ``--help-all`` every
+flag by topic; values are checked by ``options.parse_job``.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from bandwidth.cliparse import OneLineParser
@@ -32,11 +33,10 @@ def flag(group: str, *names: str, short: bool = False, **options) -> Flag:
     return Flag(group, names, short, options)
 
 
-def _kvstore_help() -> str:
-    # The mode names come from the registry, imported only when a parser is built: the modes
-    # import torch.
-    from bandwidth.stores.registry import KVSTORES
-    return f"kvstore mode(s), a comma list of: {', '.join(KVSTORES)} (default: device)"
+def _kvstore_help(modes: Sequence[str]) -> str:
+    # The mode names are the stores' registry's, handed to build_parser by its caller
+    # (bandwidth.execution.commandline): config imports no registry.
+    return f"kvstore mode(s), a comma list of: {', '.join(modes)} (default: device)"
 
 
 # The topics --help-all lists the flags under, in TOPICS' order (--help keeps it, showing only the
@@ -313,26 +313,29 @@ MORE = "These are the flags to start with; --help-all adds the other {count}, gr
 class ShortHelp(argparse.Action):
     """``-h``/``--help``: the parser of the flags marked short, printed, then exit 0."""
 
-    def __init__(self, option_strings, dest=argparse.SUPPRESS, help=None):
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, help=None, modes=()):
         super().__init__(option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0, help=help)
+        self.modes = modes
 
     def __call__(self, parser, namespace, values, option_string=None):
         short = [spec for spec in FLAGS if spec.short]
         more = MORE.format(count=len(FLAGS) - len(short))
-        parser_of(short, f"{more}\n\n{EXAMPLES}").print_help()
+        parser_of(short, f"{more}\n\n{EXAMPLES}", self.modes).print_help()
         parser.exit()
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(modes: Sequence[str]) -> argparse.ArgumentParser:
     """The parser of every flag of FLAGS; its own help (``format_help``, ``--help-all``) lists
-    them all, ``-h``/``--help`` the short ones."""
-    return parser_of(FLAGS, EXAMPLES)
+    them all, ``-h``/``--help`` the short ones. ``modes``: the kvstore modes' names, which
+    --kv-store's help lists."""
+    return parser_of(FLAGS, EXAMPLES, modes)
 
 
-def parser_of(flags: tuple[Flag, ...] | list[Flag], epilog: str) -> argparse.ArgumentParser:
+def parser_of(flags: tuple[Flag, ...] | list[Flag], epilog: str,
+              modes: Sequence[str]) -> argparse.ArgumentParser:
     parser = OneLineParser(prog="measure.py", usage=USAGE, description=DESCRIPTION, epilog=epilog,
                            formatter_class=argparse.RawDescriptionHelpFormatter, add_help=False)
-    parser.add_argument("-h", "--help", action=ShortHelp,
+    parser.add_argument("-h", "--help", action=ShortHelp, modes=modes,
                         help="show the flags to start with and exit")
     parser.add_argument("--help-all", action="help",
                         help="show every flag, grouped by topic, and exit")
@@ -341,6 +344,6 @@ def parser_of(flags: tuple[Flag, ...] | list[Flag], epilog: str) -> argparse.Arg
     for spec in flags:
         options = dict(spec.options)
         if callable(options.get("help")):
-            options["help"] = options["help"]()
+            options["help"] = options["help"](modes)
         groups[spec.group].add_argument(*spec.names, **options)
     return parser

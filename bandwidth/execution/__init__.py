@@ -7,7 +7,9 @@ a run of one process per device (``rank``, the main that bandwidth.processes.spa
 ``measure.py`` is only the command line around it (parsing, the role, exit statuses).
 
 ``job`` -- a whole invocation on this host (``execute``): plans checked first, then the
-measurements, gates and outputs.
+measurements, gates and outputs. ``commandline`` -- where the job is built: config's parser and
+parse (``build_parser``, ``job_from_args``) with the names the registries own checked (the
+kvstore modes, what --network-ceiling and --predict cover), before anything is planned.
 
 May import: config, plan, run, backends, measurement, results, report, ceiling, hardware,
 stores, schedules, launch (the preflight and heartbeat contract, the rendezvous), processes,

@@ -74,7 +74,7 @@ def execute_distributed(job: Job, role) -> int:
 
 def measured_host_ceiling(matrix, result: Result):
     """--network-ceiling: the run's workers against the matrix's cells between its hosts."""
-    from bandwidth.ceiling.hostmatrix import HostCeiling, host_ceiling
+    from bandwidth.links.hostmatrix import HostCeiling, host_ceiling
 
     if not result.worker_hosts:             # --backend mxnet: ps-lite does not say where
         return HostCeiling(matrix.file, None, None, None,
@@ -85,8 +85,8 @@ def measured_host_ceiling(matrix, result: Result):
 
 def measured_link_bound(rate_bits: int, result: Result):
     """--link-rate: the full-duplex bound of a step on this job's hosts
-    (bandwidth.ceiling.linkbound)."""
-    from bandwidth.ceiling.linkbound import link_bound, ps_host_bytes, ring_host_bytes
+    (bandwidth.links.linkbound)."""
+    from bandwidth.links.linkbound import link_bound, ps_host_bytes, ring_host_bytes
 
     if not result.worker_hosts:             # --backend mxnet: ps-lite does not say where
         return None

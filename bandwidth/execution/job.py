@@ -18,10 +18,11 @@ from bandwidth.execution.distributed import execute_distributed, preflight
 from bandwidth.execution.measuring import measure_all, merged, plan_label
 from bandwidth.execution.passes import (baseline_processes, baseline_threads, confirm,
                                         pin_threads, plan_key)
+from bandwidth.gates import summary_path
 from bandwidth.hardware.environment import describe as describe_environment
 from bandwidth.plan.layout import DTYPE_BYTES
 from bandwidth.plan.plan import Plan, make_plan, size_line
-from bandwidth.report import baseline, gatereport, table
+from bandwidth.report import baseline, table
 from bandwidth.report.progress import Progress
 from bandwidth.report.stats import ci_width_pct
 from bandwidth.report.text import array_table, document, preamble, write_document
@@ -109,7 +110,7 @@ def judging(job: Job, environment: dict) -> tuple:
     gates = baseline.Gates(job.tolerance_pct, job.min_gbps, job.min_pct_of_ceiling,
                            job.allow_missing, pool=job.repeat_auto)
     gating = base is not None or gates.any
-    summary_md = gatereport.summary_path(job.summary_md, os.environ) if gating else None
+    summary_md = summary_path(job.summary_md, os.environ) if gating else None
     if (job.junit_path or job.summary_md) and not gating:
         raise ConfigError("--junit and --summary-md report the gates: give --baseline, "
                           "--min-gbps or --min-percent-of-ceiling")

@@ -51,7 +51,7 @@ LOCALHOST = Host("127.0.0.1")
 
 def parse_hostfile(path: str | Path) -> list[Host]:
     """The hosts of ``path`` in file order; raises HostfileError on the first bad line."""
-    from bandwidth.results.files import check_regular_file
+    from bandwidth.files import check_regular_file
 
     try:
         check_regular_file(path, "hosts file")          # a FIFO would block the read

@@ -12,8 +12,8 @@ hosts (``place``):
 * ``count:N``: N processes per host in rank order (workers first, then servers), host after host;
   more than a host's ``slots=M`` is refused.
 
-What crosses a host's link per step (``host_bytes``; docs/formulas.md, "Held to the link"): a
-worker on ``h`` pushes each server not on ``h`` that server's share and pulls it back; a server on
+What crosses a host's link per step (``bandwidth.links.linkbound.host_bytes``; docs/formulas.md,
+"Held to the link"): a worker on ``h`` pushes each server not on ``h`` that server's share and pulls it back; a server on
 ``h`` receives its share from every worker not on ``h`` and answers each. Every process on a host
 counts on that host's one link, each way. The shares come from MXNet's key rule
 (``bandwidth.stores.dist.server_pieces``: arrays of at least 1e6 elements split evenly over the
@@ -34,6 +34,7 @@ from collections.abc import Sequence
 
 from bandwidth.errors import ConfigError
 from bandwidth.launch.hostfile import Host
+from bandwidth.links.linkbound import host_bytes
 
 POLICIES = ("round-robin", "servers-apart", "count:N")
 
@@ -101,27 +102,6 @@ def fill(hosts: Sequence[Host], count: int, per_host: int) -> list[Host]:
                           f"{len(hosts)} hosts at {per_host} per host (within slots); raise N or "
                           "add hosts")
     return placed
-
-
-def host_bytes(placed: Sequence[Host | str], workers: int,
-               server_nbytes: Sequence[float]) -> dict[str, tuple[float, float]]:
-    """(bytes out, bytes in) per host and step, every process on the host counted; hosts keyed
-    by name in first-use order."""
-    names = [str(h) for h in placed]
-    worker_hosts, server_hosts = names[:workers], names[workers:]
-    out: Counter = Counter()
-    into: Counter = Counter()
-    for server, share in zip(server_hosts, server_nbytes):
-        apart = sum(1 for w in worker_hosts if w != server)
-        out[server] += apart * share          # the answers
-        into[server] += apart * share         # the pushes
-    total = sum(server_nbytes)
-    for worker in worker_hosts:
-        remote = total - sum(share for server, share in zip(server_hosts, server_nbytes)
-                             if server == worker)
-        out[worker] += remote                 # its pushes
-        into[worker] += remote                # the answers
-    return {h: (float(out[h]), float(into[h])) for h in dict.fromkeys(names)}
 
 
 def busiest(traffic: dict[str, tuple[float, float]]) -> tuple[str, float, float] | None:

@@ -9,6 +9,6 @@ Modules: ``lab`` -- the network (namespaces, veths, a bridge, ``tc tbf``): made 
 ``sshd`` -- the lab's ssh (keys, one sshd per host, a client configuration); ``cli`` -- the
 command line, and ``up``/``down`` for programs. See docs/netlab.md.
 
-May import the vocabulary and ceiling.linkbound (rates); nothing else of the toolkit: a lab is
+May import the vocabulary (links.linkbound for rates); nothing else of the toolkit: a lab is
 for any program, the launcher's jobs among them.
 """

@@ -21,8 +21,8 @@ import signal
 import subprocess
 import sys
 
-from bandwidth.ceiling.linkbound import parse_rate
 from bandwidth.errors import BandwidthError
+from bandwidth.links.linkbound import parse_rate
 from bandwidth.netlab import lab as labmod
 from bandwidth.netlab import sshd
 from bandwidth.netlab.lab import DEFAULT_NAME, DEFAULT_SUBNET, Lab, NetlabError, format_rate

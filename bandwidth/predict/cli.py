@@ -9,15 +9,15 @@ import sys
 
 import networks
 from bandwidth import cliexit
-from bandwidth.ceiling.linkbound import parse_rate
 from bandwidth.cliparse import check_output_path
 from bandwidth.config.job import SERVER_KEYS, SERVER_TAKES, WORKER_ORDER_FROM
 from bandwidth.errors import BandwidthError, ConfigError
+from bandwidth.files import write_atomic
+from bandwidth.links.linkbound import parse_rate
 from bandwidth.predict import params as paramfile
 from bandwidth.predict.jobs import make_job
 from bandwidth.predict.model import MODES, gbps_per_worker, incast_words, predict
 from bandwidth.predict.plan import alternatives, plan_lines, servers_stop_binding
-from bandwidth.results.files import write_atomic
 from bandwidth.words import counted
 
 PROG = "python -m bandwidth.predict"
@@ -122,7 +122,7 @@ def question(args) -> dict:
 def matrix_rates(path: str) -> tuple[int, dict]:
     """(hosts, {"h<i>": bits per second}) from a host-to-host matrix: each host's rate is the
     slowest cell from or to it (GB/s of one pair at a time)."""
-    from bandwidth.ceiling.hostmatrix import load_matrix
+    from bandwidth.links.hostmatrix import load_matrix
 
     matrix = load_matrix(path)
     names = list(dict.fromkeys(matrix.hosts))

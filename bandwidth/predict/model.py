@@ -4,7 +4,7 @@ of a ``Job`` (what runs where) and ``Params`` (what the tool measured).
 
 Parameter-server modes, per step:
 
-* the link of every host ``h``, each way: bytes (``linkbound.ps_host_bytes``) x 8 / (rate x
+* the link of every host ``h``, each way: bytes (``links.linkbound.ps_host_bytes``) x 8 / (rate x
   efficiency), the efficiency of the way in falling with the number of remote senders into it
   (incast, ``fanin_efficiency``); with one message in flight per server, a worker pushes its
   next message only once its answer is in, so the share ``one_serial`` (calibrated) of a server
@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from bandwidth.ceiling.linkbound import ps_host_bytes, ring_host_bytes
+from bandwidth.links.linkbound import ps_host_bytes, ring_host_bytes
 from bandwidth.predict.params import Params, fanin_efficiency, outbound_efficiency
 
 PS_MODES = ("dist_sync", "dist_async", "dist_sync_device", "dist_async_device")

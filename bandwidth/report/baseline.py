@@ -29,7 +29,7 @@ or never pass, is bad input). Checking works in these steps:
 
 The figure compared is GB/s per GPU (busbw, median over iterations). ``check`` runs all of it;
 ``write_gate_reports`` writes the verdicts as JUnit, markdown and JSON
-(bandwidth.report.gatereport).
+(bandwidth.gates).
 """
 
 from __future__ import annotations
@@ -38,6 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bandwidth.errors import ConfigError
+from bandwidth.files import write_atomic
+from bandwidth.gates import GateRecord, write_reports
 from bandwidth.report import stats
 from bandwidth.report.difftable import diff_table, verdict_line  # noqa: F401
 from bandwidth.report.fingerprints import (  # noqa: F401
@@ -45,13 +47,10 @@ from bandwidth.report.fingerprints import (  # noqa: F401
     link_changes, link_differences, link_gates)
 from bandwidth.report.rowcompare import (  # noqa: F401
     check_ceiling, check_floor, compare, exit_code, pooled, usable_samples)
-from bandwidth.report.thresholds import (  # noqa: F401
-    parse_min_gbps, parse_min_percent, parse_repeat, parse_tolerance)
 from bandwidth.report.verdicts import (  # noqa: F401
     BELOW_CEILING, BELOW_FLOOR, CONFIRMED_GATES, FAILING, FASTER, LINK_LOST, MISSING,
     MISSING_ALLOWED, NEW, NO_CEILING, NOT_CONFIRMED, NOT_SIGNIFICANT, ONE_DEVICE, PASS,
     REGRESSION, ROW_VERDICTS, SIZE_DIFFERS, BaselineMismatchError, Diff)
-from bandwidth.results.files import write_atomic
 from bandwidth.results.document import Row, fingerprint, load_document, rows_from_document
 
 # ---------------------------------------------------------------------------------------------
@@ -138,24 +137,50 @@ def confirm_keys(result: Check) -> set[tuple]:
 
 
 def gate_records(result: Check, gates: Gates, baseline_given: bool):
-    """The check's verdicts as bandwidth.report.gatereport records."""
-    from bandwidth.report.gatereport import records_from_diffs
-
+    """The check's verdicts as bandwidth.gates records."""
     return records_from_diffs(result.diffs, gates.tolerance_pct if baseline_given else None,
                               gates.min_gbps, gates.min_pct_of_ceiling, gates.significance)
+
+
+def records_from_diffs(diffs, tolerance_pct: float | None, min_gbps: float | None,
+                       min_pct: float | None, significance: float) -> list[GateRecord]:
+    """The regression check's Diffs as bandwidth.gates records."""
+    out = []
+    for d in diffs:
+        if d.gate == "baseline":
+            margin = f"tolerance {tolerance_pct:g} %, Mann-Whitney U p < {significance:g}" \
+                if tolerance_pct is not None else "no baseline"
+            if min_gbps is not None:
+                margin += f", floor {min_gbps:g} GB/s"
+        elif d.gate == "floor":
+            margin = f"floor {min_gbps:g} GB/s"
+        elif d.gate == "ceiling":
+            margin = f"at least {min_pct:g} % of the ceiling measured in the same run"
+        else:
+            margin = "no fewer NVLinks, PCIe lanes or generations than the baseline"
+        detail = []
+        if d.change_pct is not None and d.gate == "baseline":
+            detail.append(f"change {d.change_pct:+.1f} %")
+        if d.p_value is not None:
+            detail.append(f"p {d.p_value:.2g}")
+        if d.spread is not None:
+            detail.append(f"p50 {d.spread.p50_gbps:.3f}, p95 {d.spread.p95_gbps:.3f}, "
+                          f"cv {100 * d.spread.cv:.1f} % over {d.spread.samples} iterations")
+        if d.note:
+            detail.append(d.note)
+        out.append(GateRecord(d.gate, d.label, d.verdict, d.failed, d.now_gbps,
+                              d.baseline_gbps, margin, "; ".join(detail)))
+    return out
 
 
 def write_gate_reports(result: Check, gates: Gates, *, tool: str, junit_path: str | None,
                        summary_md: str | None, json_path: str | None = None,
                        baseline_given: bool = True, seconds: float = 0.0) -> list[str]:
     """--junit, --summary-md and --json of the regression check; returns ``# wrote`` lines."""
-    from bandwidth.report import gatereport
-
     records = gate_records(result, gates, baseline_given)
     verdict = result.lines[-1]
-    wrote = gatereport.write_reports(records, tool=tool, title=f"bandwidth: {tool}",
-                                     verdict_line=verdict, junit_path=junit_path,
-                                     summary_md=summary_md, seconds=seconds)
+    wrote = write_reports(records, tool=tool, title=f"bandwidth: {tool}", verdict_line=verdict,
+                          junit_path=junit_path, summary_md=summary_md, seconds=seconds)
     if json_path:
         write_atomic(json_path, json.dumps(
             {"gates": [r.to_dict() for r in records], "verdict": verdict,

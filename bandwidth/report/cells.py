@@ -1,24 +1,11 @@
-"""The cells and columns of the report's fixed-width tables: byte counts and rates as text, the
-busbw cells of a row (``n/a (1 device)`` where nothing crosses a link), which columns name a row,
-and ``render``, which lines the columns up. bandwidth.report.table builds its tables from these;
-the ceiling's and the gates' tables use them too."""
+"""The cells and columns of the report's fixed-width tables: rates as text, the busbw cells of a
+row (``n/a (1 device)`` where nothing crosses a link), and which columns name a row.
+bandwidth.report.table builds its tables from these and from bandwidth.textformat (byte counts,
+columns lined up), which the ceiling's tables use too."""
 
 from __future__ import annotations
 
 from bandwidth.results.document import Row
-
-
-def format_bytes(nbytes: int) -> str:
-    """Exact binary multiples as nccl-tests' sizes (``1 MiB``); network sizes in MB of 10^6 bytes
-    as MXNet's size line (``257.99 MB``)."""
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if nbytes >= scale and nbytes % scale == 0:
-            return f"{nbytes // scale} {unit}"
-    if nbytes >= 10**6:
-        return f"{nbytes / 1e6:.2f} MB"
-    if nbytes >= 10**3:
-        return f"{nbytes / 1e3:.2f} kB"
-    return f"{nbytes} B"
 
 
 def gbps_cell(value: float | None) -> str:
@@ -46,23 +33,6 @@ def busbw_cells(r: Row) -> list[str]:
     if r.n < 2:
         return [ONE_DEVICE, "-", "-"]
     return [gbps_cell(r.busbw_gbps), gbps_cell(r.busbw_min), gbps_cell(r.busbw_max)]
-
-
-def render(headers: list[str], cells: list[list[str]], right: set[int]) -> list[str]:
-    """Columns as wide as their widest cell, two spaces apart; columns in ``right`` right-aligned
-    (numbers), the others left-aligned (names)."""
-    widths = column_widths(headers, cells)
-
-    def line(values: list[str]) -> str:
-        parts = [v.rjust(w) if i in right else v.ljust(w)
-                 for i, (v, w) in enumerate(zip(values, widths))]
-        return "  ".join(parts).rstrip()
-
-    return [line(headers)] + [line(row) for row in cells]
-
-
-def column_widths(headers: list[str], cells: list[list[str]]) -> list[int]:
-    return [max([len(h)] + [len(row[i]) for row in cells]) for i, h in enumerate(headers)]
 
 
 def sources_text(rows: list[Row]) -> str:

@@ -6,8 +6,8 @@ from collections import defaultdict
 
 from bandwidth.report import stats
 from bandwidth.report.rowcompare import exit_code
-from bandwidth.report.cells import render
 from bandwidth.report.verdicts import Diff
+from bandwidth.textformat import render
 
 def _num(value: float | None, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)

@@ -32,10 +32,11 @@ import statistics
 import sys
 from dataclasses import dataclass
 
-from bandwidth.ceiling.hostmatrix import HostMatrix, load_matrix
 from bandwidth.cliparse import check_output_path
 from bandwidth.errors import BandwidthError, ConfigError
-from bandwidth.report.gatereport import GateRecord
+from bandwidth.gates import GateRecord, summary_path, write_reports
+from bandwidth.links.hostmatrix import HostMatrix, load_matrix
+from bandwidth.thresholds import parse_min_percent
 
 DEFAULT_PCT = 70.0
 
@@ -147,9 +148,6 @@ def lines(v: HostVerdicts, min_pct: float) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bandwidth.report import gatereport
-    from bandwidth.report.baseline import parse_min_percent
-
     class Parser(argparse.ArgumentParser):
         def error(self, message):
             raise ConfigError(message)
@@ -165,15 +163,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = p.parse_args(argv)
         pct = parse_min_percent(args.min_percent)
-        summary_md = gatereport.summary_path(args.summary_md, os.environ)
+        summary_md = summary_path(args.summary_md, os.environ)
         for path, flag in ((args.junit, "--junit"), (summary_md, "--summary-md")):
             check_output_path(flag, path)
         verdicts = judge(load_matrix(args.matrix), pct)
         text = lines(verdicts, pct)
         print("\n".join(text))
-        for line in gatereport.write_reports(records(verdicts, pct), tool=p.prog,
-                                             title=f"bandwidth: {p.prog}", verdict_line=text[-1],
-                                             junit_path=args.junit, summary_md=summary_md):
+        for line in write_reports(records(verdicts, pct), tool=p.prog,
+                                  title=f"bandwidth: {p.prog}", verdict_line=text[-1],
+                                  junit_path=args.junit, summary_md=summary_md):
             print(line)
     except BandwidthError as exc:
         print(f"python -m bandwidth.hostgate: error: {exc}", file=sys.stderr)

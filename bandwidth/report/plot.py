@@ -20,9 +20,10 @@ from collections import defaultdict
 from pathlib import Path
 
 from bandwidth.errors import ConfigError, UnsupportedError
-from bandwidth.report.cells import format_bytes, gbps_3, sources_text
+from bandwidth.report.cells import gbps_3, sources_text
 from bandwidth.report.table import scaling_series, total_gbps
 from bandwidth.results.document import Row
+from bandwidth.textformat import format_bytes
 
 KINDS = ("bars", "scaling", "sweep")
 YLABEL = "GB/s per GPU (all-reduce busbw)"
@@ -82,7 +83,7 @@ def plot_rows(rows: list[Row], path: str | Path, kind: str | None = None,
     subtitle = f"{sources_text(rows)}; medians over iterations"
     fig.suptitle((title or _TITLES[kind]) + "\n", fontsize=14, fontweight="bold")
     fig.text(0.5, 0.955, subtitle, ha="center", va="top", fontsize=9, color="0.35")
-    from bandwidth.results.files import atomic_output
+    from bandwidth.files import atomic_output
 
     try:
         with atomic_output(path, "the plot", binary=True) as out:

@@ -24,10 +24,10 @@ from collections import defaultdict
 from pathlib import Path
 
 from bandwidth.errors import ConfigError
-from bandwidth.report.cells import (busbw_cells, column_widths, error_cell, format_bytes, gbps_3,
-                                    gbps_cell, identity_columns, pct_cell, render, sources_text,
-                                    varies)
+from bandwidth.report.cells import (busbw_cells, error_cell, gbps_3, gbps_cell, identity_columns,
+                                    pct_cell, sources_text, varies)
 from bandwidth.results.document import Row
+from bandwidth.textformat import column_widths, format_bytes, render
 
 CSV_COLUMNS = ("source", "kv_store", "network", "devices", "n", "dtype", "optimizer", "nbytes",
                "busbw_gbps", "busbw_min", "busbw_max", "algbw_gbps", "seconds", "error",
@@ -303,7 +303,7 @@ def speedup_table(rows: list[Row]) -> list[str]:
 def write_csv(rows: list[Row], path: str | Path) -> None:
     """One line per row, every Row field plus pct_of_ceiling; numbers unformatted; an unknown value
     (no ceiling, error not checked) is an empty cell."""
-    from bandwidth.results.files import atomic_output
+    from bandwidth.files import atomic_output
 
     with atomic_output(path, "the CSV", newline="") as out:
         writer = csv.writer(out)

@@ -9,10 +9,10 @@ import os
 import sys
 from dataclasses import asdict
 
-from bandwidth.ceiling.hostmatrix import ceiling_line
 from bandwidth.formulas import busbw_gbps
 from bandwidth.hardware.memory import memory_line
 from bandwidth.hardware.topology import pcie_text
+from bandwidth.links.hostmatrix import ceiling_line
 from bandwidth.plan.plan import Plan
 from bandwidth.report.cells import ONE_DEVICE, gbps_3
 from bandwidth.results.document import fingerprint
@@ -375,7 +375,7 @@ def document(results: list[Result], environment: dict, extra: dict | None = None
 
 
 def write_document(doc: dict, path: str) -> None:
-    """The result document as a whole, or the old file left as it was (results.files)."""
-    from bandwidth.results.files import write_atomic
+    """The result document as a whole, or the old file left as it was (bandwidth.files)."""
+    from bandwidth.files import write_atomic
 
     write_atomic(path, json.dumps(doc, indent=1) + "\n", "the result")

@@ -2,11 +2,11 @@
 document that ``--json`` writes and the flat ``Row`` view every reader uses (``document``), and
 the checks that make a document read from a file safe to use (``validate``).
 
-``costs`` -- what a step cost (``--compute``), as figures of the document; ``files`` -- reading and
-writing the tool's files so that nothing is silently lost and nothing blocks; ``gathered`` -- a
+``costs`` -- what a step cost (``--compute``), as figures of the document; ``gathered`` -- a
 distributed run's worker's Result, every worker's traffic gathered (both engines' workers).
+Writing the tool's files is bandwidth.files, below every stage.
 
 May import: plan, measurement.protocol (samples and summaries) and measurement.tasks (the
-reference's summary), ceiling (bounds), hardware.environment, the vocabulary. Not the report,
-which renders results.
+reference's summary), ceiling (bounds), hardware.environment, the vocabulary (links: the
+host-to-host ceiling). Not the report, which renders results.
 """

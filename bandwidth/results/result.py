@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from bandwidth.ceiling.bounds import Bound
-from bandwidth.ceiling.hostmatrix import HostCeiling
+from bandwidth.links.hostmatrix import HostCeiling
 from bandwidth.results.costs import StepCosts
 from bandwidth.measurement.protocol import Report, Sample, Summary
 from bandwidth.plan.plan import Plan

@@ -23,7 +23,7 @@ MAX_BYTES = 256 << 20           # a result document of a long sweep is a few MB
 
 def read_json(path: str | Path) -> object:
     """The parsed JSON of ``path``; every way a file can fail to be JSON is one ConfigError."""
-    from bandwidth.results.files import check_regular_file
+    from bandwidth.files import check_regular_file
 
     path = Path(path)
     name = repr(str(path))

@@ -2,8 +2,10 @@
 
 One ``GateRecord`` per gated figure (a row against the baseline, the floor or its ceiling, a
 link against the baseline or against what NVML says it should carry) is made from the checks'
-results (``records_from_diffs``, ``bandwidth.ceiling.expect.LinkGate``), and every output is written
-from the same records, so that a verdict reads the same in the text, JSON, JUnit and markdown:
+results (``bandwidth.report.baseline.records_from_diffs``, ``bandwidth.ceiling.expect.link_gates``,
+``bandwidth.report.hostgate.records``), and every output is written from the same records, so
+that a verdict reads the same in the text, JSON, JUnit and markdown. The records sit below every
+stage, as the vocabulary, since the gates of the ceiling and of the report share them:
 
 - ``junit_xml``: ``<testsuites>`` with one ``<testsuite>`` per gate kind and one ``<testcase>``
   per record; a failed gate has a ``<failure>`` whose message carries the measured value, the
@@ -19,6 +21,8 @@ import datetime
 import socket
 from dataclasses import asdict, dataclass
 from xml.sax.saxutils import escape, quoteattr
+
+from bandwidth.files import append_atomic, write_atomic
 
 SUITES = {"baseline": "regression against the baseline", "floor": "floor (--min-gbps)",
           "ceiling": "share of the ceiling (--min-percent-of-ceiling)",
@@ -50,37 +54,6 @@ class GateRecord:
 
 def _gbps(value: float | None) -> str:
     return "none" if value is None else f"{value:.3f} GB/s"
-
-
-def records_from_diffs(diffs, tolerance_pct: float | None, min_gbps: float | None,
-                       min_pct: float | None, significance: float) -> list[GateRecord]:
-    """The regression check's Diffs (bandwidth.report.baseline) as records."""
-    out = []
-    for d in diffs:
-        if d.gate == "baseline":
-            margin = f"tolerance {tolerance_pct:g} %, Mann-Whitney U p < {significance:g}" \
-                if tolerance_pct is not None else "no baseline"
-            if min_gbps is not None:
-                margin += f", floor {min_gbps:g} GB/s"
-        elif d.gate == "floor":
-            margin = f"floor {min_gbps:g} GB/s"
-        elif d.gate == "ceiling":
-            margin = f"at least {min_pct:g} % of the ceiling measured in the same run"
-        else:
-            margin = "no fewer NVLinks, PCIe lanes or generations than the baseline"
-        detail = []
-        if d.change_pct is not None and d.gate == "baseline":
-            detail.append(f"change {d.change_pct:+.1f} %")
-        if d.p_value is not None:
-            detail.append(f"p {d.p_value:.2g}")
-        if d.spread is not None:
-            detail.append(f"p50 {d.spread.p50_gbps:.3f}, p95 {d.spread.p95_gbps:.3f}, "
-                          f"cv {100 * d.spread.cv:.1f} % over {d.spread.samples} iterations")
-        if d.note:
-            detail.append(d.note)
-        out.append(GateRecord(d.gate, d.label, d.verdict, d.failed, d.now_gbps,
-                              d.baseline_gbps, margin, "; ".join(detail)))
-    return out
 
 
 def junit_xml(records: list[GateRecord], tool: str, seconds: float = 0.0) -> str:
@@ -142,8 +115,6 @@ def write_reports(records: list[GateRecord], *, tool: str, title: str, verdict_l
                   ) -> list[str]:
     """Write the JUnit file (replaced) and the markdown (appended, as GitHub's step summary
     expects); returns ``# wrote ...`` lines."""
-    from bandwidth.results.files import append_atomic, write_atomic
-
     wrote = []
     if junit_path:
         write_atomic(junit_path, junit_xml(records, tool, seconds), "the JUnit report")

@@ -1,5 +1,6 @@
-"""The regression check's thresholds as the command line gives them: --tolerance,
---min-gbps, --min-percent-of-ceiling and --repeat (bad values are a ConfigError, exit 2)."""
+"""The gates' thresholds as the command lines give them: --tolerance, --min-gbps,
+--min-percent-of-ceiling and --repeat (bad values are a ConfigError, exit 2). measure.py's config,
+compare, the ceiling's --expect-links and the host gate all parse them, so they sit below all."""
 
 from __future__ import annotations
 

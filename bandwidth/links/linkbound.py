@@ -23,7 +23,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bandwidth.errors import ConfigError
-from bandwidth.launch.placement import host_bytes
 
 _RATE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgt]?)(?:bit)?(?:/s|ps)?\s*$", re.IGNORECASE)
 _SCALE = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
@@ -60,10 +59,32 @@ class LinkBound:
         return text
 
 
+def host_bytes(placed: Sequence[object], workers: int,
+               server_nbytes: Sequence[float]) -> dict[str, tuple[float, float]]:
+    """(bytes out, bytes in) per host and step of processes placed in rank order (workers, then
+    servers; a host is its name, or anything whose ``str`` is, such as a launch.hostfile.Host),
+    every process on the host counted; hosts keyed by name in first-use order."""
+    names = [str(h) for h in placed]
+    worker_hosts, server_hosts = names[:workers], names[workers:]
+    out: Counter = Counter()
+    into: Counter = Counter()
+    for server, share in zip(server_hosts, server_nbytes):
+        apart = sum(1 for w in worker_hosts if w != server)
+        out[server] += apart * share          # the answers
+        into[server] += apart * share         # the pushes
+    total = sum(server_nbytes)
+    for worker in worker_hosts:
+        remote = total - sum(share for server, share in zip(server_hosts, server_nbytes)
+                             if server == worker)
+        out[worker] += remote                 # its pushes
+        into[worker] += remote                # the answers
+    return {h: (float(out[h]), float(into[h])) for h in dict.fromkeys(names)}
+
+
 def ps_host_bytes(worker_hosts: Sequence[str], server_hosts: Sequence[str],
                   server_nbytes: Sequence[float]) -> dict[str, tuple[float, float]]:
     """(bytes out, bytes in) per host and step of a parameter-server step, every process on a
-    host counted on its link (bandwidth.launch.placement.host_bytes)."""
+    host counted on its link (``host_bytes``)."""
     return host_bytes([*worker_hosts, *server_hosts], len(worker_hosts), server_nbytes)
 
 

@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass
 
 from bandwidth.errors import ConfigError
+from bandwidth.files import check_regular_file
 
 
 @dataclass(frozen=True)
@@ -54,8 +55,6 @@ def load_matrix(path: str) -> HostMatrix:
     """Read and check the matrix; any problem is one ConfigError line naming the file."""
     how = ("write one with: python launch.py -H hosts -n K python -m bandwidth.ceiling "
            "--network --json FILE")
-    from bandwidth.results.files import check_regular_file
-
     check_regular_file(path, "--network-ceiling")
     try:
         with open(path) as f:

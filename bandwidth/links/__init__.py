@@ -1,0 +1,13 @@
+"""The links between hosts as figures every stage shares: what a distributed run is held to.
+
+``hostmatrix`` -- the host-to-host matrix (``python -m bandwidth.ceiling --network --json``) read
+and checked (``load_matrix``, ``--network-ceiling``), the cells a run's ranks send over, and the
+run against the slowest of them (``HostCeiling``, its summary line). ``linkbound`` -- link rates
+as the command line gives them (``parse_rate``, ``--link-rate``), the bytes that cross each
+host's link per step (``host_bytes``), and the full-duplex bound of a step (``LinkBound``).
+
+Config parses these flags, the launcher places by these bytes, the model predicts with them, the
+results hold them and the report prints them; so they sit below all of those, as vocabulary.
+
+May import: the vocabulary (errors, files). Nothing of the stages.
+"""
