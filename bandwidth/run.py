@@ -11,6 +11,7 @@ from dataclasses import asdict, replace
 from typing import Callable
 
 from bandwidth.backends import engines
+from bandwidth.backends.registry import store_class
 from bandwidth.ceiling.bounds import Bound, BoundCache, judged
 from bandwidth.config.options import Config
 from bandwidth.hardware.environment import describe as describe_environment
@@ -29,7 +30,7 @@ def run(config: Config, on_report: Callable[[Report], None] | None = None,
     """Measure ``config``. ``on_report`` receives each MXNet-style report as it happens (in a run of
     one process per device, rank 0 prints them itself instead). ``bounds``: the ceilings of a
     sweep, measured once per mode kind and device set (default: this configuration's own)."""
-    plan = plan or make_plan(config)
+    plan = plan or make_plan(config, store_class)
     check_memory(plan)
     n = plan.devices.n
     if plan.store_cls.process_per_device:

@@ -37,6 +37,7 @@ from ci_gate_cpu import MODE, ROOT, WORKLOADS  # noqa: E402
 def worker(repeats: int, threads: str, workload: str, extra: list[str]) -> None:
     """In the child: ``repeats`` measurements of the workload, one JSON line each."""
     sys.path.insert(0, str(ROOT))
+    from bandwidth.backends.registry import store_class
     from bandwidth.execution.commandline import build_parser, job_from_args
     from bandwidth.formulas import busbw_gbps
     from bandwidth.plan.plan import make_plan
@@ -44,7 +45,7 @@ def worker(repeats: int, threads: str, workload: str, extra: list[str]) -> None:
 
     argv = MODE + WORKLOADS[workload] + extra + ([] if threads == "auto" else ["--cpu-threads", threads])
     job = job_from_args(build_parser().parse_args(argv))
-    plan = make_plan(job.configs[0])
+    plan = make_plan(job.configs[0], store_class)
     for _ in range(repeats):
         result = run(plan.config, plan=plan)
         note = next((n for n in result.notes if "CPU threads" in n), "")

@@ -47,11 +47,12 @@ from pathlib import Path
 import torch
 
 import networks
+from bandwidth.arrays.layout import DTYPE_BYTES
+from bandwidth.backends.registry import store_class
 from bandwidth.ceiling.bounds import PROBE_BYTES, one_gpu_rates
 from bandwidth.ceiling.host import duplex_host_gbps, host_link_gbps
 from bandwidth.config.options import Config
 from bandwidth.errors import BandwidthError
-from bandwidth.plan.layout import DTYPE_BYTES
 from bandwidth.plan.plan import check_memory, make_plan
 from bandwidth.run import run
 # The tables (this script runs from benchmarks/, so its folder is on sys.path).
@@ -236,7 +237,7 @@ def fitting(args: argparse.Namespace, nets: list[tuple[str, str, int]],
             config = Config(network=name, dtype=dtype, num_batches=iterations_for(nbytes),
                             warmup=warmup_for(nbytes), reference=False, **fields)
             try:
-                plan = make_plan(config)
+                plan = make_plan(config, store_class)
                 check_memory(plan)
                 plans[(name, dtype, label)] = config
             except BandwidthError as exc:

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import networks
+from bandwidth.backends.registry import store_class
 from bandwidth.ceiling.bounds import BoundCache, cpu_local_gbps
 from bandwidth.config.options import Config
 from bandwidth.plan.plan import make_plan
@@ -41,7 +42,8 @@ def network_configs(names: str | None, dtype: str) -> list[dict]:
     picked = []
     for name in networks.NETWORKS:
         try:
-            plan = make_plan(Config(network=name, cpus=1, dtype=dtype), with_devices=False)
+            plan = make_plan(Config(network=name, cpus=1, dtype=dtype), store_class,
+                             with_devices=False)
         except Exception:                     # noqa: BLE001 - a network that needs another shape
             continue
         if MIN_MB * 10**6 <= plan.nbytes <= MAX_MB * 10**6:
@@ -76,7 +78,7 @@ def main() -> int:
     for net in network_configs(args.networks, args.dtype):
         config = Config(kv_store="local", dtype=args.dtype, num_batches=args.num_batches,
                         **place, **net)
-        plan = make_plan(config)
+        plan = make_plan(config, store_class)
         bounds = BoundCache([plan])
         medians, ceilings, errors = [], [], []
         start = time.perf_counter()

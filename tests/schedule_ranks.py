@@ -7,10 +7,10 @@ import os
 import torch
 import torch.distributed as dist
 
+from bandwidth.arrays.data import expected_sum
 from bandwidth.hardware.devices import DeviceSet
 from bandwidth.measurement import protocol
 from bandwidth.measurement.session import Session
-from bandwidth.plan.data import expected_sum
 from bandwidth.processes.group import DistGroup
 
 

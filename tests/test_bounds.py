@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 
+from bandwidth.backends.registry import store_class
 from bandwidth.ceiling import bounds
 from bandwidth.ceiling.bounds import Bound, BoundCache, judged, probe_nbytes
 from bandwidth.config.options import Config
@@ -20,7 +21,7 @@ LENET_ARGS = ["--network", "lenet", "--image-shape", "1,28,28", "--num-classes",
 
 
 def plan(kv_store="local", cpus=2, **config):
-    return make_plan(Config(kv_store=kv_store, cpus=cpus, **{**LENET, **config}))
+    return make_plan(Config(kv_store=kv_store, cpus=cpus, **{**LENET, **config}), store_class)
 
 
 def test_cpu_probes_are_sized_for_the_network_at_least_4_mib():

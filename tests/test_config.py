@@ -139,7 +139,7 @@ def test_nccl_modes_refuse_one_gpu_twice_and_say_why():
 
 def test_launch_defaults_to_auto_on_gpus_for_the_modes_that_capture():
     from bandwidth.hardware.devices import DeviceSet
-    from bandwidth.measurement.session import launch_of
+    from bandwidth.plan.launching import launch_of
     from bandwidth.stores.registry import KVSTORES
 
     gpus, cpus = DeviceSet("cuda", (0, 0)), DeviceSet("cpu", (0, 1))

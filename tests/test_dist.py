@@ -15,6 +15,7 @@ import pytest
 from conftest import ROOT
 from launch_support import pids_with
 
+from bandwidth.backends.registry import store_class
 from bandwidth.ceiling.bounds import CPU_REFERENCE, Bound, bound
 from bandwidth.config.options import Config
 from bandwidth.measurement.protocol import Sample, Summary
@@ -177,7 +178,7 @@ def test_dist_nccl_has_a_ceiling_with_one_device_per_worker():
     # Two workers of one device each: the all-reduce still spans two devices. On CPU devices
     # the flat all-reduce is a reference, not a bound (Gloo's many arrays can beat it).
     plan = make_plan(Config(kv_store="dist_nccl", network="lenet", image_shape=(1, 28, 28),
-                            num_classes=10, cpus=1))
+                            num_classes=10, cpus=1), store_class)
     reference = Summary.of([Sample(1, 0.5, -1.0)], 10**9, 1.0)
     assert bound(plan, reference) == Bound("flat all-reduce of the same bytes, same run", 2.0,
                                            not_a_bound=CPU_REFERENCE)

@@ -11,6 +11,7 @@ import sys
 import pytest
 from conftest import ROOT
 
+from bandwidth.backends.registry import store_class
 from bandwidth.execution.commandline import build_parser, job_from_args
 from bandwidth.hardware.devices import DeviceSet
 from bandwidth.plan.onegpu import one_gpu
@@ -198,11 +199,11 @@ def test_graph_steps_where_the_mode_runs_eager_says_so(monkeypatch):
 
     monkeypatch.setattr(planmod, "resolve", lambda gpus, cpus: DeviceSet("cuda", (0, 1)))
     plan = planmod.make_plan(config("--kv-store", "local", "--gpus", "0,1", "--graph-steps", "4",
-                                    *SMALL))
+                                    *SMALL), store_class)
     assert plan.notes == ("--graph-steps 4 does nothing here: local on 2 GPUs (0,1) runs eager "
                           "with these settings (no CUDA graph to replay)",)
     plan = planmod.make_plan(config("--kv-store", "device", "--gpus", "0,1", "--graph-steps",
-                                    "4", *SMALL))
+                                    "4", *SMALL), store_class)
     assert plan.notes == ()
 
 

@@ -148,9 +148,11 @@ def test_a_file_named_like_a_network_does_not_replace_it(tmp_path):
 def test_the_memory_check_counts_nccls_processes(monkeypatch):
     """vgg-16 under nccl on 2 CPU devices used 7.13 GB; the old estimate was 5.94 GB."""
     import bandwidth.plan.plan as plan
+    from bandwidth.backends.registry import store_class
     from bandwidth.config.options import Config
     from bandwidth.errors import OutOfMemoryError
 
     monkeypatch.setattr(plan, "free_bytes", lambda devices: [7_130_000_000])
     with pytest.raises(OutOfMemoryError, match="needs 7.1"):
-        plan.check_memory(plan.make_plan(Config(network="vgg", kv_store="nccl", cpus=2)))
+        plan.check_memory(plan.make_plan(Config(network="vgg", kv_store="nccl", cpus=2),
+                                            store_class))

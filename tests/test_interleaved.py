@@ -6,6 +6,7 @@ count that untimed trial steps found fastest (bandwidth.hardware.cputhreads), or
 import pytest
 import torch
 
+from bandwidth.backends.registry import store_class
 from bandwidth.ceiling import bounds
 from bandwidth.ceiling.bounds import Bound, BoundCache, judged
 from bandwidth.config.options import Config
@@ -64,7 +65,7 @@ def test_one_session_is_the_protocol_as_before():
 
 def plan(backend="toolkit", **config):
     return make_plan(Config(**{**dict(kv_store="local", cpus=2, num_batches=3, backend=backend),
-                               **LENET, **config}))
+                               **LENET, **config}), store_class)
 
 
 def test_only_one_measurement_under_distinct_backends_runs_together():

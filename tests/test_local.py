@@ -7,12 +7,13 @@ import math
 import pytest
 import torch
 
+from bandwidth.arrays.data import expected_sum
+from bandwidth.backends.registry import store_class
 from bandwidth.ceiling import bounds
 from bandwidth.config.options import Config
 from bandwidth.hardware.devices import DeviceSet
 from bandwidth.measurement import protocol
 from bandwidth.measurement.session import Session
-from bandwidth.plan.data import expected_sum
 from bandwidth.plan.plan import make_plan
 from bandwidth.processes.group import LocalGroup
 from bandwidth.run import run
@@ -94,7 +95,7 @@ def test_the_cpu_ceiling_is_the_least_traffic_at_the_fastest_rate(monkeypatch):
 
 def test_run_on_cpu_devices_names_the_local_ceiling():
     plan = make_plan(Config(kv_store="local", cpus=2, network="mlp", image_shape=(1, 28, 28),
-                            num_classes=10, num_batches=2))
+                            num_classes=10, num_batches=2), store_class)
     result = run(plan.config, plan=plan)
     assert result.ceiling.name.startswith("host memory: least traffic at the fastest host memory "
                                           "rate, ")
@@ -106,13 +107,13 @@ def test_the_memory_check_counts_no_staging_buffers_on_cpu_devices(monkeypatch):
     from bandwidth.errors import OutOfMemoryError
 
     resnet = dict(kv_store="local", cpus=2, network="resnet", num_layers=50)
-    plan = make_plan(Config(**resnet))
+    plan = make_plan(Config(**resnet), store_class)
     nbytes = plan.nbytes
     assert nbytes == 102_015_648            # resnet-50, 102.02 MB
     # Per replica: gradients, outputs, the float32 expected sum, the check's scratch; nothing else.
     per_replica = 2 * nbytes + 4 * plan.numel + plan_module.CHECK_SCRATCH_BYTES
     assert plan_module.host_bytes(plan) == 2 * per_replica
-    sgd = make_plan(Config(**resnet, optimizer="sgd"))
+    sgd = make_plan(Config(**resnet, optimizer="sgd"), store_class)
     assert plan_module.host_bytes(sgd) == 2 * per_replica + 2 * nbytes    # weights and scratch
     monkeypatch.setattr(plan_module, "free_bytes", lambda devices: [2 * per_replica])
     plan_module.check_memory(plan)                                       # fits exactly

@@ -8,11 +8,11 @@ import pytest
 import torch
 from conftest import requires_cuda
 
+from bandwidth.arrays.data import expected_sum
 from bandwidth.config.options import Config
 from bandwidth.hardware.devices import DeviceSet
 from bandwidth.measurement import protocol
 from bandwidth.measurement.session import Session
-from bandwidth.plan.data import expected_sum
 from bandwidth.processes.group import LocalGroup
 from bandwidth.run import run
 

@@ -6,13 +6,13 @@ import math
 import pytest
 import torch
 
+from bandwidth.arrays.data import expected_sum, fill_gradient
+from bandwidth.arrays.layout import Layout
 from bandwidth.config.options import Config
 from bandwidth.hardware import devices as dev
 from bandwidth.hardware.devices import DeviceSet, peer_warning
 from bandwidth.measurement import protocol
 from bandwidth.measurement.session import Session
-from bandwidth.plan.data import expected_sum, fill_gradient
-from bandwidth.plan.layout import Layout
 from bandwidth.processes.group import LocalGroup
 from bandwidth.run import run
 from bandwidth.stores.device import DeviceStore
@@ -115,7 +115,7 @@ def test_nccl_mode_runs_gloo_processes_on_cpu_devices():
 
 
 def test_chunks_are_equal_and_cover_the_range():
-    from bandwidth.plan.layout import chunk_ranges
+    from bandwidth.arrays.layout import chunk_ranges
     assert chunk_ranges(10, 20, 4) == [(10, 13), (13, 16), (16, 20)]
     assert chunk_ranges(0, 5, 100) == [(0, 5)]
     assert chunk_ranges(3, 3, 4) == []

@@ -178,12 +178,14 @@ def test_the_header_names_an_image_shape_only_where_it_shapes_the_arrays():
     """A language model's header line has no image shape or classes (they change nothing);
     ViT's and the image networks' have them."""
     import networks
+    from bandwidth.backends.registry import store_class
     from bandwidth.config.options import Config
     from bandwidth.plan.plan import make_plan
 
     assert not networks.takes_image("gpt2-medium") and not networks.takes_image("flat:1000")
     assert networks.takes_image("vit-b16") and networks.takes_image("resnet")
-    text = {name: make_plan(Config(kv_store="local", cpus=1, network=name), False).input_text
+    text = {name: make_plan(Config(kv_store="local", cpus=1, network=name), store_class,
+                            False).input_text
             for name in ("gpt2-medium", "vit-b16", "resnet", "flat:1000")}
     assert text == {"gpt2-medium": "", "vit-b16": " (image shape 3,224,224, 1000 classes)",
                     "resnet": " (image shape 3,224,224, 1000 classes)", "flat:1000": ""}

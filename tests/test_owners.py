@@ -8,10 +8,10 @@ import math
 import pytest
 import torch
 
+from bandwidth.arrays.data import expected_sum
 from bandwidth.config.options import Config
 from bandwidth.hardware.devices import DeviceSet
 from bandwidth.measurement.session import Session
-from bandwidth.plan.data import expected_sum
 from bandwidth.processes.group import LocalGroup
 from bandwidth.run import run
 from bandwidth.stores.owners import SPLIT_BOUND, assign_owners, owner_pieces, water_fill

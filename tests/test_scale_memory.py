@@ -10,9 +10,9 @@ import pytest
 import torch
 from conftest import ROOT
 
+from bandwidth.arrays import data
+from bandwidth.arrays.data import Reference, fill_gradient
 from bandwidth.hardware.memory import job_memory, memory_line
-from bandwidth.plan import data
-from bandwidth.plan.data import Reference, fill_gradient
 
 
 def test_a_streamed_reference_checks_exactly_as_a_kept_one(monkeypatch):

@@ -10,10 +10,10 @@ import torch
 import torch.multiprocessing as mp
 
 import networks
+from bandwidth.arrays.data import expected_sum
 from bandwidth.hardware.devices import DeviceSet
 from bandwidth.measurement import protocol
 from bandwidth.measurement.session import Session
-from bandwidth.plan.data import expected_sum
 from bandwidth.processes.group import LocalGroup
 from bandwidth.schedules.base import (
     ALL_GATHER, BACKWARD, EXCHANGE, FORWARD, REDUCE_SCATTER, WAIT, check_events, layer_name,
@@ -223,7 +223,7 @@ def test_the_document_lists_ddps_buckets(cli, tmp_path):
 def test_how_a_scheduled_step_is_launched():
     """backward and ddp follow the flat rule with a graph per part on GPUs; fsdp and CPU devices
     stay eager; the note says which and why (tests/test_schedules_gpu.py runs the graphs)."""
-    from bandwidth.measurement.session import launch_of, schedule_launch_note
+    from bandwidth.plan.launching import launch_of, schedule_launch_note
     from bandwidth.stores.registry import KVSTORES
     gpu, gpus, cpus = DeviceSet("cuda", (0, 0)), DeviceSet("cuda", (0,)), DeviceSet("cpu", (0, 1))
     device, local, nccl = KVSTORES["device"], KVSTORES["local"], KVSTORES["nccl"]

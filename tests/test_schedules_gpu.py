@@ -9,10 +9,10 @@ import torch
 from conftest import requires_cuda
 
 import networks
+from bandwidth.arrays.data import expected_sum
 from bandwidth.config.options import Config
 from bandwidth.hardware.devices import DeviceSet
 from bandwidth.measurement.session import Session
-from bandwidth.plan.data import expected_sum
 from bandwidth.processes.group import LocalGroup
 from bandwidth.run import run
 from bandwidth.schedules.base import FORWARD

@@ -10,5 +10,5 @@ the run calls to carry a measurement out (every device in this process, or the r
 launch.py). ``mxnet_backend`` describes MXNet's kvstore types; ``mxnet_session`` drives them, and
 is imported only when asked for; it imports ``mxnet`` itself only when it measures.
 
-May import: config, plan, stores, measurement, processes, results. Nothing here imports the run.
+May import: arrays, config, plan, stores, measurement, processes, results. Nothing here imports the run.
 """

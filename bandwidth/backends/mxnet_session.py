@@ -5,12 +5,12 @@
         --kv-store dist_sync --cpus 2 --network lenet
 
 Arrays: one NDArray per key and device, on ``mx.cpu(i)`` or ``mx.gpu(i)``, holding the closed-form
-test data of ``bandwidth.plan.data`` for the global replica ``worker * devices + device``. Each step
-pushes and then pulls every key with its own call and ``priority = key``, as MXNet's
+test data of ``bandwidth.arrays.data`` for the global replica ``worker * devices + device``. Each
+step pushes and then pulls every key with its own call and ``priority = key``, as MXNet's
 ``tools/bandwidth/measure.py`` did (MXNet's Python overhead is in the time, as it was there); the
 step ends when ``mx.nd.waitall()`` returns. Timing and reports are
 ``bandwidth.measurement.protocol``'s, the
-error is ``bandwidth.plan.data.Reference``'s (with sgd: ``-steps x lr x sum``, MXNet's SGD with
+error is ``bandwidth.arrays.data.Reference``'s (with sgd: ``-steps x lr x sum``, MXNet's SGD with
 rescale_grad 1 and no weight decay).
 
 Under launch.py (``--scheduler``): the scheduler and the servers import mxnet, which runs
@@ -36,13 +36,13 @@ from typing import Callable, NoReturn
 import numpy as np
 import torch
 
+from bandwidth.arrays import optimizers
+from bandwidth.arrays.data import Reference, fill_gradient
+from bandwidth.arrays.layout import Layout
 from bandwidth.backends.mxnet_backend import import_mxnet
 from bandwidth.errors import BandwidthError, UnsupportedError
 from bandwidth.launch.contract import SCHEDULER, SERVER, Role, join_store
 from bandwidth.measurement.tasks import measure_session
-from bandwidth.plan import optimizers
-from bandwidth.plan.data import Reference, fill_gradient
-from bandwidth.plan.layout import Layout
 from bandwidth.plan.plan import Plan
 from bandwidth.processes.group import LocalGroup
 from bandwidth.results.result import Result

@@ -14,7 +14,7 @@ modes --network-ceiling and --predict cover) runs where the job is built
 Owns: flags, their defaults and checks, the names of the backends. May import the vocabulary
 (errors, cliparse, thresholds for the gates' values, links for --network-ceiling and
 --link-rate) and the owners of the values it parses: the schedules' registry for --schedule
-(``schedules``: those flags), plan.layout for dtype sizes, hardware.devices for the default
+(``schedules``: those flags), arrays.layout for dtype sizes, hardware.devices for the default
 devices that --scaling sweeps. Not the stores, the ceiling, the report or the model. Nothing it
 imports imports it back.
 

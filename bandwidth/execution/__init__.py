@@ -11,7 +11,7 @@ measurements, gates and outputs. ``commandline`` -- where the job is built: conf
 parse (``build_parser``, ``job_from_args``) with the names the registries own checked (the
 kvstore modes, what --network-ceiling and --predict cover), before anything is planned.
 
-May import: config, plan, run, backends, measurement, results, report, ceiling, hardware,
+May import: arrays, config, plan, run, backends, measurement, results, report, ceiling, hardware,
 stores, schedules, launch (the preflight and heartbeat contract, the rendezvous), processes,
 predict, compute, the vocabulary. Imported only by ``measure`` (bandwidth.processes.spawn starts
 ``rank`` by its module name, importing nothing here); nothing it imports imports it back.

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 
 from bandwidth.backends import engines
+from bandwidth.backends.registry import store_class
 from bandwidth.config.job import Job
 from bandwidth.errors import ConfigError
 from bandwidth.execution import roles as toolkit_roles
@@ -39,7 +40,7 @@ def execute_distributed(job: Job, role) -> int:
                           "bandwidth.compare a.json b.json")
     (config,) = job.configs
     on_worker = role is None or role.name == "worker"
-    plan = make_plan(config, with_devices=on_worker)
+    plan = make_plan(config, store_class, with_devices=on_worker)
     roles.check_role(config.kv_store, role, servers_needed=not plan.store_cls.process_per_device)
     if preflight(role):
         return 0

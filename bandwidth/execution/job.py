@@ -8,7 +8,9 @@ import os
 import sys
 import time
 
+from bandwidth.arrays.layout import DTYPE_BYTES
 from bandwidth.backends import engines
+from bandwidth.backends.registry import store_class
 from bandwidth.ceiling.bounds import BoundCache
 from bandwidth.cliparse import check_output_path
 from bandwidth.compute.layers import describe as describe_compute
@@ -20,7 +22,6 @@ from bandwidth.execution.passes import (baseline_processes, baseline_threads, co
                                         pin_threads, plan_key)
 from bandwidth.gates import summary_path
 from bandwidth.hardware.environment import describe as describe_environment
-from bandwidth.plan.layout import DTYPE_BYTES
 from bandwidth.plan.plan import Plan, make_plan, size_line
 from bandwidth.report import baseline, table
 from bandwidth.report.progress import Progress
@@ -36,7 +37,7 @@ def execute(job: Job, role=None) -> int:
     if role is not None:                   # under launch.py: refuse servers before importing mxnet
         from bandwidth.execution.roles import check_single_host
         check_single_host(list(dict.fromkeys(c.kv_store for c in job.configs)), role)
-    plans = [make_plan(config) for config in job.configs]     # every configuration checked first
+    plans = [make_plan(config, store_class) for config in job.configs]     # each checked first
     if preflight(role):
         return 0
     if job.dry_run:

@@ -27,6 +27,7 @@ if __name__ == "__main__":
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
+from bandwidth.backends.registry import store_class  # noqa: E402
 from bandwidth.config.options import Config  # noqa: E402
 from bandwidth.errors import BandwidthError  # noqa: E402
 from bandwidth.launch.contract import job_store  # noqa: E402
@@ -72,7 +73,7 @@ def execute(payload: dict, rank: int, world_size: int, port: int, timeout_s: flo
         from bandwidth.ceiling.collectives import rank_task
         return {"collectives": rank_task(dict(payload["collectives"], secret=payload["secret"]),
                                          rank, world_size, port, timeout_s)}
-    plan = make_plan(Config.from_dict(payload["config"]))
+    plan = make_plan(Config.from_dict(payload["config"]), store_class)
     device = plan.devices.torch_device(rank)
     if device.type == "cuda":
         torch.cuda.set_device(device)

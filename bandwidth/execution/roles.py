@@ -25,6 +25,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from bandwidth.arrays import optimizers
+from bandwidth.arrays.layout import DTYPE_BYTES, TORCH_DTYPES
 from bandwidth.ceiling.bounds import Bound, judged
 from bandwidth.config.job import server_settings
 from bandwidth.errors import ConfigError, UnsupportedError
@@ -32,8 +34,6 @@ from bandwidth.launch.contract import SERVER, WORKER, Role, join_store
 from bandwidth.measurement.costs import exchange_steps
 from bandwidth.measurement.protocol import Summary
 from bandwidth.measurement.tasks import measure_task
-from bandwidth.plan import optimizers
-from bandwidth.plan.layout import DTYPE_BYTES, TORCH_DTYPES
 from bandwidth.plan.plan import Plan, make_plan
 from bandwidth.processes.group import DistGroup, all_gather_json
 from bandwidth.processes.spawn import run_ranks
@@ -354,4 +354,5 @@ def _own_share(plan: Plan, role: Role) -> Plan:
     share = gpu_shares(everyone)[role.task_id]
     if len(share) == len(ids):
         return plan
-    return make_plan(replace(plan.config, gpus=tuple(ids[i] for i in share)))
+    return make_plan(replace(plan.config, gpus=tuple(ids[i] for i in share)),
+                     lambda config: plan.store_cls)        # the same mode, fewer GPUs

@@ -26,7 +26,7 @@ _MMAP_ENV = "MALLOC_MMAP_THRESHOLD_"
 def return_freed_memory() -> None:
     """Fix glibc's mmap threshold at MMAP_THRESHOLD, in this process and (through the
     environment) the processes it starts. glibc raises the threshold each time a mapped block is
-    freed, so the data's 8 MB temporaries (bandwidth.plan.data) come from the heap after the first
+    freed, so the data's 8 MB temporaries (bandwidth.arrays.data) come from the heap after the first
     few, and the heap keeps what they leave: 60-95 MB more in a worker filling 100 MB of
     gradients on this VM's glibc, 3-5 GB over 50 workers (issue 27). A threshold the user set in
     the environment is kept. Not glibc: nothing."""

@@ -1,11 +1,11 @@
 """The measurement protocol, written once: warm-up, device-synchronised timing and the error check
-on every iteration (``protocol``), one process's replicas of a mode with their data (``session``),
-how its steps are issued, from a CUDA graph or eagerly (``launching``), and a process's whole task
+on every iteration (``protocol``), one process's replicas of a mode with their data (``session``,
+its steps issued from a CUDA graph or eagerly as plan.launching says), and a process's whole task
 as a plain dict that crosses processes (``tasks``).
 
 ``costs`` -- what a step costs with ``--compute`` (compute alone, exchange alone, both); ``fresh``
 -- one ``--repeat auto`` pass in a fresh process.
 
-May import: stores, plan, hardware, processes.lifeline (the per-iteration watchdog). Not the run,
+May import: arrays, stores, plan, hardware, processes.lifeline (the per-iteration watchdog). Not the run,
 the results or the report.
 """

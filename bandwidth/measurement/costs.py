@@ -22,6 +22,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import asdict
 
+from bandwidth.arrays.layout import DTYPE_BYTES
 from bandwidth.compute.graphs import SlotGraphs
 from bandwidth.compute.layers import unit_work
 from bandwidth.compute.runner import Runner, large_matmul_rate
@@ -29,7 +30,6 @@ from bandwidth.compute.slots import Slots
 from bandwidth.compute.stepgraph import (TRIAL_STEPS, AloneGraphs, StepGraphs,
                                          step_graph_unavailable)
 from bandwidth.measurement import protocol
-from bandwidth.plan.layout import DTYPE_BYTES
 from bandwidth.plan.plan import Plan
 from bandwidth.schedules.base import BACKWARD, FORWARD, Event, Schedule
 from bandwidth.schedules.flat import Flat

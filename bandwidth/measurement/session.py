@@ -43,17 +43,14 @@ import time
 
 import torch
 
+from bandwidth.arrays import optimizers
+from bandwidth.arrays.data import Reference, fill_gradient
+from bandwidth.arrays.layout import DTYPE_BYTES, TORCH_DTYPES, Replica
 from bandwidth.hardware import cputhreads
 from bandwidth.hardware.devices import DeviceSet
-from bandwidth.measurement.launching import launch_of, schedule_launch_note
-from bandwidth.plan import optimizers
-from bandwidth.plan.data import Reference, fill_gradient
-from bandwidth.plan.layout import DTYPE_BYTES, TORCH_DTYPES, Replica
+from bandwidth.plan.launching import launch_of
 from bandwidth.schedules.runner import ScheduledStore, scheduled_layout
 from bandwidth.stores.registry import KVSTORES
-
-# launch_of and schedule_launch_note: imported from here by measurement.tasks
-__all__ = ["Session", "launch_of", "schedule_launch_note"]
 
 log = logging.getLogger(__name__)
 

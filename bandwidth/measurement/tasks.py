@@ -11,7 +11,8 @@ from typing import Callable
 from bandwidth.measurement import protocol
 from bandwidth.measurement.costs import measure_costs
 from bandwidth.measurement.protocol import Report, Sample, Summary
-from bandwidth.measurement.session import Session, launch_of, schedule_launch_note
+from bandwidth.measurement.session import Session
+from bandwidth.plan.launching import launch_of, schedule_launch_note
 from bandwidth.plan.plan import Plan
 from bandwidth.processes.lifeline import Watchdog
 from bandwidth.stores.registry import KVSTORES

@@ -1,25 +1,28 @@
 """The plan of one measurement: the network's arrays, the devices, the mode's class, checked
-before anything is allocated (``make_plan``), and whether its buffers fit (``check_memory``)."""
+before anything is allocated (``make_plan``), and whether its buffers fit (``check_memory``).
+
+The planner imports none of the stages it plans for: its caller hands it the registry's factory
+of the mode's class (bandwidth.backends.registry.store_class), as a registry owns its factories.
+"""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
 from functools import cached_property
+from typing import Callable
 
 import networks
-from bandwidth.backends.registry import store_class
+from bandwidth.arrays.layout import DTYPE_BYTES
 from bandwidth.compute.layers import ComputePlan, compute_plan
 from bandwidth.compute.runner import work_bytes
 from bandwidth.config.options import Config
 from bandwidth.errors import ConfigError, OutOfMemoryError, UnsupportedError
 from bandwidth.hardware.devices import DeviceSet, free_bytes, resolve
-from bandwidth.measurement.launching import launch_of
-from bandwidth.plan.layout import DTYPE_BYTES
+from bandwidth.plan.launching import launch_of
 from bandwidth.plan.onegpu import one_gpu
 from bandwidth.schedules.base import Schedule
 from bandwidth.schedules.registry import SCHEDULES
-from bandwidth.stores.registry import KVStore
 
 # Scratch for the chunked data generation and error check (int64 and float64 temporaries).
 CHECK_SCRATCH_BYTES = 6 * 8 * (1 << 22)
@@ -35,7 +38,7 @@ class Plan:
     config: Config
     shapes: list[tuple[str, tuple[int, ...]]]
     devices: DeviceSet
-    store_cls: type[KVStore]
+    store_cls: type                    # the mode's KVStore class under its backend
     # ``# note:`` lines about how the devices were chosen (one GPU: bandwidth.plan.onegpu).
     notes: tuple[str, ...] = ()
 
@@ -95,8 +98,12 @@ class Plan:
                                      first_bucket_mb=c.first_bucket_mb)
 
 
-def make_plan(config: Config, with_devices: bool = True) -> Plan:
+def make_plan(config: Config, store_class: Callable[[Config], type],
+              with_devices: bool = True) -> Plan:
     """Check everything that can be checked before allocating: network, devices, mode.
+    ``store_class`` gives the mode's KVStore class under its backend (the caller's registry,
+    bandwidth.backends.registry.store_class); it is asked after the network and the devices are
+    checked, so that a bad command line's first error is the same whichever backend it names.
     ``with_devices`` False (a parameter server, which holds no device arrays): no device check."""
     try:
         shapes = networks.get_shapes(config.network, image_shape=config.image_shape,

@@ -10,7 +10,7 @@ The regression check's parts: ``fingerprints`` (the hardware against the baselin
 parts share), ``difftable`` (the diff table and verdict line); and ``timeline`` -- ``--plot`` of
 one traced step with ``--compute``.
 
-May import: results, plan (labels), hardware (topology for fingerprints), the vocabulary (links
+May import: results, plan (labels), arrays (dtype sizes), hardware (topology for fingerprints), the vocabulary (links
 for host matrices; files, gates, thresholds, textformat). Never the ceiling's measurements, the
 run, the stores or the processes.
 """

@@ -119,7 +119,7 @@ def links_text(links: dict) -> str:
 
 
 def array_table(plan: Plan) -> list[str]:
-    from bandwidth.plan.layout import DTYPE_BYTES
+    from bandwidth.arrays.layout import DTYPE_BYTES
 
     width = max(len(name) for name, _ in plan.shapes)
     lines = [f"{'key':>5}  {'name':<{width}}  {'shape':<24} {'bytes':>14}"]

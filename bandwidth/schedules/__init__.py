@@ -7,6 +7,6 @@ events), one module per schedule (``flat``, ``backward``, ``ddp``, ``fsdp``), on
 halves of an all-reduce, the store of ``fsdp``; ``realddp`` -- real DistributedDataParallel over a
 network's shapes, the reference the ``ddp`` schedule is held to.
 
-May import: the vocabulary (errors, formulas), plan.layout, the stores (their classes and
+May import: the vocabulary (errors, formulas), arrays.layout, the stores (their classes and
 registry). Never config, the run, the measurement or the report.
 """

@@ -15,7 +15,7 @@ same events with a replay per EXCHANGE (the session treats it as the flat step's
 
 from __future__ import annotations
 
-from bandwidth.plan.layout import Layout, Replica
+from bandwidth.arrays.layout import Layout, Replica
 from bandwidth.schedules.base import ALL_GATHER, EXCHANGE, REDUCE, WAIT, Schedule
 from bandwidth.schedules.graphs import PartGraphs
 from bandwidth.schedules.sharded import ShardedPart

@@ -6,6 +6,6 @@ the parameter servers' key placement); ``deviceplan``: the device mode's plan of
 copy streams, events and the views each copy and sum touches). Adding a mode: one module here and
 one line in ``registry``.
 
-May import: the vocabulary, hardware (devices, raw copies), plan.layout, plan.optimizers. Never
+May import: the vocabulary, hardware (devices, raw copies), arrays (layout, optimizers). Never
 config, the run, the measurement or the report.
 """

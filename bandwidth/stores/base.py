@@ -1,7 +1,7 @@
 """The small interface every kvstore mode fills in.
 
 A mode receives this process's replicas (flat gradient and output buffers, see
-bandwidth.plan.layout),
+bandwidth.arrays.layout),
 the optimizer (or None) and a group for cross-process work, and supplies only its own operation:
 set-up in ``__init__``, one reduce + broadcast of every array in ``step``, its bus factor, and
 ``unavailable`` saying when it cannot run here and why. The driver never tests a mode's name.
@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from bandwidth.arrays.layout import Layout, Replica
+from bandwidth.arrays.optimizers import Sgd
 from bandwidth.formulas import allreduce_factor
 from bandwidth.hardware.devices import DeviceSet
-from bandwidth.plan.layout import Layout, Replica
-from bandwidth.plan.optimizers import Sgd
 
 
 class KVStore:

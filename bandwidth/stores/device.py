@@ -51,9 +51,9 @@ import math
 
 import torch
 
+from bandwidth.arrays.layout import Layout
 from bandwidth.hardware import devices as dev
 from bandwidth.hardware import rawcopy
-from bandwidth.plan.layout import Layout
 from bandwidth.stores.base import KVStore
 from bandwidth.stores.deviceplan import PLAN_FIELDS, DevicePlan, auto_chunk
 from bandwidth.stores.owners import SPLIT_BOUND, owner_pieces, owner_runs

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import torch
 
+from bandwidth.arrays.layout import chunk_ranges
 from bandwidth.hardware import devices as dev
 from bandwidth.hardware import rawcopy
-from bandwidth.plan.layout import chunk_ranges
 
 # The plan of a step (``_schedule``), saved and restored around a capture with another plan.
 PLAN_FIELDS = ("chunks", "recv_at", "send", "push_send", "pulled", "summed", "pulls", "rounds",

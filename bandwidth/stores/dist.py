@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from bandwidth.arrays.layout import Layout, chunk_ranges
 from bandwidth.hardware import devices as dev
-from bandwidth.plan.layout import Layout, chunk_ranges
 from bandwidth.stores.base import KVStore
 from bandwidth.stores.device import DeviceStore
 from bandwidth.stores.owners import assign_owners, owner_pieces

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import torch
 
+from bandwidth.arrays.layout import chunk_ranges
 from bandwidth.hardware import devices as dev
 from bandwidth.hardware import rawcopy
-from bandwidth.plan.layout import chunk_ranges
 from bandwidth.stores.base import KVStore
 
 # GPUs: the buffer in about this many chunks, so that filling and draining the pipeline costs

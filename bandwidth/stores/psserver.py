@@ -34,7 +34,7 @@ import threading
 import torch
 import torch.distributed as dist
 
-from bandwidth.plan.layout import DTYPE_BYTES, TORCH_DTYPES
+from bandwidth.arrays.layout import DTYPE_BYTES, TORCH_DTYPES
 from bandwidth.stores.dist import messages, ps_layout
 
 SERVER_THREADS = 1

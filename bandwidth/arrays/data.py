@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from bandwidth.plan.optimizers import Sgd
+from bandwidth.arrays.optimizers import Sgd
 
 SCALE = 64.0
 CHUNK_ELEMENTS = 1 << 20     # int64 temporaries of 8 MB each: a worker's transient stays small
