@@ -95,7 +95,7 @@ def _main(args) -> int:
             # torchrun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), has a role.
             import socket
 
-            from bandwidth.launch.torchenv import role_from_environ
+            from bandwidth.launch.contract.torchenv import role_from_environ
             job = job_from_args(args)
             role = role_from_environ(os.environ, job.num_servers, socket.gethostname())
             status = execute(job, role)
@@ -150,7 +150,7 @@ def _peer_failure(exc: Exception, first: str) -> bool:
 
 def _tell_launcher(reason: str, consequence: bool) -> None:
     """Under launch.py: say why this process fails (a consequence: another failed first)."""
-    from bandwidth.launch.heartbeat import report_end
+    from bandwidth.launch.contract.heartbeat import report_end
 
     report_end(reason.splitlines()[0] if reason else "", consequence)
 

@@ -19,7 +19,7 @@ from bandwidth.measurement import protocol
 from bandwidth.measurement.protocol import Report, Sample, Summary
 from bandwidth.measurement.tasks import Kicking, reference_stage, reference_summary, say
 from bandwidth.plan.plan import Plan, check_memory, make_plan
-from bandwidth.processes.lifeline import Watchdog
+from bandwidth.launch.supervision.lifeline import Watchdog
 from bandwidth.processes.spawn import run_ranks
 from bandwidth.results.costs import step_costs
 from bandwidth.results.result import Result

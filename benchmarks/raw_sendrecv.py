@@ -32,7 +32,7 @@ import torch.distributed as dist
 
 import networks
 from bandwidth.arrays.layout import chunk_ranges
-from bandwidth.launch.contract import SERVER, WORKER, ContractError, Role, join_store
+from bandwidth.launch.contract.environment import SERVER, WORKER, ContractError, Role, join_store
 from bandwidth.processes.group import all_gather_json
 from bandwidth.stores.dist import ps_layout, split_evenly
 

@@ -26,7 +26,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from bandwidth.processes.lifeline import die_with_parent
+from bandwidth.launch.supervision.lifeline import die_with_parent
 
 PROGRAMS = ("munged", "slurmctld", "slurmd", "salloc", "srun", "scontrol", "scancel", "sinfo")
 
@@ -155,7 +155,7 @@ PartitionName=bw12 Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe
         log = open(self.root / "log" / f"{name.replace(' ', '-')}.out", "wb")
         with log:
             # A test process killed outright (SIGKILL, a crashed interpreter) takes the daemons
-            # with it: the kernel's parent-death signal (bandwidth.processes.lifeline).
+            # with it: the kernel's parent-death signal (bandwidth.launch.supervision.lifeline).
             proc = subprocess.Popen(argv, env=self.env(), stdin=subprocess.DEVNULL, stdout=log,
                                     stderr=subprocess.STDOUT, start_new_session=True,
                                     preexec_fn=functools.partial(die_with_parent, os.getpid()))

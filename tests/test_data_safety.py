@@ -234,12 +234,12 @@ def test_a_baseline_whose_schema_version_is_true_is_refused(tmp_path):
 # ----- the loader's variables stay home -----
 
 def test_ld_preload_and_pythonstartup_are_not_sent_to_remote_hosts(tmp_path):
-    from bandwidth.launch import ssh
-    from bandwidth.launch.config import LaunchConfig
-    from bandwidth.launch.contract import Job
-    from bandwidth.launch.environ import child_environ
-    from bandwidth.launch.hostfile import parse_hostfile
-    from bandwidth.launch.plan import make_plan
+    from bandwidth.launch.launchers import ssh
+    from bandwidth.launch.planning.config import LaunchConfig
+    from bandwidth.launch.contract.environment import Job
+    from bandwidth.launch.contract.forwarding import child_environ
+    from bandwidth.launch.planning.hostfile import parse_hostfile
+    from bandwidth.launch.planning.plan import make_plan
 
     (tmp_path / "hosts").write_text("node1\n")
     hosts = tuple(parse_hostfile(tmp_path / "hosts"))

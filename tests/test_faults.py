@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import pytest
 from launch_support import ROOT, alive, launch, marker, program, start_launch, wait_until
 
-from bandwidth.launch.ending import Ending, consequence_line, pick_root
+from bandwidth.launch.supervision.ending import Ending, consequence_line, pick_root
 
 pytestmark = pytest.mark.timeout(120)
 

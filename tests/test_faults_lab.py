@@ -193,7 +193,7 @@ def test_a_link_set_down_names_the_host_behind_it(lab, tmp_path):
     """The launcher names the host; on the host, cut off and told nothing, the guard hears no
     launcher for GUARD_QUIET_S and ends everything the job started there (was: its sshd session,
     the guard and measure.py alive 127 s later)."""
-    from bandwidth.launch.ssh import GUARD_GRACE_S, GUARD_QUIET_S
+    from bandwidth.launch.launchers.ssh import GUARD_GRACE_S, GUARD_QUIET_S
     host = lab.hosts[1]
     proc = start(lab, tmp_path, "dist_sync")
     try:

@@ -80,12 +80,12 @@ def test_shares_of_different_sizes_over_the_job_are_refused():
 
 
 def _ssh_children(hosts_text: str, tmp_path, *env_flags: str):
-    from bandwidth.launch import ssh
-    from bandwidth.launch.config import LaunchConfig
-    from bandwidth.launch.contract import Job
-    from bandwidth.launch.environ import parse_env_flags
-    from bandwidth.launch.hostfile import parse_hostfile
-    from bandwidth.launch.plan import make_plan
+    from bandwidth.launch.launchers import ssh
+    from bandwidth.launch.planning.config import LaunchConfig
+    from bandwidth.launch.contract.environment import Job
+    from bandwidth.launch.contract.forwarding import parse_env_flags
+    from bandwidth.launch.planning.hostfile import parse_hostfile
+    from bandwidth.launch.planning.plan import make_plan
 
     (tmp_path / "hosts").write_text(hosts_text)
     hosts = tuple(parse_hostfile(tmp_path / "hosts"))
@@ -112,14 +112,14 @@ def test_env_values_and_the_secret_are_on_no_command_line(tmp_path):
 @pytest.mark.parametrize("name", ["PS_AUTH", "TORCH_APIKEY", "NCCL_ACCESSKEY", "MXNET_KEY",
                                   "GLOO_PRIVATE_THING", "TORCH_COOKIE", "PS_SECRET"])
 def test_credential_like_names_are_not_forwarded(name):
-    from bandwidth.launch.environ import is_forwarded
+    from bandwidth.launch.contract.forwarding import is_forwarded
 
     assert not is_forwarded(name, same_host=True)
 
 
 @pytest.mark.parametrize("name", ["NCCL_IB_PKEY", "NCCL_SOCKET_IFNAME", "TORCH_HOME", "PS_VERBOSE"])
 def test_tuning_names_are_still_forwarded(name):
-    from bandwidth.launch.environ import is_forwarded
+    from bandwidth.launch.contract.forwarding import is_forwarded
 
     assert is_forwarded(name, same_host=False)
 

@@ -13,7 +13,7 @@ PROGRAM = """
 import sys, time
 from datetime import timedelta
 from torch.distributed import TCPStore
-from bandwidth.launch.heartbeat import Heartbeat
+from bandwidth.launch.contract.heartbeat import Heartbeat
 master = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
                   timeout=timedelta(seconds=10))
 # An interval this short keeps the thread in the store nearly all the time.

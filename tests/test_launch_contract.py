@@ -9,9 +9,10 @@ import pytest
 from launch_support import ROOT, alive, launch_env, marker, wait_until
 
 from bandwidth.errors import ConfigError
-from bandwidth.launch.contract import SCHEDULER, SERVER, WORKER, ContractError, Job, Role
-from bandwidth.launch.environ import child_environ, is_forwarded, parse_env_flags
-from bandwidth.launch.mpi import MpiChild
+from bandwidth.launch.contract.environment import (SCHEDULER, SERVER, WORKER, ContractError, Job,
+                                                   Role)
+from bandwidth.launch.contract.forwarding import child_environ, is_forwarded, parse_env_flags
+from bandwidth.launch.launchers.mpi import MpiChild
 
 JOB = Job(num_workers=3, num_servers=2, master_addr="10.0.0.1", master_port=29500,
           ps_root_port=29500, cluster="ssh")
@@ -89,8 +90,8 @@ def test_the_guard_stops_the_whole_group_when_its_stdin_closes():
     mark = marker()
     sleeper = f"{sys.executable} -c 'import time; time.sleep(600)' {mark}"
     guard = subprocess.Popen(
-        [sys.executable, "-m", "bandwidth.launch.guard", "--grace", "1", "--", "sh", "-c",
-         f"{sleeper} & exec {sleeper}"], stdin=subprocess.PIPE,
+        [sys.executable, "-m", "bandwidth.launch.supervision.guard", "--grace", "1", "--", "sh",
+         "-c", f"{sleeper} & exec {sleeper}"], stdin=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True, cwd=ROOT, env=launch_env())
     assert guard.stderr.readline().startswith("bandwidth-guard: started ")
     # the guard (the marker is in its argv), the background sleeper and the one sh became
@@ -109,8 +110,9 @@ def test_the_guard_ends_what_left_the_group_too(ending):
     mark = marker()
     sleeper = f"{sys.executable} -c 'import time; time.sleep(600)' {mark}"
     guard = subprocess.Popen(
-        [sys.executable, "-m", "bandwidth.launch.guard", "--grace", "1", "--quiet", "2", "--",
-         "sh", "-c", f"{sleeper} & setsid {sleeper} & exec {sleeper}"], stdin=subprocess.PIPE,
+        [sys.executable, "-m", "bandwidth.launch.supervision.guard", "--grace", "1", "--quiet", "2",
+         "--", "sh", "-c", f"{sleeper} & setsid {sleeper} & exec {sleeper}"],
+        stdin=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True, cwd=ROOT, env=launch_env())
     try:
         assert guard.stderr.readline().startswith("bandwidth-guard: started ")
@@ -136,8 +138,8 @@ def test_the_guard_ends_what_left_the_group_too(ending):
 
 
 def test_the_guard_passes_the_exit_status_on():
-    guard = subprocess.run([sys.executable, "-m", "bandwidth.launch.guard", "--", "sh", "-c",
-                            "echo out; exit 3"], input="", capture_output=True, text=True,
+    guard = subprocess.run([sys.executable, "-m", "bandwidth.launch.supervision.guard", "--", "sh",
+                            "-c", "echo out; exit 3"], input="", capture_output=True, text=True,
                            cwd=ROOT, env=launch_env(), timeout=30)
     # stdin at end-of-file from the start: the guard may stop the command before it exits
     assert guard.returncode in (3, 128 + 15)

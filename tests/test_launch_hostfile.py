@@ -4,8 +4,8 @@ import pytest
 from launch_support import launch
 
 from bandwidth.errors import ConfigError
-from bandwidth.launch.hostfile import Host, HostfileError, parse_hostfile
-from bandwidth.launch.plan import deal, local_ranks, slot_counts
+from bandwidth.launch.planning.hostfile import Host, HostfileError, parse_hostfile
+from bandwidth.launch.planning.plan import deal, local_ranks, slot_counts
 
 
 def write(tmp_path, text):

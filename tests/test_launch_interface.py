@@ -1,14 +1,15 @@
-"""The interface each process of a job uses (bandwidth/launch/interface.py) and the launcher's
-once-only explanation of torch's per-connection warnings (bandwidth/launch/noise.py). Across real
-hosts with different interface names: tests/test_netlab.py."""
+"""The interface each process of a job uses (bandwidth/launch/contract/interface.py) and the
+launcher's once-only explanation of torch's per-connection warnings
+(bandwidth/launch/supervision/noise.py). Across real hosts with different interface names:
+tests/test_netlab.py."""
 
 import socket
 
 import pytest
 
-from bandwidth.launch.interface import (Choice, RendezvousUnreachable, export_choice,
-                                        interface_of, towards_rendezvous)
-from bandwidth.launch.noise import NoiseFilter
+from bandwidth.launch.contract.interface import (Choice, RendezvousUnreachable, export_choice,
+                                                 interface_of, towards_rendezvous)
+from bandwidth.launch.supervision.noise import NoiseFilter
 
 
 def test_loopback_is_found_on_lo():

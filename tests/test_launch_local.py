@@ -12,9 +12,9 @@ import pytest
 from launch_support import (PYTHON, ROOT, alive, launch, launch_env, marker, program, records,
                             start_launch, wait_until)
 
-from bandwidth.launch.config import LaunchConfig
+from bandwidth.launch.planning.config import LaunchConfig
 from bandwidth.launch.driver import run
-from bandwidth.launch.supervisor import LaunchFailed
+from bandwidth.launch.supervision.supervisor import LaunchFailed
 
 SECRETS = {"SECRET_TOKEN": "hunter2", "AWS_SECRET_ACCESS_KEY": "x", "MY_PRIVATE_THING": "y",
            "NCCL_API_TOKEN": "z"}
@@ -61,7 +61,7 @@ def test_processes_sharing_a_host_get_one_thread_unless_told(tmp_path):
     the most crowded host, at least 1, when neither the launcher's environment nor --env sets
     it; a value the user gives is kept."""
     import os
-    from bandwidth.launch.plan import one_thread_where_crowded
+    from bandwidth.launch.planning.plan import one_thread_where_crowded
 
     env = {k: v for k, v in launch_env().items() if k != "OMP_NUM_THREADS"}
     result = launch("-n", "2", "-s", "1", PYTHON, program("role_env.py"), str(tmp_path), env=env)

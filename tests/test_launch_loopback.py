@@ -10,9 +10,9 @@ import sys
 import pytest
 from conftest import ROOT
 
-from bandwidth.launch.config import LaunchConfig
-from bandwidth.launch.hostfile import Host
-from bandwidth.launch.ssh import is_loopback, needs_ssh, runs_locally
+from bandwidth.launch.planning.config import LaunchConfig
+from bandwidth.launch.planning.hostfile import Host
+from bandwidth.launch.launchers.ssh import is_loopback, needs_ssh, runs_locally
 
 
 def test_loopback_names_and_addresses():

@@ -7,8 +7,8 @@ import time
 import pytest
 from launch_support import PYTHON, alive, launch, marker, program, records
 
-from bandwidth.launch.contract import ContractError
-from bandwidth.launch.mpirole import environ_for
+from bandwidth.launch.contract.environment import ContractError
+from bandwidth.launch.launchers.mpirole import environ_for
 
 pytestmark = pytest.mark.skipif(shutil.which("mpirun") is None,
                                 reason="Open MPI's mpirun is not installed (apt-get install "

@@ -14,7 +14,7 @@ import pytest
 from launch_support import ROOT, alive, marker, program, records, wait_until
 from slurm_support import SlurmCluster, missing_reason
 
-from bandwidth.launch.slurm import tasks_per_node
+from bandwidth.launch.launchers.slurm import tasks_per_node
 
 REASON = missing_reason()
 LENET = ["--network", "lenet", "--image-shape", "1,28,28", "--num-classes", "10",
@@ -253,8 +253,8 @@ def srun_failure(returncode: int, *srun_lines: str, task_lines=()):
     """SrunChild.failure() on srun's messages as they read, without running Slurm."""
     from types import SimpleNamespace
 
-    from bandwidth.launch.contract import Job
-    from bandwidth.launch.slurm import SrunChild
+    from bandwidth.launch.contract.environment import Job
+    from bandwidth.launch.launchers.slurm import SrunChild
 
     job = Job(2, 0, "10.0.0.1", 29500, 29500, "slurm")
     child = SrunChild(["srun"], {}, [job.role(0, "a", (0, 1)), job.role(1, "b", (0, 1))], "/",

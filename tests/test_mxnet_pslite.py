@@ -77,7 +77,7 @@ def test_a_single_host_mode_under_servers_and_a_scheduler_is_refused_at_once(bac
 
 def test_one_worker_alone_may_run_a_single_host_mode_and_several_are_refused():
     from bandwidth.errors import ConfigError
-    from bandwidth.launch.contract import Job
+    from bandwidth.launch.contract.environment import Job
     from bandwidth.execution.roles import check_single_host
 
     check_single_host(["local"], None)                                   # no launcher

@@ -1,12 +1,13 @@
-"""Placement policies and what they put on each host's link (bandwidth/launch/placement.py),
-pure functions checked against values worked out by hand."""
+"""Placement policies and what they put on each host's link
+(bandwidth/launch/planning/placement.py), pure functions checked against values worked out by
+hand."""
 
 import pytest
 
 from bandwidth.errors import ConfigError
-from bandwidth.launch.hostfile import Host
-from bandwidth.launch.placement import (better_placement, busiest, imbalance, parse_policy, place,
-                                        server_host_count)
+from bandwidth.launch.planning.hostfile import Host
+from bandwidth.launch.planning.placement import (better_placement, busiest, imbalance, parse_policy,
+                                                 place, server_host_count)
 from bandwidth.links.linkbound import host_bytes
 
 HOSTS = [Host(f"h{i}") for i in range(4)]
@@ -61,9 +62,9 @@ def test_better_placement_moves_servers_off_the_workers_hosts():
 
 
 def test_the_launcher_places_its_processes_by_the_policy():
-    from bandwidth.launch.config import LaunchConfig
-    from bandwidth.launch.contract import Job
-    from bandwidth.launch.plan import make_plan
+    from bandwidth.launch.planning.config import LaunchConfig
+    from bandwidth.launch.contract.environment import Job
+    from bandwidth.launch.planning.plan import make_plan
 
     for policy, expected, local in [
             ("round-robin", ["h0", "h1", "h2", "h3", "h0", "h1"], [0, 0, 0, 0, 1, 1]),

@@ -13,9 +13,9 @@ from types import SimpleNamespace
 import pytest
 from launch_support import ROOT, alive, launch_env, marker, wait_until
 
-from bandwidth.launch.contract import Job
-from bandwidth.launch.rankends import end_line, split_line, start_line
-from bandwidth.launch.runner import RankProcess, RunnerChild, settle
+from bandwidth.launch.contract.environment import Job
+from bandwidth.launch.supervision.rankends import end_line, split_line, start_line
+from bandwidth.launch.supervision.runner import RankProcess, RunnerChild, settle
 
 JOB = Job(2, 1, "10.0.0.1", 29500, 29500, "mpi")
 
@@ -113,7 +113,7 @@ def test_without_any_word_from_the_ranks_the_runner_stands_for_them():
 
 
 def wrapper(*command: str, **popen) -> subprocess.Popen:
-    code = ("import os, sys; from bandwidth.launch.rolewrap import run_command; "
+    code = ("import os, sys; from bandwidth.launch.launchers.rolewrap import run_command; "
             "sys.exit(run_command('test', sys.argv[1:], dict(os.environ)))")
     return subprocess.Popen([sys.executable, "-c", code, *command], cwd=ROOT, env=launch_env(),
                             stderr=subprocess.PIPE, text=True, start_new_session=True, **popen)

@@ -108,7 +108,7 @@ def test_a_single_host_rendezvous_is_not_reachable_from_another_address(other_ad
 
 
 JOIN_ONE = ("import os, sys, time\n"
-            "from bandwidth.launch.contract import Role, join_store\n"
+            "from bandwidth.launch.contract.environment import Role, join_store\n"
             "role = Role.from_environ(os.environ)\n"
             "print('port=' + os.environ['MASTER_PORT'], flush=True)\n"
             "if role.rank == 0:\n"

@@ -10,7 +10,7 @@ from conftest import ROOT
 
 from bandwidth.errors import ConfigError
 from bandwidth.launch.cli import build_parser, config_from_args
-from bandwidth.launch.limits import HostLimits, check_startable
+from bandwidth.launch.supervision.limits import HostLimits, check_startable
 from bandwidth.launch.preflight import is_measure_command, startup_timeout
 
 LAUNCH = [sys.executable, str(ROOT / "launch.py")]

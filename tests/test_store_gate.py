@@ -1,5 +1,5 @@
-"""The job's stores refuse strangers (bandwidth.launch.storegate), tested from a stranger's side
-with real sockets. The gate is hosted here, in the test process; each stranger is a process of
+"""The job's stores refuse strangers (bandwidth.launch.contract.storegate), tested from a stranger's
+side with real sockets. The gate is hosted here, in the test process; each stranger is a process of
 its own that is no descendant of this one (started with ``setsid -f``, so it is re-parented away),
 as another user's program on this host would be."""
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from bandwidth.launch.rendezvous import open_store
-from bandwidth.launch.storegate import HANDSHAKE_S, MAGIC, connect
+from bandwidth.launch.contract.storegate import HANDSHAKE_S, MAGIC, connect
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = "0123456789abcdef" * 2
@@ -88,7 +88,7 @@ def test_a_wrong_answer_to_the_challenge_is_closed_before_any_request(hosted, tm
 
 def test_the_secret_is_what_opens_the_gate(hosted, tmp_path):
     """The control: a stranger process that knows the secret is served."""
-    code = ("from bandwidth.launch.storegate import connect\n"
+    code = ("from bandwidth.launch.contract.storegate import connect\n"
             f"s = connect('127.0.0.1', {hosted.port}, {SECRET!r}, 10)\n"
             "print('got', s.get('job/key'))\n")
     assert _stranger(code, tmp_path).strip() == "got b'private'"
@@ -127,7 +127,7 @@ def test_a_connection_is_told_apart_from_an_older_one_of_the_same_port():
     """Where connections come and go (a 55-process job beside this one), a port's earlier
     connection lingers in TIME_WAIT (inode 0) beside the new one: the relay judged the peer by
     that entry and refused its own process. Now both ends of the entry must match."""
-    from bandwidth.launch.storegate import from_this_process
+    from bandwidth.launch.contract.storegate import from_this_process
 
     listeners = []
     for _ in range(2):

@@ -13,8 +13,8 @@ import pytest
 from conftest import ROOT
 from launch_support import descendants, outputs_of
 
-from bandwidth.launch.contract import ContractError
-from bandwidth.launch.torchenv import role_from_environ, torch_role
+from bandwidth.launch.contract.environment import ContractError
+from bandwidth.launch.contract.torchenv import role_from_environ, torch_role
 
 TORCHRUN = shutil.which("torchrun")
 LENET = ["--network", "lenet", "--image-shape", "1,28,28", "--num-classes", "10",

@@ -41,7 +41,7 @@ from bandwidth.arrays.data import Reference, fill_gradient
 from bandwidth.arrays.layout import Layout
 from bandwidth.backends.mxnet_backend import import_mxnet
 from bandwidth.errors import BandwidthError, UnsupportedError
-from bandwidth.launch.contract import SCHEDULER, SERVER, Role, join_store
+from bandwidth.launch.contract.environment import SCHEDULER, SERVER, Role, join_store
 from bandwidth.measurement.tasks import measure_session
 from bandwidth.plan.plan import Plan
 from bandwidth.processes.group import LocalGroup

@@ -42,7 +42,7 @@ import torch.distributed as dist
 
 from bandwidth.formulas import algbw_gbps, allreduce_factor
 from bandwidth.hardware.devices import DeviceSet
-from bandwidth.launch.contract import job_store
+from bandwidth.launch.contract.environment import job_store
 from bandwidth.processes.spawn import run_ranks
 
 DTYPE_BYTES = 4              # float32, nccl-tests' default type
@@ -162,7 +162,7 @@ def rank_task(spec: dict, rank: int, world_size: int, port: int, timeout_s: floa
     if device.type == "cuda":
         torch.cuda.set_device(device)
     timeout = timedelta(seconds=timeout_s)
-    from bandwidth.launch.storegate import connect
+    from bandwidth.launch.contract.storegate import connect
 
     store = job_store(connect("127.0.0.1", port, spec.get("secret", ""), timeout_s),
                       spec.get("secret", ""))

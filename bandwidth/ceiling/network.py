@@ -25,7 +25,7 @@ from bandwidth.processes.group import all_gather_json
 
 def measure_network(nbytes: int, repeats: int, timeout_s: float) -> dict | None:
     """The matrix as {"hosts": [...], "gbps": [[...]], "nbytes", "method"} on rank 0, None elsewhere."""
-    from bandwidth.launch.contract import Role, join_store
+    from bandwidth.launch.contract.environment import Role, join_store
 
     if "DMLC_ROLE" not in os.environ:
         raise UnsupportedError("--network measures between the processes launch.py starts: "

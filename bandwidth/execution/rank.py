@@ -5,8 +5,8 @@
 
 The payload arrives on stdin, and stdin stays open for the rank's whole life: end-of-file on it
 means the parent is gone or is stopping this rank, which then kills its own process group at once
-(``bandwidth.processes.lifeline``; on Linux the kernel also sends SIGKILL when the parent dies).
-Rank 0 writes its result as JSON to ``--result-fd``.
+(``bandwidth.launch.supervision.lifeline``; on Linux the kernel also sends SIGKILL when the parent
+dies). Rank 0 writes its result as JSON to ``--result-fd``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import os
 import sys
 from datetime import timedelta
 
-from bandwidth.processes.lifeline import die_with_parent, read_line, watch_lifeline
+from bandwidth.launch.supervision.lifeline import die_with_parent, read_line, watch_lifeline
 
 if __name__ == "__main__":
     # Before the slow imports: a parent that dies while torch loads must not leave this rank.
@@ -30,8 +30,8 @@ import torch.distributed as dist  # noqa: E402
 from bandwidth.backends.registry import store_class  # noqa: E402
 from bandwidth.config.options import Config  # noqa: E402
 from bandwidth.errors import BandwidthError  # noqa: E402
-from bandwidth.launch.contract import job_store  # noqa: E402
-from bandwidth.launch.storegate import connect  # noqa: E402
+from bandwidth.launch.contract.environment import job_store  # noqa: E402
+from bandwidth.launch.contract.storegate import connect  # noqa: E402
 from bandwidth.measurement.tasks import measure_task, reference_task, say  # noqa: E402
 from bandwidth.plan.plan import make_plan  # noqa: E402
 from bandwidth.processes.group import DistGroup  # noqa: E402

@@ -4,14 +4,14 @@ process's part, chosen by its role.
     python launch.py -n 2 -s 2 python bandwidth/measure.py --kv-store dist_sync --cpus 2
     python launch.py -n 2 -s 0 python bandwidth/measure.py --kv-store dist_nccl --gpus 0,1
 
-Parameter-server modes: workers and servers join one Gloo group at the launcher's rendezvous
-(ranks and addresses from bandwidth.launch.contract); the workers measure with the usual protocol
-over a group of the workers only, and the servers serve exactly as many steps (warm-up included).
-``dist_nccl``: every worker starts one process per device (a worker of one CPU device is its own
-rank), and all of them, over all workers, form one NCCL (Gloo on CPU devices) all-reduce; they
-then time one flat all-reduce of the same bytes, the reference and ceiling. Every worker measures
-and prints MXNet's lines; the first gathers every worker's own time and what the network carried
-over the workers' group, and prints the summary.
+Parameter-server modes: workers and servers join one Gloo group at the launcher's rendezvous (ranks
+and addresses from bandwidth.launch.contract.environment); the workers measure with the usual
+protocol over a group of the workers only, and the servers serve exactly as many steps (warm-up
+included). ``dist_nccl``: every worker starts one process per device (a worker of one CPU device is
+its own rank), and all of them, over all workers, form one NCCL (Gloo on CPU devices) all-reduce;
+they then time one flat all-reduce of the same bytes, the reference and ceiling. Every worker
+measures and prints MXNet's lines; the first gathers every worker's own time and what the network
+carried over the workers' group, and prints the summary.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from bandwidth.arrays.layout import DTYPE_BYTES, TORCH_DTYPES
 from bandwidth.ceiling.bounds import Bound, judged
 from bandwidth.config.job import server_settings
 from bandwidth.errors import ConfigError, UnsupportedError
-from bandwidth.launch.contract import SERVER, WORKER, Role, join_store
+from bandwidth.launch.contract.environment import SERVER, WORKER, Role, join_store
 from bandwidth.measurement.costs import exchange_steps
 from bandwidth.measurement.protocol import Summary
 from bandwidth.measurement.tasks import measure_task

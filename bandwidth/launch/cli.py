@@ -11,9 +11,10 @@ Usage (``python launch.py`` from the repository root, or ``bandwidth-launch`` on
     salloc -n 4 python launch.py --launcher slurm -n 2 -s 2 python3 train.py   # one srun step
     python launch.py -n 2 --env OMP_NUM_THREADS=4 --env HF_HOME --timeout 30 python3 prog.py
 
-Every process gets the environment contract of ``bandwidth.launch.contract`` (``DMLC_ROLE``,
-``RANK``, ``MASTER_ADDR``...) and only the forwarded variables of ``bandwidth.launch.environ``.
-Children's stderr is shown live with a ``[worker 0@host]`` prefix; stdout passes through.
+Every process gets the environment contract of ``bandwidth.launch.contract.environment``
+(``DMLC_ROLE``, ``RANK``, ``MASTER_ADDR``...) and only the forwarded variables of
+``bandwidth.launch.contract.forwarding``. Children's stderr is shown live with a ``[worker 0@host]``
+prefix; stdout passes through.
 
 Exit status: 0 when every process exited with 0; otherwise the first failing process's status
 (128+N if signal N killed it; 255 for an ssh connection failure; 130 after Ctrl-C), after one
@@ -33,13 +34,13 @@ from collections.abc import Mapping, Sequence
 from bandwidth import cliexit
 from bandwidth.cliparse import OneLineParser, check_output_path
 from bandwidth.errors import BandwidthError
-from bandwidth.launch.config import (DEFAULT_HEARTBEAT_MISSES, DEFAULT_HEARTBEAT_S,
-                                     DEFAULT_TIMEOUT_S, LaunchConfig)
-from bandwidth.launch.child import ReaderGone
+from bandwidth.launch.planning.config import (DEFAULT_HEARTBEAT_MISSES, DEFAULT_HEARTBEAT_S,
+                                              DEFAULT_TIMEOUT_S, LaunchConfig)
+from bandwidth.launch.supervision.child import ReaderGone
 from bandwidth.launch.driver import run
-from bandwidth.launch.environ import parse_env_flags
-from bandwidth.launch.hostfile import parse_hostfile
-from bandwidth.launch.launchers import LAUNCHERS
+from bandwidth.launch.contract.forwarding import parse_env_flags
+from bandwidth.launch.planning.hostfile import parse_hostfile
+from bandwidth.launch.launchers.table import LAUNCHERS
 from bandwidth.launch.preflight import PER_PROCESS_S, startup_timeout
 
 
@@ -48,8 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="launch.py", description="Start a distributed job: workers, servers (and a "
         "scheduler) on this host, over ssh, with mpirun or with srun (inside a Slurm "
         "allocation), supervised until the first failure.",
-        epilog="Environment contract: see bandwidth/launch/contract.py. Hosts file format: see "
-        "hosts.example.")
+        epilog="Environment contract: see bandwidth/launch/contract/environment.py. Hosts file "
+        "format: see hosts.example.")
     parser.add_argument("-n", "--num-workers", type=int, required=True, metavar="N",
                         help="number of worker processes")
     parser.add_argument("-s", "--num-servers", type=int, metavar="S",
@@ -76,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--placement", default="round-robin", metavar="POLICY",
                         help="which host each process runs on: round-robin (default), "
                         "servers-apart (servers on hosts of their own) or count:N (N processes "
-                        "per host in rank order); see bandwidth/launch/placement.py")
+                        "per host in rank order); see bandwidth/launch/planning/placement.py")
     parser.add_argument("--port", type=int, default=0,
                         help="MASTER_PORT, the rendezvous TCPStore's port (default: a free one)")
     parser.add_argument("--master-addr", metavar="ADDR",

@@ -15,21 +15,21 @@ import os
 import secrets
 from collections.abc import Mapping
 
-from bandwidth.launch.config import LaunchConfig
-from bandwidth.launch.contract import Job, job_store
-from bandwidth.launch.fdlimit import ensure_fd_limit
-from bandwidth.launch.environ import child_environ
-from bandwidth.launch.ending import write_report
-from bandwidth.launch.heartbeat import HeartbeatWatch
-from bandwidth.launch.hostfile import LOCALHOST
-from bandwidth.launch.limits import check_startable, host_limits
-from bandwidth.launch.launchers import LAUNCHERS, check_config, check_programs
-from bandwidth.launch.plan import make_plan
+from bandwidth.launch.planning.config import LaunchConfig
+from bandwidth.launch.contract.environment import Job, job_store
+from bandwidth.launch.supervision.fdlimit import ensure_fd_limit
+from bandwidth.launch.contract.forwarding import child_environ
+from bandwidth.launch.supervision.ending import write_report
+from bandwidth.launch.contract.heartbeat import HeartbeatWatch
+from bandwidth.launch.planning.hostfile import LOCALHOST
+from bandwidth.launch.supervision.limits import check_startable, host_limits
+from bandwidth.launch.launchers.table import LAUNCHERS, check_config, check_programs
+from bandwidth.launch.planning.plan import make_plan
 from bandwidth.launch.preflight import PREFLIGHT_MIN_PROCESSES, check_measure_command
-from bandwidth.launch.rankends import SaidWatch
+from bandwidth.launch.supervision.rankends import SaidWatch
 from bandwidth.launch.rendezvous import (JoinWatch, address_towards, bind_address, free_port,
                                          open_store)
-from bandwidth.launch.supervisor import Failure, LaunchFailed, Supervisor
+from bandwidth.launch.supervision.supervisor import Failure, LaunchFailed, Supervisor
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import PurePath
 
 from bandwidth.errors import ConfigError
-from bandwidth.launch.config import DEFAULT_TIMEOUT_S
+from bandwidth.launch.planning.config import DEFAULT_TIMEOUT_S
 
 PREFLIGHT_ENV = "BANDWIDTH_PREFLIGHT"
 PER_PROCESS_S = 1.0

@@ -8,7 +8,7 @@ address only for a job that spans hosts without one. It lives exactly as long as
 Programs reach it at ``MASTER_ADDR:MASTER_PORT`` and keep their keys under the job's secret;
 with a secret (always, from launch.py) the store itself listens on a private port of 127.0.0.1
 (bound here: torch would bind every interface) and ``MASTER_PORT`` is a ``storegate.Gate`` that
-serves only clients proving they know the secret; see ``bandwidth.launch.contract`` and
+serves only clients proving they know the secret; see ``bandwidth.launch.contract.environment`` and
 docs/launcher.md's security section.
 """
 
@@ -22,9 +22,9 @@ from collections.abc import Sequence
 from datetime import timedelta
 
 from bandwidth.errors import ConfigError
-from bandwidth.launch.contract import JOINED_COUNT_KEY, JOINED_KEY_PREFIX
-from bandwidth.launch.hostfile import Host
-from bandwidth.launch.supervisor import Failure
+from bandwidth.launch.contract.environment import JOINED_COUNT_KEY, JOINED_KEY_PREFIX
+from bandwidth.launch.planning.hostfile import Host
+from bandwidth.launch.supervision.supervisor import Failure
 
 log = logging.getLogger(__name__)
 
@@ -72,8 +72,8 @@ def open_store(port: int, timeout_s: float, address: str = "127.0.0.1",
     only clients that prove they know the secret (``storegate.connect``)."""
     from torch.distributed import TCPStore
 
-    from bandwidth.launch.storedoor import StoreDoor
-    from bandwidth.launch.storegate import Gate
+    from bandwidth.launch.contract.storedoor import StoreDoor
+    from bandwidth.launch.contract.storegate import Gate
 
     try:
         family, _, _, _, where = socket.getaddrinfo(address or None, port, type=socket.SOCK_STREAM,
@@ -138,7 +138,7 @@ def address_towards(hosts: Sequence[Host]) -> str:
 
 
 class JoinWatch:
-    """Fails the launch when some ranks joined with ``contract.join_store`` and others have not
+    """Fails the launch when some ranks joined with ``environment.join_store`` and others have not
     within ``timeout_s`` of the start. Programs that never use ``join_store`` are not watched.
 
     ``patient`` (the launcher's default timeout, not one the user gave): past ``timeout_s`` the

@@ -6,6 +6,6 @@ as a plain dict that crosses processes (``tasks``).
 ``costs`` -- what a step costs with ``--compute`` (compute alone, exchange alone, both); ``fresh``
 -- one ``--repeat auto`` pass in a fresh process.
 
-May import: arrays, stores, plan, hardware, processes.lifeline (the per-iteration watchdog). Not the run,
-the results or the report.
+May import: arrays, stores, plan, hardware, launch.supervision.lifeline (the per-iteration
+watchdog). Not the run, the results or the report.
 """

@@ -64,7 +64,7 @@ def fresh_pass(auto_pass: Callable, job, plans: list, environment: dict, tag: st
 
 def _child(send, parent_pid: int, auto_pass: Callable, job, plans: list, environment: dict,
            tag: str) -> None:
-    from bandwidth.processes.lifeline import die_with_parent
+    from bandwidth.launch.supervision.lifeline import die_with_parent
 
     die_with_parent(parent_pid)
     try:

@@ -14,7 +14,7 @@ from bandwidth.measurement.protocol import Report, Sample, Summary
 from bandwidth.measurement.session import Session
 from bandwidth.plan.launching import launch_of, schedule_launch_note
 from bandwidth.plan.plan import Plan
-from bandwidth.processes.lifeline import Watchdog
+from bandwidth.launch.supervision.lifeline import Watchdog
 from bandwidth.stores.registry import KVSTORES
 
 

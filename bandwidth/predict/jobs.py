@@ -1,7 +1,7 @@
 """From a question (network, W, S, placement, link rates) to the model's ``Job``: which host each
 process runs on, what each server holds by MXNet's key rule, and the messages a worker sends.
 
-Placements (``--placement``, the launcher's policies: ``bandwidth.launch.placement``) over
+Placements (``--placement``, the launcher's policies: ``bandwidth.launch.planning.placement``) over
 ``--hosts`` hosts named h1, h2, ...: ``round-robin`` (default hosts: max(W, S), one worker per
 host and the servers on the first S of them, as MXNet's jobs of the seed ran), ``servers-apart``
 (default hosts: W + S, every server on a host of its own) and ``count:N`` (default hosts: enough
@@ -22,9 +22,9 @@ PLACEMENTS = ("round-robin", "servers-apart", "count:N", "separate")
 def place(workers: int, servers: int, placement: str, hosts: int | None = None
           ) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(worker hosts, server hosts), hosts named h1, h2, ..."""
-    from bandwidth.launch.hostfile import Host
-    from bandwidth.launch.placement import parse_policy
-    from bandwidth.launch.placement import place as policy_place
+    from bandwidth.launch.planning.hostfile import Host
+    from bandwidth.launch.planning.placement import parse_policy
+    from bandwidth.launch.planning.placement import place as policy_place
 
     if placement == "separate":
         placement, hosts = "servers-apart", workers + servers

@@ -2,7 +2,7 @@
 measure.py's JSON read back. Shared by the calibration and benchmarks/predict_check.py.
 
 Hosts are picked by index, each with an optional ``slots`` limit, in the order the launcher deals
-to them (workers first, then servers: ``bandwidth.launch.plan.deal``).
+to them (workers first, then servers: ``bandwidth.launch.planning.plan.deal``).
 """
 
 from __future__ import annotations
@@ -71,8 +71,8 @@ def run(lab, hosts: list[tuple[int, int | None]], workers: int, servers: int, mo
 
 def dealt(hosts: list[tuple[int, int | None]], count: int) -> list[str]:
     """The lab host ("h<index>") of each process, by the launcher's own rule."""
-    from bandwidth.launch.hostfile import Host
-    from bandwidth.launch.plan import deal
+    from bandwidth.launch.planning.hostfile import Host
+    from bandwidth.launch.planning.plan import deal
 
     placed = deal([Host(f"h{index}", None, slots) for index, slots in hosts], count)
     return [host.name for host in placed]

@@ -14,10 +14,9 @@ Nothing is left running and nothing is left on disk, whatever happens to the par
   to a pipe (``--result-fd``). A parent killed by SIGKILL leaves no temporary folder behind.
 * The parent keeps every rank's stdin open and never writes to it again. End-of-file on it (the
   parent stopping the ranks, exiting, or dying even by SIGKILL) makes the rank kill its own
-  process group at once (``bandwidth.processes.lifeline``); on Linux the rank also asks the kernel
-  for
-  SIGKILL when its parent dies (PR_SET_PDEATHSIG), which works even while the rank's Python code
-  cannot run.
+  process group at once (``bandwidth.launch.supervision.lifeline``); on Linux the rank also asks the
+  kernel for SIGKILL when its parent dies (PR_SET_PDEATHSIG), which works even while the rank's
+  Python code cannot run.
 * Ranks run in sessions of their own (a terminal's Ctrl-C reaches only the parent, which stops
   them); stopping is closing stdin, SIGTERM to the group, then SIGKILL.
 """
@@ -36,9 +35,9 @@ import time
 from pathlib import Path
 
 from bandwidth.errors import WorkerError
-from bandwidth.launch.plan import one_thread_where_crowded
+from bandwidth.launch.planning.plan import one_thread_where_crowded
 from bandwidth.launch.rendezvous import open_store
-from bandwidth.processes.lifeline import describe_stopped
+from bandwidth.launch.supervision.lifeline import describe_stopped
 
 PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
 POLL_S = 0.05
@@ -52,10 +51,9 @@ def run_ranks(payload: dict, world_size: int, timeout_s: float,
 
     ``timeout_s`` is ``--timeout``'s one meaning: the longest a rank may wait for another or go
     without completing an iteration (each rank enforces it on itself: its store and collective
-    timeouts and ``bandwidth.processes.lifeline.Watchdog``); a rank stopped by a signal for that
-    long
-    ends the run here, named as the cause. ``total_s``: a cap on the whole run as well (the
-    ceiling's ``--timeout``, "seconds allowed to each child process")."""
+    timeouts and ``bandwidth.launch.supervision.lifeline.Watchdog``); a rank stopped by a signal for
+    that long ends the run here, named as the cause. ``total_s``: a cap on the whole run as well
+    (the ceiling's ``--timeout``, "seconds allowed to each child process")."""
     store = None
     if "rendezvous" not in payload:
         # Loopback only, behind a gate that serves only clients proving they know a secret of

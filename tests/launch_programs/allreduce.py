@@ -1,7 +1,7 @@
 """Join the launcher's rendezvous and all-reduce ``rank + 1`` over Gloo; write the sum.
 
 Usage (under the launcher): allreduce.py OUTDIR [store|env] [--skip-rank R]
-``store``: join with contract.join_store; ``env``: init_process_group("gloo") via env://.
+``store``: join with environment.join_store; ``env``: init_process_group("gloo") via env://.
 ``--skip-rank R``: rank R never joins (it sleeps), to test the rendezvous deadline.
 """
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from bandwidth.launch.contract import Role, join_store
+from bandwidth.launch.contract.environment import Role, join_store
 
 parser = argparse.ArgumentParser()
 parser.add_argument("outdir")

@@ -7,7 +7,7 @@ import os
 import sys
 import time
 
-from bandwidth.launch.contract import Role, join_store
+from bandwidth.launch.contract.environment import Role, join_store
 
 role = Role.from_environ(os.environ)
 store = join_store(role, timeout_s=60)

@@ -5,8 +5,8 @@ import os
 import sys
 
 from bandwidth.errors import BandwidthError
-from bandwidth.launch.contract import Role, join_store
-from bandwidth.launch.interface import towards_rendezvous
+from bandwidth.launch.contract.environment import Role, join_store
+from bandwidth.launch.contract.interface import towards_rendezvous
 
 role = Role.from_environ(os.environ)
 try:

@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from bandwidth.launch.contract import Role
+from bandwidth.launch.contract.environment import Role
 
 role = Role.from_environ(os.environ)
 record = {"role": dataclasses.asdict(role), "env": dict(os.environ), "argv": sys.argv[2:],

@@ -3,7 +3,7 @@
 Usage (the ssh launcher sends this file's source and runs it on every remote host as
 ``python3 -c SOURCE``; it needs only the standard library)::
 
-    python3 -m bandwidth.launch.guard [--grace SECONDS] [--quiet SECONDS] [--env-stdin]
+    python3 -m bandwidth.launch.supervision.guard [--grace SECONDS] [--quiet SECONDS] [--env-stdin]
                                       -- command [args...]
 
 With ``--env-stdin`` the first line of stdin is a JSON object of environment variables added to
@@ -64,7 +64,7 @@ def _exited(pid):
 def proc_table():
     """{pid: the fields of /proc/PID/stat after the command's name} of every process but the
     zombies: [0] state, [1] parent, [2] process group, [3] session, [19] start time ({} where
-    there is no /proc). bandwidth.launch.sentinel reads it too."""
+    there is no /proc). bandwidth.launch.supervision.sentinel reads it too."""
     table = {}
     try:
         entries = os.listdir("/proc")
@@ -115,7 +115,7 @@ def _kill_below(keep):
 def kill_until_none(find, within_s, after=lambda: None):
     """SIGKILL what ``find()`` lists, again and again (a process may fork meanwhile), until it
     lists none or ``within_s`` has passed; ``after()`` after each round. True if none is left.
-    bandwidth.launch.sentinel uses it too."""
+    bandwidth.launch.supervision.sentinel uses it too."""
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
         left = find()
@@ -161,7 +161,8 @@ def main(argv=None):
     if args[:1] == ["--"]:
         args = args[1:]
     if not args:
-        sys.stderr.write("usage: python3 -m bandwidth.launch.guard [--grace S] -- command...\n")
+        sys.stderr.write("usage: python3 -m bandwidth.launch.supervision.guard [--grace S] -- "
+                         "command...\n")
         return 2
     try:            # what the command leaves behind stays below the guard (Linux)
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)

@@ -18,7 +18,7 @@ mpi launchers would copy them onto other machines. Forwarded are only
 * every variable named with ``--env NAME`` (the launcher's value) or ``--env NAME=VALUE``,
   whatever its name, because the user asked for it.
 
-The launcher then adds the contract variables (``bandwidth.launch.contract``) on top.
+The launcher then adds the contract variables (``bandwidth.launch.contract.environment``) on top.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import re
 from collections.abc import Iterable, Mapping
 
 from bandwidth.errors import ConfigError
-from bandwidth.launch.contract import VARIABLES
+from bandwidth.launch.contract.environment import VARIABLES
 
 FORWARDED = frozenset({
     "PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "CONDA_PREFIX",
@@ -66,7 +66,8 @@ def parse_env_flags(flags: Iterable[str],
                               "(expected NAME or NAME=VALUE)")
         if name in VARIABLES:
             raise ConfigError(f"--env {flag!r}: {name} is set by the launcher for every process "
-                              "(see bandwidth.launch.contract) and cannot be overridden")
+                              "(see bandwidth.launch.contract.environment) and cannot be "
+                              "overridden")
         if not sep:
             if name not in environ:
                 raise ConfigError(f"--env {name}: {name} is not set in the launcher's "

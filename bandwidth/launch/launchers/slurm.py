@@ -6,13 +6,13 @@
 
 The hosts are the allocation's (``scontrol show hostnames $SLURM_JOB_NODELIST``) and each one's
 slots are its tasks (``SLURM_TASKS_PER_NODE``, e.g. ``2(x3),1``); the usual placement rule
-(``bandwidth.launch.plan``) deals workers, then servers (then the ``--scheduler``) over them. The
-command (values in srun's environment, off the command line; srun passes its whole environment
-to the tasks, ``--export=ALL``)::
+(``bandwidth.launch.planning.plan``) deals workers, then servers (then the ``--scheduler``) over
+them. The command (values in srun's environment, off the command line; srun passes its whole
+environment to the tasks, ``--export=ALL``)::
 
     srun --label --kill-on-bad-exit=1 --ntasks N --distribution arbitrary \\
         --nodelist h0,h1,h0,h1,... --export ALL \\
-        python3 -m bandwidth.launch.slurmrole --hosts h0,h1,h0,h1,... -- command...
+        python3 -m bandwidth.launch.launchers.slurmrole --hosts h0,h1,h0,h1,... -- command...
 
 ``--distribution arbitrary`` with one node per task places task ``i`` exactly where the plan put
 process ``i``; ``slurmrole`` gives task ``SLURM_PROCID`` its role and checks that Slurm ran it on
@@ -23,11 +23,11 @@ step), and two steps would have to share the allocation's CPUs, which Slurm refu
 unless each asks for ``--overlap``. ``--label`` prefixes every output line with its task number,
 which the launcher strips again: stderr gets the usual ``[worker 0@host]`` prefix and a tail per
 task for the report. Each task's wrapper says in a line of its stderr when its command started
-and how it ended (``bandwidth.launch.rankends``), so that the launcher reports every task as it
-reports the local launcher's processes (``bandwidth.launch.runner``: root cause, consequences,
-``--report``); a task that left no such line (its wrapper killed with SIGKILL after Slurm's
-``KillWait``) is named from srun's own message (``srun: error: node2: task 1: Exited with exit
-code 3``).
+and how it ended (``bandwidth.launch.supervision.rankends``), so that the launcher reports every
+task as it reports the local launcher's processes (``bandwidth.launch.supervision.runner``: root
+cause, consequences, ``--report``); a task that left no such line (its wrapper killed with SIGKILL
+after Slurm's ``KillWait``) is named from srun's own message (``srun: error: node2: task 1: Exited
+with exit code 3``).
 
 Outside an allocation (no ``SLURM_JOB_ID``), or asking for more processes than the allocation
 has tasks, the launch stops before starting anything, with one ``FAIL:`` line (exit status 2).
@@ -43,13 +43,13 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 
-from bandwidth.launch.child import Child, Failure, LaunchFailed, emit, status_failure
-from bandwidth.launch.contract import Role
-from bandwidth.launch.environ import child_environ
-from bandwidth.launch.hostfile import Host
-from bandwidth.launch.mpi import PACKAGE_ROOT
-from bandwidth.launch.plan import Plan
-from bandwidth.launch.runner import RunnerChild
+from bandwidth.launch.supervision.child import Child, Failure, LaunchFailed, emit, status_failure
+from bandwidth.launch.contract.environment import Role
+from bandwidth.launch.contract.forwarding import child_environ
+from bandwidth.launch.planning.hostfile import Host
+from bandwidth.launch.launchers.mpi import PACKAGE_ROOT
+from bandwidth.launch.planning.plan import Plan
+from bandwidth.launch.supervision.runner import RunnerChild
 
 _LABEL = re.compile(r"^\s*(\d+): ?(.*)$")
 _TASK_EXIT = re.compile(r"srun: error: (\S+): tasks? (\d+)[-,\d]*: Exited with exit code (\d+)")
@@ -111,7 +111,7 @@ def srun_argv(placed: Sequence[Host], command: Sequence[str], python: str = "pyt
     hosts = ",".join(str(h) for h in placed)
     return ["srun", "--label", "--kill-on-bad-exit=1", "--ntasks", str(len(placed)),
             "--distribution", "arbitrary", "--nodelist", hosts, "--export", "ALL",
-            python, "-m", "bandwidth.launch.slurmrole", "--hosts", hosts, "--", *command]
+            python, "-m", "bandwidth.launch.launchers.slurmrole", "--hosts", hosts, "--", *command]
 
 
 class SrunChild(RunnerChild):

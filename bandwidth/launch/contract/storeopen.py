@@ -1,5 +1,6 @@
-"""Opening a store that no launcher of ours hosts (torchrun's variables, ``bandwidth.launch.torchenv``),
-with one line for what goes wrong and a deadline for what never answers.
+"""Opening a store that no launcher of ours hosts (torchrun's variables,
+``bandwidth.launch.contract.torchenv``), with one line for what goes wrong and a deadline for what
+never answers.
 
 Rank 0 hosts the store on ``MASTER_PORT`` and the other ranks connect to it. torch's store says
 what went wrong on stderr from C++ (a warning and a 20-frame stack per attempt) and, given a

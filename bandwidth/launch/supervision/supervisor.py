@@ -7,15 +7,16 @@ exited non-zero or by a signal, a child that did not start within the start time
 launcher. Everything runs on the calling thread: one ``select`` loop reads every child's output,
 so no helper thread can fail unnoticed.
 
-Every child's end is recorded on the launcher's clock (``bandwidth.launch.ending``): at the
-first failure the supervisor keeps listening for ``SETTLE_S`` more, so that a process that failed
-earlier but was seen later (its report still on its way over ssh) is not missed, and then names
-the root cause: the earliest failure that is not a consequence of another. With a heartbeat
-(``bandwidth.launch.heartbeat``) a process silent for the threshold is a failure too, dated at
-its last beat. Local children also die with the launcher (``PR_SET_PDEATHSIG``), even when it is
-killed with SIGKILL, and what they started goes with them: ``bandwidth.launch.sentinel``, a
-process of its own, kills every process that carries this launch's mark in its environment
-once the launcher is gone (or, at the end, what they left running).
+Every child's end is recorded on the launcher's clock (``bandwidth.launch.supervision.ending``): at
+the first failure the supervisor keeps listening for ``SETTLE_S`` more, so that a process that
+failed earlier but was seen later (its report still on its way over ssh) is not missed, and then
+names the root cause: the earliest failure that is not a consequence of another. With a heartbeat
+(``bandwidth.launch.contract.heartbeat``) a process silent for the threshold is a failure too, dated
+at its last beat. Local children also die with the launcher (``PR_SET_PDEATHSIG``), even when it is
+killed with SIGKILL, and what they started goes with them:
+``bandwidth.launch.supervision.sentinel``, a process of its own, kills every process that carries
+this launch's mark in its environment once the launcher is gone (or, at the end, what they left
+running).
 
 Every child runs in its own session (``start_new_session``): a terminal's Ctrl-C reaches only
 the launcher, which then stops the children, and a child's whole process group can be signalled.
@@ -34,12 +35,12 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
-from bandwidth.launch.child import (Child, Failure, LaunchFailed, ReaderGone,  # noqa: F401
-                                    emit, mute, status_failure)          # (some re-exported)
-from bandwidth.launch.ending import consequence_line, pick_root, record
-from bandwidth.launch.noise import NoiseFilter
-from bandwidth.launch.repeats import Repeats
-from bandwidth.launch.sentinel import Sentinel
+from bandwidth.launch.supervision.child import (  # noqa: F401 (some re-exported)
+    Child, Failure, LaunchFailed, ReaderGone, emit, mute, status_failure)
+from bandwidth.launch.supervision.ending import consequence_line, pick_root, record
+from bandwidth.launch.supervision.noise import NoiseFilter
+from bandwidth.launch.supervision.repeats import Repeats
+from bandwidth.launch.supervision.sentinel import Sentinel
 
 POLL_S = 0.05
 SETTLE_S = 1.0           # after the first failure, how long other failures are still collected
@@ -56,7 +57,7 @@ class Supervisor:
     fails the launch (the rendezvous watch).
     ``heartbeat``: a ``HeartbeatWatch``; a child whose rank stops beating for its threshold fails.
     ``said_watch``: a ``rankends.SaidWatch``, read as the job runs, for children that run many
-    processes (mpirun, srun: ``bandwidth.launch.runner``).
+    processes (mpirun, srun: ``bandwidth.launch.supervision.runner``).
     """
 
     def __init__(self, children: Sequence[Child], *, start_timeout_s: float,

@@ -33,7 +33,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from bandwidth.errors import ConfigError
-from bandwidth.launch.hostfile import Host
+from bandwidth.launch.planning.hostfile import Host
 from bandwidth.links.linkbound import host_bytes
 
 POLICIES = ("round-robin", "servers-apart", "count:N")

@@ -39,7 +39,7 @@ import time
 from collections.abc import Callable
 from datetime import timedelta
 
-from bandwidth.launch.storedoor import StoreDoor
+from bandwidth.launch.contract.storedoor import StoreDoor
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +162,7 @@ class Gate(_Listener):
                     log.warning("refused a rendezvous client at %s that does not answer the "
                                 "gate's handshake: a program that opens the store itself "
                                 "(init_method env://) on another host; join with "
-                                "bandwidth.launch.contract.join_store, or launch with "
+                                "bandwidth.launch.contract.environment.join_store, or launch with "
                                 "--open-store (no gate, as torchrun)", _peer(conn))
                 raise ConnectionError("neither the handshake nor a process of this launch")
             store, port = self._door.connect(HANDSHAKE_S)

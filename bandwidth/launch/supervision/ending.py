@@ -3,11 +3,12 @@
 Every child the supervisor starts gets an ending on the launcher's clock (seconds since the
 launch started): the moment its exit was seen (an ssh child: the moment the remote guard's
 ``exit``/``signal`` line arrived; the guard sends it as soon as the command ends; a process that
-mpirun or srun runs: the moment its wrapper's ``end`` line arrived, ``bandwidth.launch.runner``),
-its status or signal, the first line of its stderr that reads as an error, what the process
-itself said of its end through the heartbeat (``heartbeat.report_end``), and whether the launcher
-(or mpirun, srun) had already stopped it. A process that stopped answering (no heartbeat for
-the threshold) ends, for this purpose, at its last heartbeat.
+mpirun or srun runs: the moment its wrapper's ``end`` line arrived,
+``bandwidth.launch.supervision.runner``), its status or signal, the first line of its stderr that
+reads as an error, what the process itself said of its end through the heartbeat
+(``heartbeat.report_end``), and whether the launcher (or mpirun, srun) had already stopped it. A
+process that stopped answering (no heartbeat for the threshold) ends, for this purpose, at its last
+heartbeat.
 
 The root cause is the earliest failure among the processes that did not say they failed
 because of another (a process that gave up waiting for a peer is a consequence); only when

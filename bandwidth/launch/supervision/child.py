@@ -1,6 +1,7 @@
 """One child process of a launch (``Child``: how it starts, reads, stops and dies with the
 launcher), and the ``Failure`` report that names a launch's root cause. The ``Supervisor``
-(``bandwidth.launch.supervisor``) runs them; launchers subclass ``Child`` (ssh, mpi, srun).
+(``bandwidth.launch.supervision.supervisor``) runs them; launchers subclass ``Child`` (ssh, mpi,
+srun).
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from bandwidth.errors import WorkerError
-from bandwidth.launch.ending import Ending, is_error_line
-from bandwidth.launch.noise import NoiseFilter
-from bandwidth.launch.repeats import Repeats
-from bandwidth.processes.lifeline import describe_stopped
+from bandwidth.launch.supervision.ending import Ending, is_error_line
+from bandwidth.launch.supervision.noise import NoiseFilter
+from bandwidth.launch.supervision.repeats import Repeats
+from bandwidth.launch.supervision.lifeline import describe_stopped
 
 TAIL_LINES = 20          # stderr lines kept per child for the report
 REPORT_LINES = 12        # of which the report shows the last
@@ -153,7 +154,7 @@ class Child:
 
     def parts(self) -> list:
         """The processes of the job this child stands for, as reports list them: itself (a
-        runner of many, mpirun or srun: those it ran, ``bandwidth.launch.runner``)."""
+        runner of many, mpirun or srun: those it ran, ``bandwidth.launch.supervision.runner``)."""
         return [self]
 
     def failure(self) -> Failure | None:

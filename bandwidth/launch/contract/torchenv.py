@@ -8,7 +8,7 @@
 torchrun, a Kubernetes pod spec, ``srun`` with a wrapper, or any launcher that sets ``RANK``,
 ``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` (and, optionally, ``LOCAL_RANK`` and
 ``LOCAL_WORLD_SIZE``; without them a process counts as alone on its host) gives each process a
-place in the job. ``role_from_environ`` turns it into the same ``contract.Role`` that launch.py's
+place in the job. ``role_from_environ`` turns it into the same ``environment.Role`` that launch.py's
 variables give:
 
 * ranks ``0..W-S-1`` are workers, ranks ``W-S..W-1`` servers, where ``W`` is ``WORLD_SIZE`` and
@@ -19,10 +19,10 @@ variables give:
   hosts a ``TCPStore`` at ``MASTER_ADDR:MASTER_PORT``; every rank joins it as a client and keeps
   its keys under ``bandwidth/<TORCHELASTIC_RUN_ID>/<restart>``, apart from the agent's own. Under
   any other launcher rank 0 hosts that store itself on ``MASTER_PORT`` (every address of its
-  host), and the other ranks wait for it to answer (``contract.join_store``), up to the program's
+  host), and the other ranks wait for it to answer (``environment.join_store``), up to the program's
   ``--timeout``;
 * every rank posts its ``WORLD_SIZE`` in the store and reads every other rank's before the
-  process group forms (``contract.join_store``): ranks that disagree end at once in one line
+  process group forms (``environment.join_store``): ranks that disagree end at once in one line
   naming the rank and both values, instead of waiting for a world that never forms;
 * ``DMLC_NODE_HOST`` is this host's name (``socket.gethostname()``), which reports use to name the
   process; ``DMLC_JOB_CLUSTER`` is ``torchrun``, or ``env`` under another launcher.
@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from bandwidth.launch.contract import ContractError, Job, Role
+from bandwidth.launch.contract.environment import ContractError, Job, Role
 
 TORCH_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 

@@ -2,19 +2,19 @@
 
 Usage (what ``--launcher mpi`` puts after ``mpirun ...``; not meant to be typed)::
 
-    python3 -m bandwidth.launch.mpirole --hosts HOST0,HOST1,... -- command [args...]
+    python3 -m bandwidth.launch.launchers.mpirole --hosts HOST0,HOST1,... -- command [args...]
 
 Open MPI numbers the processes with ``OMPI_COMM_WORLD_RANK``. Process ``i`` gets the role of
 index ``i`` in rank order: workers ``0..n-1``, then servers ``n..n+s-1``, then, when
-``OMPI_COMM_WORLD_SIZE`` is ``n+s+1``, the scheduler (``contract.Job.role_at``). The job-wide
+``OMPI_COMM_WORLD_SIZE`` is ``n+s+1``, the scheduler (``environment.Job.role_at``). The job-wide
 variables (``DMLC_NUM_WORKER``, ``MASTER_ADDR``, ...) arrive from mpirun with ``-x``; this
 wrapper adds the per-process ones (``DMLC_ROLE``, ``DMLC_TASK_ID``, ``RANK``, ``LOCAL_RANK``,
 ``LOCAL_WORLD_SIZE``, ``DMLC_NODE_HOST``) and runs the command as its child
-(``bandwidth.launch.rolewrap``): it tells the launcher when the command started and how it
+(``bandwidth.launch.launchers.rolewrap``): it tells the launcher when the command started and how it
 ended, and ends the same way, so the command's exit status and signals are still mpirun's to
 see.
 
-``--hosts`` is the launcher's placement (``bandwidth.launch.plan``), one host per process.
+``--hosts`` is the launcher's placement (``bandwidth.launch.planning.plan``), one host per process.
 mpirun places with ``--map-by node`` on the same hosts and slot counts, which is the same
 round-robin; the wrapper checks that mpirun's local rank and local size agree with the plan
 and stops with an error if not (for instance when two hosts-file names are one machine), rather
@@ -26,10 +26,10 @@ from __future__ import annotations
 import os
 import sys
 
-from bandwidth.launch.contract import ContractError, Job
-from bandwidth.launch.hostfile import Host
-from bandwidth.launch.plan import local_ranks
-from bandwidth.launch.rolewrap import become, role_environ
+from bandwidth.launch.contract.environment import ContractError, Job
+from bandwidth.launch.planning.hostfile import Host
+from bandwidth.launch.planning.plan import local_ranks
+from bandwidth.launch.launchers.rolewrap import become, role_environ
 
 
 def environ_for(index: int, mpi_size: int, hosts: list[str], environ: dict[str, str],

@@ -1,7 +1,7 @@
 """Which local address and interface a process of a distributed job uses: the one it reaches the
 rendezvous from.
 
-    from bandwidth.launch.interface import towards_rendezvous
+    from bandwidth.launch.contract.interface import towards_rendezvous
     choice = towards_rendezvous("198.18.19.254", 29500, host="198.18.19.2")
     choice.address, choice.interface        # ("198.18.19.2", "bwi19v2")
 

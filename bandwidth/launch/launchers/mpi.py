@@ -6,24 +6,24 @@ environment, off the command line)::
     mpirun --allow-run-as-root --tag-output -np N -H host1:c1,host2:c2 --map-by node \\
         [--mca orte_keep_fqdn_hostnames 1] \\
         [--mca plm_rsh_args "-o BatchMode=yes -o ConnectTimeout=T"] \\
-        -x NAME... python3 -m bandwidth.launch.mpirole --hosts h0,h1,... -- command...
+        -x NAME... python3 -m bandwidth.launch.launchers.mpirole --hosts h0,h1,... -- command...
 
-``c1, c2`` are the numbers of processes the placement rule (``bandwidth.launch.plan``) gives
-each host, so mpirun never oversubscribes and ``--map-by node`` deals ranks the same way; the
+``c1, c2`` are the numbers of processes the placement rule (``bandwidth.launch.planning.plan``)
+gives each host, so mpirun never oversubscribes and ``--map-by node`` deals ranks the same way; the
 scheduler (``--scheduler``) is the last MPI process. ``mpirole`` derives each process's role from
 ``OMPI_COMM_WORLD_RANK``. ``--tag-output`` marks every output line with its MPI rank, which the
-launcher strips again: stderr gets the usual ``[worker 0@host]`` prefix and a tail per rank for
-the report. Each rank's wrapper tells the launcher in a line of its stderr when its command
-started and how it ended (``bandwidth.launch.rankends``), so that the launcher reports
-every rank as it reports the local launcher's processes (``bandwidth.launch.runner``); a rank
-that left no record (its wrapper killed with SIGKILL) is named from mpirun's own message (which
-rank failed, and how). When mpirun cannot start its daemon on a host,
-the launcher finds ssh's error among mpirun's messages and reports it as the ssh launcher does
-(``FAIL: node3: cannot resolve the host name``); ``orte_keep_fqdn_hostnames`` (Open MPI 4) keeps
-mpirun from shortening ``node3.example.com`` to ``node3`` there. Hosts-file ports are refused:
-mpirun has one ssh command for all hosts (use ``~/.ssh/config``). mpirun runs on the launching
-host and passes remote processes only the ``-x`` variables; processes on the launching host
-inherit mpirun's environment, which the launcher filters the same way.
+launcher strips again: stderr gets the usual ``[worker 0@host]`` prefix and a tail per rank for the
+report. Each rank's wrapper tells the launcher in a line of its stderr when its command started and
+how it ended (``bandwidth.launch.supervision.rankends``), so that the launcher reports every rank as
+it reports the local launcher's processes (``bandwidth.launch.supervision.runner``); a rank that
+left no record (its wrapper killed with SIGKILL) is named from mpirun's own message (which rank
+failed, and how). When mpirun cannot start its daemon on a host, the launcher finds ssh's error
+among mpirun's messages and reports it as the ssh launcher does (``FAIL: node3: cannot resolve the
+host name``); ``orte_keep_fqdn_hostnames`` (Open MPI 4) keeps mpirun from shortening
+``node3.example.com`` to ``node3`` there. Hosts-file ports are refused: mpirun has one ssh command
+for all hosts (use ``~/.ssh/config``). mpirun runs on the launching host and passes remote processes
+only the ``-x`` variables; processes on the launching host inherit mpirun's environment, which the
+launcher filters the same way.
 """
 
 from __future__ import annotations
@@ -38,13 +38,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bandwidth.errors import UnsupportedError
-from bandwidth.launch.child import Child, Failure, emit, status_failure
-from bandwidth.launch.contract import Role
-from bandwidth.launch.environ import child_environ
-from bandwidth.launch.hostfile import Host
-from bandwidth.launch.plan import Plan, slot_counts
-from bandwidth.launch.runner import RunnerChild
-from bandwidth.launch.ssh import explain_ssh_error, ssh_error_lines
+from bandwidth.launch.supervision.child import Child, Failure, emit, status_failure
+from bandwidth.launch.contract.environment import Role
+from bandwidth.launch.contract.forwarding import child_environ
+from bandwidth.launch.planning.hostfile import Host
+from bandwidth.launch.planning.plan import Plan, slot_counts
+from bandwidth.launch.supervision.runner import RunnerChild
+from bandwidth.launch.launchers.ssh import explain_ssh_error, ssh_error_lines
 
 _TAG = re.compile(r"\[\d+,(\d+)\]<(stdout|stderr)>:")
 _EXIT = re.compile(r"Process name: \[\[\d+,\d+\],(\d+)\]")
@@ -52,7 +52,7 @@ _EXIT_CODE = re.compile(r"Exit code:\s+(\d+)")
 _SIGNAL = re.compile(r"process rank (\d+) with PID \d+ on node \S+ exited on signal (\d+)")
 MPI_VARIABLE_PREFIXES = ("OMPI_", "OPAL_", "PMIX_", "ORTE_")  # mpirun's own configuration
 _VERSION = re.compile(r"Open MPI\)?\s+(\d+)\.(\d+)")
-PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+PACKAGE_ROOT = str(Path(__file__).resolve().parents[3])
 
 
 @functools.cache
@@ -89,7 +89,7 @@ def mpirun_argv(placed: Sequence[Host], exported: Sequence[str], command: Sequen
         argv += ["--mca", "plm_rsh_args", rsh_args]
     for name in exported:
         argv += ["-x", name]
-    return argv + [python, "-m", "bandwidth.launch.mpirole",
+    return argv + [python, "-m", "bandwidth.launch.launchers.mpirole",
                    "--hosts", ",".join(str(h) for h in placed), "--", *command]
 
 

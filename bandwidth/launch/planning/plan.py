@@ -2,13 +2,13 @@
 
 Processes are numbered in rank order: workers ``0..n-1``, then servers ``n..n+s-1`` (then, for
 ``--launcher mpi`` only, the scheduler). ``--placement`` chooses the policy
-(``bandwidth.launch.placement``: round-robin, servers-apart, count:N). Round-robin, the default:
-they are dealt one at a time to the hosts in file order,
-cycling, and a host whose ``slots=N`` are taken is skipped. Example, hosts ``a slots=1``, ``b``,
-``c`` with ``-n 3 -s 2``: worker 0 -> a, worker 1 -> b, worker 2 -> c, server 0 -> b (a is full),
-server 1 -> c. With as many hosts as workers and servers each, every host gets one worker and one
-server (MXNet's ssh launcher put servers on the first hosts and workers after them, so hosts
-were loaded unevenly when there were more hosts than either).
+(``bandwidth.launch.planning.placement``: round-robin, servers-apart, count:N). Round-robin, the
+default: they are dealt one at a time to the hosts in file order, cycling, and a host whose
+``slots=N`` are taken is skipped. Example, hosts ``a slots=1``, ``b``, ``c`` with ``-n 3 -s 2``:
+worker 0 -> a, worker 1 -> b, worker 2 -> c, server 0 -> b (a is full), server 1 -> c. With as many
+hosts as workers and servers each, every host gets one worker and one server (MXNet's ssh launcher
+put servers on the first hosts and workers after them, so hosts were loaded unevenly when there were
+more hosts than either).
 
 ``LOCAL_RANK`` counts the world ranks on the same host in rank order; ``LOCAL_WORLD_SIZE`` is
 their number. The scheduler is not a world rank and is not counted.
@@ -22,10 +22,10 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from bandwidth.launch.config import LaunchConfig
-from bandwidth.launch.contract import Job, Role
-from bandwidth.launch.hostfile import Host
-from bandwidth.launch.placement import deal, place
+from bandwidth.launch.planning.config import LaunchConfig
+from bandwidth.launch.contract.environment import Job, Role
+from bandwidth.launch.planning.hostfile import Host
+from bandwidth.launch.planning.placement import deal, place
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ def make_plan(config: LaunchConfig, job: Job, hosts: Sequence[Host], *, place_sc
     count = job.world_size + (1 if config.scheduler and place_scheduler else 0)
     if config.placement == "round-robin":
         placed = deal(hosts, count)
-    else:                                  # bandwidth.launch.placement; mpi's scheduler: host 1
+    else:                                  # placement's policies; mpi's scheduler: host 1
         placed = place(hosts, job.num_workers, job.num_servers, config.placement)
         placed += list(hosts[:count - len(placed)])
     world = placed[:job.world_size]

@@ -113,7 +113,7 @@ class Watchdog:
                 line = (f"{self.who}: no progress for {self.seconds:g} s in {self.what} "
                         "(--timeout): stopped as hung")
                 try:
-                    from bandwidth.launch.heartbeat import report_end
+                    from bandwidth.launch.contract.heartbeat import report_end
                     report_end(line, consequence=True)      # waiting on another process
                     print(f"{self.prog}: error: {line}", file=sys.stderr, flush=True)
                 finally:

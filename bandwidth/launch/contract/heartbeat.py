@@ -1,7 +1,7 @@
 """The heartbeat: each process of a job tells the launcher it is alive, through the launcher's
 own rendezvous TCPStore (no other transport), and says how it ended when it fails.
 
-Process side (``contract.join_store`` starts it; nothing to do in a program)::
+Process side (``environment.join_store`` starts it; nothing to do in a program)::
 
     beat = Heartbeat.start(role, interval_s)   # a daemon thread, its own store connection
     report_end("a peer process is gone ...", consequence=True)   # before a failing exit
@@ -59,11 +59,11 @@ class Heartbeat:
             return _current
         from torch.distributed import PrefixStore
 
-        from bandwidth.launch.storegate import connect
+        from bandwidth.launch.contract.storegate import connect
 
         # A client of its own, through the job's gate as join_store's (launch.storegate).
         store = connect(master_addr, master_port, secret, max(2.0, interval_s * 2), gated=gated)
-        store = PrefixStore(secret, store) if secret else store     # as contract.job_store
+        store = PrefixStore(secret, store) if secret else store     # as environment.job_store
         prog = prog or os.path.basename(sys.argv[0] or "process")
         _current = cls(store, rank, interval_s, prog)
         _current.thread.start()

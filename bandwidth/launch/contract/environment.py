@@ -2,7 +2,7 @@
 
 A program reads them with one call, never field by field::
 
-    from bandwidth.launch.contract import Role, join_store
+    from bandwidth.launch.contract.environment import Role, join_store
     role = Role.from_environ(os.environ)      # ContractError if a variable is missing or wrong
     store = join_store(role)                  # TCPStore client of the launcher's rendezvous
     torch.distributed.init_process_group("gloo", store=store, rank=role.rank,
@@ -27,22 +27,22 @@ Variables (all launchers; values are decimal strings where numeric):
 ``MASTER_PORT``        that store's port (``--port``; default: a free port)
 ``WORLD_SIZE``         ``n + s`` (the scheduler is not counted)
 ``RANK``               workers ``0..n-1``, then servers ``n..n+s-1``; unset for the scheduler
-``LOCAL_RANK``         rank among this host's world ranks (see ``bandwidth.launch.plan``);
+``LOCAL_RANK``         rank among this host's world ranks (see ``bandwidth.launch.planning.plan``);
                        unset for the scheduler
 ``LOCAL_WORLD_SIZE``   number of world ranks on this host; unset for the scheduler
 ``TORCHELASTIC_USE_AGENT_STORE``  ``True``, as torchrun sets it: ``init_process_group(
                        init_method="env://")`` then joins the launcher's store instead of
                        making rank 0 host one on ``MASTER_PORT`` (which is taken)
 ``BANDWIDTH_HEARTBEAT_S``  the heartbeat interval (``--heartbeat-interval``):
-                       ``join_store`` beats that often (``bandwidth.launch.heartbeat``);
+                       ``join_store`` beats that often (``bandwidth.launch.contract.heartbeat``);
                        unset: no heartbeat
 ``BANDWIDTH_OPEN_STORE``  ``1`` under ``launch.py --open-store``: the store has no gate, and
                        ``join_store`` connects to it directly
 ``BANDWIDTH_JOB_SECRET``  a random secret of this launch (128 bits, hex), sent through the
                        environment only (over ssh: on the ssh client's stdin; mpirun: ``-x``
                        by name), never on a command line. The store's gate serves only
-                       clients that prove they know it (``bandwidth.launch.storegate``), and
-                       ``join_store`` keeps every key of the job under it
+                       clients that prove they know it (``bandwidth.launch.contract.storegate``),
+                       and ``join_store`` keeps every key of the job under it
 
 Ranks that join with ``join_store`` register under ``<secret>/launch/joined/<rank>``; once any rank
 has registered, the launcher fails the job naming the ranks that have not within ``--timeout``.
@@ -50,7 +50,7 @@ Programs that open the store themselves (``TCPStore(MASTER_ADDR, MASTER_PORT,
 is_master=False)``) are not tracked and are bounded by their own store timeout instead.
 
 This module imports nothing heavy (torch only inside ``join_store``), so wrappers such as
-``bandwidth.launch.mpirole`` start fast.
+``bandwidth.launch.launchers.mpirole`` start fast.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from bandwidth.errors import ConfigError
-from bandwidth.launch.heartbeat import INTERVAL_VARIABLE, Heartbeat, interval_from_environ
+from bandwidth.launch.contract.heartbeat import INTERVAL_VARIABLE, Heartbeat, interval_from_environ
 
 WORKER, SERVER, SCHEDULER = "worker", "server", "scheduler"
 ROLES = (WORKER, SERVER, SCHEDULER)
@@ -122,8 +122,8 @@ class Job:
 
     @property
     def gated(self) -> bool:
-        """The store is launch.py's, behind its gate (bandwidth.launch.storegate): clients must
-        prove they know the secret. torchrun's store, rank 0's and launch.py --open-store's
+        """The store is launch.py's, behind its gate (bandwidth.launch.contract.storegate): clients
+        must prove they know the secret. torchrun's store, rank 0's and launch.py --open-store's
         have no gate (and the "secret" is only a namespace there)."""
         return bool(self.secret) and self.cluster not in ("torchrun", "env") \
             and not self.open_store
@@ -269,19 +269,19 @@ def join_store(role: Role, timeout_s: float = 300.0):
 
     First it finds the interface this host reaches the rendezvous from and sets
     ``GLOO_SOCKET_IFNAME``/``NCCL_SOCKET_IFNAME`` to it in this process's environment unless the
-    user set them (``bandwidth.launch.interface``), so that Gloo and NCCL, which read only the
-    environment, advertise an address the other hosts reach; processes started from here (the
+    user set them (``bandwidth.launch.contract.interface``), so that Gloo and NCCL, which read only
+    the environment, advertise an address the other hosts reach; processes started from here (the
     ``dist_nccl`` ranks) inherit it. A host that cannot reach the rendezvous raises
     ``RendezvousUnreachable`` in one line naming the host and the address tried.
 
     Where no launcher hosts the store (``Job.store_on_rank0``: torchrun's variables without its
-    agent's store, see ``bandwidth.launch.torchenv``), rank 0 opens it on ``MASTER_PORT`` and
-    the others retry reaching it until ``timeout_s``, as they may start first."""
+    agent's store, see ``bandwidth.launch.contract.torchenv``), rank 0 opens it on ``MASTER_PORT``
+    and the others retry reaching it until ``timeout_s``, as they may start first."""
     import os
 
-    from bandwidth.launch.interface import export_choice
-    from bandwidth.launch.storegate import connect
-    from bandwidth.launch.storeopen import open_store
+    from bandwidth.launch.contract.interface import export_choice
+    from bandwidth.launch.contract.storegate import connect
+    from bandwidth.launch.contract.storeopen import open_store
 
     hosting = role.job.store_on_rank0 and role.rank == 0
     master = open_store(role.master_addr, role.master_port, True, timeout_s, "rank 0") \
@@ -351,7 +351,7 @@ def _towards(role: Role, timeout_s: float, patient: bool):
     Kubernetes pod's DNS name before the pod is up)."""
     import time
 
-    from bandwidth.launch.interface import RendezvousUnreachable, towards_rendezvous
+    from bandwidth.launch.contract.interface import RendezvousUnreachable, towards_rendezvous
 
     deadline = time.monotonic() + timeout_s
     while True:

@@ -5,11 +5,11 @@ runs the command with it, so that the command sees what launch.py's own children
 The command runs as this wrapper's child, in the wrapper's process group (the one mpirun's
 daemon or slurmstepd signals), with the wrapper's stdin, stdout and stderr, so that mpirun and
 srun see its output and its signals as before. The wrapper says on stderr when the command
-started and how it ended (``bandwidth.launch.rankends``: the runner carries the line to the
-launcher with the rank's tag); when the command ends, whatever it left running is
-killed first (helpers it started, as the local launcher does; the wrapper is their child
-subreaper, so they are found whatever their process group), and the wrapper ends as the
-command did: its exit status, or the same signal, so mpirun and srun report the same failure.
+started and how it ended (``bandwidth.launch.supervision.rankends``: the runner carries the line to
+the launcher with the rank's tag); when the command ends, whatever it left running is killed first
+(helpers it started, as the local launcher does; the wrapper is their child subreaper, so they are
+found whatever their process group), and the wrapper ends as the command did: its exit status, or
+the same signal, so mpirun and srun report the same failure.
 
 Signals: SIGTERM, SIGINT and SIGHUP from the runner (the wrapper's parent: mpirun's daemon,
 slurmstepd) reach the command directly, since the runner signals the whole group or step; the
@@ -30,11 +30,11 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
-from bandwidth.launch.contract import ContractError, Job
-from bandwidth.launch.hostfile import Host
-from bandwidth.launch.plan import local_ranks
-from bandwidth.launch.rankends import end_line, start_line
-from bandwidth.processes.lifeline import die_with_parent
+from bandwidth.launch.contract.environment import ContractError, Job
+from bandwidth.launch.planning.hostfile import Host
+from bandwidth.launch.planning.plan import local_ranks
+from bandwidth.launch.supervision.rankends import end_line, start_line
+from bandwidth.launch.supervision.lifeline import die_with_parent
 
 _WAITED = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD}
 PR_SET_CHILD_SUBREAPER = 36
@@ -56,7 +56,7 @@ def become(name: str, runner: str, hosts_help: str, argv: list[str] | None,
     """Parse ``--hosts H1,H2,... -- command...``, take ``environ_of(hosts)`` and run the command
     with it (see the module docstring). Returns the command's status; 2 (not under
     ``runner``, or a placement that does not match the plan), 127 (the command cannot run)."""
-    parser = argparse.ArgumentParser(prog=f"python3 -m bandwidth.launch.{name}")
+    parser = argparse.ArgumentParser(prog=f"python3 -m bandwidth.launch.launchers.{name}")
     parser.add_argument("--hosts", required=True, help=hosts_help)
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)

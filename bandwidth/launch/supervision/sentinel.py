@@ -1,6 +1,6 @@
 """Ends what a launch started on this host once the launcher is gone, even by SIGKILL.
 
-    python3 -m bandwidth.launch.sentinel          (started by the supervisor; reads its stdin)
+    python3 -m bandwidth.launch.supervision.sentinel    (started by the supervisor; reads its stdin)
 
 A local child dies with the launcher (``PR_SET_PDEATHSIG``), but what the child started does not:
 a SIGKILLed launcher left ``sh -c 'sleep 300 & setsid sleep 300'``'s sleeps running under PID 1.
@@ -23,7 +23,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bandwidth.launch.guard import kill_until_none, proc_table
+from bandwidth.launch.supervision.guard import kill_until_none, proc_table
 
 ID_VARIABLE = "BANDWIDTH_LAUNCH_ID"
 
@@ -34,12 +34,13 @@ class Sentinel:
 
     def __init__(self):
         self.token = secrets.token_hex(8)
-        root = str(Path(__file__).resolve().parents[2])          # where bandwidth/ is
+        root = str(Path(__file__).resolve().parents[3])          # where bandwidth/ is
         path = os.environ.get("PYTHONPATH")
         env = dict(os.environ, PYTHONPATH=f"{root}{os.pathsep}{path}" if path else root)
         env[ID_VARIABLE] = self.token
         try:
-            self.proc = subprocess.Popen([sys.executable, "-m", "bandwidth.launch.sentinel"],
+            self.proc = subprocess.Popen([sys.executable, "-m",
+                                          "bandwidth.launch.supervision.sentinel"],
                                          env=env, stdin=subprocess.PIPE,
                                          stdout=subprocess.DEVNULL, start_new_session=True)
         except OSError:

@@ -1,5 +1,6 @@
 """One launch as a checked, frozen ``LaunchConfig`` (bandwidth.launch.cli parses the command line
-into it; the checks that depend on the launcher are the launcher table's, launchers.check_config).
+into it; the checks that depend on the launcher are the launcher table's,
+launchers.table.check_config).
 
 Flags keep MXNet's ``tools/launch.py`` names (``-n -s -H --launcher --sync-dst-dir --env``).
 Everything after the first word that is not an option is the command, untouched: the launcher
@@ -13,8 +14,8 @@ import re
 from dataclasses import dataclass, field
 
 from bandwidth.errors import ConfigError
-from bandwidth.launch.hostfile import Host
-from bandwidth.launch.placement import parse_policy
+from bandwidth.launch.planning.hostfile import Host
+from bandwidth.launch.planning.placement import parse_policy
 
 DEFAULT_TIMEOUT_S = 60
 DEFAULT_HEARTBEAT_S = 2.0
@@ -45,7 +46,7 @@ class LaunchConfig:
     ssh_config: str | None = None
     ssh_options: tuple[str, ...] = ()
     workdir: str = field(default_factory=os.getcwd)   # where processes run (ssh: remotely too)
-    placement: str = "round-robin"                 # bandwidth.launch.placement's policy
+    placement: str = "round-robin"                 # bandwidth.launch.planning.placement's policy
     timeout_given: bool = True                     # False: timeout_s grew with the job
     heartbeat_s: float = DEFAULT_HEARTBEAT_S       # 0: no heartbeat
     heartbeat_misses: float = DEFAULT_HEARTBEAT_MISSES

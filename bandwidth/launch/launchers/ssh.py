@@ -15,14 +15,14 @@ Each process is started as (every word of the remote command passed through ``sh
 * ``ServerAliveInterval``/``CountMax``: a host that goes silent mid-run (its link down, the
   machine gone) ends its ssh client after about 3/4 of T, and the launcher reports that process
   as having lost its ssh connection, before the other ranks' own timeouts name a symptom.
-* The remote command runs under ``bandwidth.launch.guard``, which stops its process group when
-  the ssh connection closes: stopping a process is closing its ssh client's stdin, and a killed
-  launcher or ssh client leaves nothing running remotely.
+* The remote command runs under ``bandwidth.launch.supervision.guard``, which stops its process
+  group when the ssh connection closes: stopping a process is closing its ssh client's stdin, and a
+  killed launcher or ssh client leaves nothing running remotely.
 * The remote login shell must be POSIX (sh, bash, dash, zsh) to read the quoting.
 * The environment travels on the ssh client's stdin (one JSON line the guard reads before it
   starts the command), never on a command line, where every user of either machine could read
-  it (``ps``); only the forwarded variables (``bandwidth.launch.environ``), ``--env``'s and
-  the contract's are sent, never the launcher's whole environment. The remote program otherwise
+  it (``ps``); only the forwarded variables (``bandwidth.launch.contract.forwarding``), ``--env``'s
+  and the contract's are sent, never the launcher's whole environment. The remote program otherwise
   has its login's environment (``HOME``, ``USER``...). The local ssh client itself runs with the
   launcher's environment, so that ``SSH_AUTH_SOCK`` reaches the agent.
 * The launcher's ``-o`` options come first, and ssh keeps the first value it sees: ``--ssh-option``
@@ -43,12 +43,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bandwidth.launch import guard
-from bandwidth.launch.environ import child_environ
-from bandwidth.launch.hostfile import Host
-from bandwidth.launch.local import local_child
-from bandwidth.launch.plan import Plan
-from bandwidth.launch.supervisor import Child, Failure, status_failure
+from bandwidth.launch.supervision import guard
+from bandwidth.launch.contract.forwarding import child_environ
+from bandwidth.launch.planning.hostfile import Host
+from bandwidth.launch.launchers.local import local_child
+from bandwidth.launch.planning.plan import Plan
+from bandwidth.launch.supervision.supervisor import Child, Failure, status_failure
 
 GUARD_SOURCE = Path(guard.__file__).read_text()
 GUARD_GRACE_S = 5.0

@@ -1,16 +1,16 @@
 """Give one task of the slurm launcher's ``srun`` step its role in the contract, then run the
-command (``bandwidth.launch.rolewrap``: as its child, telling the launcher how it ended).
+command (``bandwidth.launch.launchers.rolewrap``: as its child, telling the launcher how it ended).
 
 Usage (what ``--launcher slurm`` puts after ``srun ...``; not meant to be typed)::
 
-    python3 -m bandwidth.launch.slurmrole --hosts HOST0,HOST1,... -- command [args...]
+    python3 -m bandwidth.launch.launchers.slurmrole --hosts HOST0,HOST1,... -- command [args...]
 
 Task ``SLURM_PROCID`` gets the role of index ``SLURM_PROCID`` in rank order (workers, servers,
-then the scheduler: ``contract.Job.role_at``), as ``bandwidth.launch.mpirole`` does for Open MPI.
-``--hosts`` is the launcher's placement, one node per task; srun placed the tasks with
-``--distribution arbitrary`` from the same list, and the wrapper checks that Slurm ran this task
-on its planned node (``SLURMD_NODENAME``) and with the planned local rank (``SLURM_LOCALID``),
-and stops with one line if not, rather than give a process another node's name.
+then the scheduler: ``environment.Job.role_at``), as ``bandwidth.launch.launchers.mpirole`` does for
+Open MPI. ``--hosts`` is the launcher's placement, one node per task; srun placed the tasks with
+``--distribution arbitrary`` from the same list, and the wrapper checks that Slurm ran this task on
+its planned node (``SLURMD_NODENAME``) and with the planned local rank (``SLURM_LOCALID``), and
+stops with one line if not, rather than give a process another node's name.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from __future__ import annotations
 import os
 import sys
 
-from bandwidth.launch.contract import ContractError, Job
-from bandwidth.launch.hostfile import Host
-from bandwidth.launch.plan import local_ranks
-from bandwidth.launch.rolewrap import become, role_environ
+from bandwidth.launch.contract.environment import ContractError, Job
+from bandwidth.launch.planning.hostfile import Host
+from bandwidth.launch.planning.plan import local_ranks
+from bandwidth.launch.launchers.rolewrap import become, role_environ
 
 
 def environ_for(task: int, ntasks: int, node: str, local_id: int, hosts: list[str],

@@ -2,15 +2,16 @@
 it runs as the launcher's reports see them.
 
 ``RunnerChild`` splits the runner's output back into one stream per process
-(``rank_line``), takes each wrapper's protocol lines out of it (``bandwidth.launch.rankends``:
-started and ended, dated on the launcher's clock as they arrive, pid, status or signal), and when
-the runner has exited (``reap``) gives each process its ending from them and from what it said
-of its own end (``heartbeat.report_end``, read from the store). Then ``parts()``
-is those processes, so that the root cause is picked among them as among the local launcher's
-children, the consequence line lists them and ``--report`` holds one object per process. Where
-a process left no record (its wrapper killed with SIGKILL, or unable to reach the store), the
-runner's own message names the one that failed (``named_rank``, the launcher's sole source
-before), and the runner's own failures (a host it cannot reach) stay its own (``own_failure``).
+(``rank_line``), takes each wrapper's protocol lines out of it
+(``bandwidth.launch.supervision.rankends``: started and ended, dated on the launcher's clock as they
+arrive, pid, status or signal), and when the runner has exited (``reap``) gives each process its
+ending from them and from what it said of its own end (``heartbeat.report_end``, read from the
+store). Then ``parts()`` is those processes, so that the root cause is picked among them as among
+the local launcher's children, the consequence line lists them and ``--report`` holds one object per
+process. Where a process left no record (its wrapper killed with SIGKILL, or unable to reach the
+store), the runner's own message names the one that failed (``named_rank``, the launcher's sole
+source before), and the runner's own failures (a host it cannot reach) stay its own
+(``own_failure``).
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ import collections
 import signal
 from collections.abc import Sequence
 
-from bandwidth.launch.child import TAIL_LINES, Child, Failure, status_failure
-from bandwidth.launch.ending import Ending, is_error_line, pick_root
-from bandwidth.launch.rankends import split_line
+from bandwidth.launch.supervision.child import TAIL_LINES, Child, Failure, status_failure
+from bandwidth.launch.supervision.ending import Ending, is_error_line, pick_root
+from bandwidth.launch.supervision.rankends import split_line
 
 
 class RankProcess:

@@ -2,8 +2,8 @@
 launcher learns it.
 
 The launcher starts one ``mpirun`` or ``srun`` and sees only that. So every process's wrapper
-(``bandwidth.launch.rolewrap``, behind ``mpirole`` and ``slurmrole``) runs the command as its
-child and says, on its stderr, which the runner already carries to the launcher with the rank's
+(``bandwidth.launch.launchers.rolewrap``, behind ``mpirole`` and ``slurmrole``) runs the command as
+its child and says, on its stderr, which the runner already carries to the launcher with the rank's
 tag (mpirun's ``--tag-output``, srun's ``--label``), two protocol lines, as the ssh launcher's
 remote guard does::
 
@@ -29,7 +29,7 @@ import json
 import signal
 from collections.abc import Mapping
 
-from bandwidth.launch.heartbeat import EVENTS_KEY, read_ended
+from bandwidth.launch.contract.heartbeat import EVENTS_KEY, read_ended
 
 PREFIX = "bandwidth-role:"
 POLL_S = 0.1

@@ -11,11 +11,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from bandwidth.errors import ConfigError, UnsupportedError
-from bandwidth.launch import local, mpi, slurm, ssh
-from bandwidth.launch.config import LaunchConfig
-from bandwidth.launch.hostfile import Host
-from bandwidth.launch.plan import Plan
-from bandwidth.launch.supervisor import Child
+from bandwidth.launch.launchers import local, mpi, slurm, ssh
+from bandwidth.launch.planning.config import LaunchConfig
+from bandwidth.launch.planning.hostfile import Host
+from bandwidth.launch.planning.plan import Plan
+from bandwidth.launch.supervision.supervisor import Child
 
 
 @dataclass(frozen=True)
