@@ -1,5 +1,7 @@
-"""The package's layout holds its rules: no import circles, package ``__init__`` files that hold
-only their rule, and the public entry points where users find them.
+"""The package's layout holds its rules: each top-level room imports only what one table
+(``MAY_IMPORT``) allows, and the table is a house of floors; no import circles; package
+``__init__`` files that hold only their rule and name each module; and the public entry points
+where users find them.
 
 The imports are read from the source (``ast``), every one of them: at module level, inside
 functions (a lazy import is still a dependency) and under ``if TYPE_CHECKING``. Importing
@@ -118,6 +120,70 @@ def test_no_module_imports_itself_back():
     graph = import_graph()
     assert len(graph) > 60
     assert circles(graph) == []
+
+
+# What each top-level room of ``bandwidth/`` may import: the house's floors, read from the bottom.
+# A package's ``__init__`` says the same in words; this table is the rule the code is held to.
+VOCABULARY = {"errors", "words", "formulas", "cliexit", "textformat", "arrays", "cliparse",
+              "files", "thresholds", "gates", "links"}
+MAY_IMPORT = {
+    # the vocabulary: imports nothing above it
+    "errors": set(), "words": set(), "formulas": set(), "cliexit": set(), "textformat": set(),
+    "arrays": set(), "cliparse": {"errors"}, "files": {"errors"}, "thresholds": {"errors"},
+    "gates": {"files"}, "links": {"errors", "files"},
+    # what the machine is, how a step is cut, how each mode exchanges
+    "hardware": {"errors"},
+    "schedules": {"arrays", "errors", "formulas"},
+    "stores": {"arrays", "errors", "formulas", "hardware", "words"},
+    # the command line, the launcher, the lab
+    "config": VOCABULARY | {"hardware", "schedules"},
+    "launch": VOCABULARY,
+    "netlab": VOCABULARY,
+    "processes": VOCABULARY | {"launch"},
+    "compute": VOCABULARY | {"config", "schedules"},
+    "predict": VOCABULARY | {"config", "hardware", "launch", "stores"},
+    # the ceilings, the plan, one measurement, its result, the report
+    "ceiling": VOCABULARY | {"config", "hardware", "launch", "processes"},
+    "plan": VOCABULARY | {"compute", "config", "hardware", "schedules"},
+    "measurement": VOCABULARY | {"ceiling", "compute", "hardware", "launch", "plan", "schedules",
+                                 "stores"},
+    "results": VOCABULARY | {"ceiling", "hardware", "measurement", "plan"},
+    "backends": VOCABULARY | {"config", "launch", "measurement", "plan", "processes", "results",
+                              "stores"},
+    "report": VOCABULARY | {"hardware", "plan", "results"},
+    # the pipeline and the commands on top
+    "run": VOCABULARY | {"backends", "ceiling", "config", "hardware", "launch", "measurement",
+                         "plan", "processes", "results"},
+    "compare": VOCABULARY | {"report", "results"},
+    "hostgate": VOCABULARY | {"report"},
+    "execution": VOCABULARY | {"backends", "ceiling", "compute", "config", "hardware", "launch",
+                               "measurement", "plan", "predict", "processes", "report", "results",
+                               "run", "schedules", "stores"},
+    "measure": VOCABULARY | {"execution", "launch", "report"},
+    "__main__": {"measure"},
+}
+
+
+def room_of(module: str) -> str | None:
+    """The top-level room of ``bandwidth.x.y``: ``x`` (None for the package itself)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
+
+
+def test_every_room_imports_only_what_the_table_allows():
+    graph = import_graph()
+    rooms = {room_of(name) for name in graph} - {None}
+    assert rooms == set(MAY_IMPORT), f"rooms not in MAY_IMPORT, or gone: {rooms ^ set(MAY_IMPORT)}"
+    broken = sorted(f"{name} -> {target}" for name, targets in graph.items()
+                    for target in targets
+                    if room_of(name) and room_of(target) not in (None, room_of(name))
+                    and room_of(target) not in MAY_IMPORT[room_of(name)])
+    assert broken == [], "imports the table does not allow:\n" + "\n".join(broken)
+
+
+def test_the_table_of_rooms_is_a_house_of_floors():
+    """No two rooms may import each other, even through others: the table is a layering."""
+    assert circles({room: set(allowed) for room, allowed in MAY_IMPORT.items()}) == []
 
 
 def test_package_inits_hold_only_their_rule():
