@@ -8,6 +8,7 @@ import getpass
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -364,3 +365,42 @@ def pids_with(marker: str, role: str) -> list[int]:
         except OSError:
             pass
     return found
+
+
+def audit_one_host_job(argv, kind: str, running=lambda line: line.startswith("iter "),
+                       also=None) -> list[tuple[str, int]]:
+    """Start the job ``argv`` (from the repository root, in a session of its own); once a line
+    of its output satisfies ``running``, list every listening socket of it and its descendants,
+    and assert that each is on loopback and serves a stranger no key; ``also(listeners)`` checks
+    more before the job is stopped (SIGTERM to its group, SIGKILL after 30 s). Returns the
+    listeners."""
+    job = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True, start_new_session=True)
+    try:
+        for line in job.stdout:                 # mid-run: once the first iteration is printed
+            if running(line):
+                break
+        else:
+            raise AssertionError(f"{kind}: no iteration printed (exit {job.wait()})")
+        listeners = listening(socket_inodes({job.pid} | descendants(job.pid)))
+        public = [(address, port) for address, port in listeners if not is_loopback(address)]
+        assert not public, f"{kind} listens beyond loopback: {public}"
+        served = stranger_served(listeners)
+        assert not served, f"{kind} served a stranger: {served}"
+        if also is not None:
+            also(listeners)
+        return listeners
+    finally:
+        stop_group(job)
+        time.sleep(0.1)
+
+
+def stop_group(proc: subprocess.Popen) -> None:
+    """SIGTERM to the process group of ``proc`` (started in a session of its own), SIGKILL if it
+    has not ended within 30 s."""
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()

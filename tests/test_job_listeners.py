@@ -8,15 +8,11 @@ gate once listened on ``*:PORT`` beside it, and on loopback it served every user
 starts, their listening sockets through /proc.
 """
 
-import os
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from launch_support import descendants, is_loopback, listening, socket_inodes, stranger_served
+from launch_support import audit_one_host_job
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = ["--network", "mlp", "--image-shape", "1,28,28", "--num-classes", "10"]
@@ -34,26 +30,5 @@ JOBS = {
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("kind", sorted(JOBS))
 def test_a_one_host_job_listens_on_loopback_only_and_serves_no_stranger(kind):
-    job = subprocess.Popen(JOBS[kind], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           text=True, start_new_session=True)
-    try:
-        listeners: list[tuple[str, int]] = []
-        for line in job.stdout:                 # mid-run: once the first iteration is printed
-            if line.startswith("iter "):
-                listeners = listening(socket_inodes({job.pid} | descendants(job.pid)))
-                break
-        else:
-            pytest.fail(f"{kind}: no iteration printed (exit {job.wait()})")
-        assert len(listeners) >= 3, listeners   # the gate, the store and the ranks' listeners
-        public = [(address, port) for address, port in listeners if not is_loopback(address)]
-        assert not public, f"{kind} listens beyond loopback: {public}"
-        served = stranger_served(listeners)
-        assert not served, f"{kind} served a stranger: {served}"
-    finally:
-        os.killpg(job.pid, signal.SIGTERM)
-        try:
-            job.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(job.pid, signal.SIGKILL)
-            job.wait()
-        time.sleep(0.1)
+    listeners = audit_one_host_job(JOBS[kind], kind)
+    assert len(listeners) >= 3, listeners   # the gate, the store and the ranks' listeners

@@ -17,8 +17,7 @@ import time
 
 import pytest
 from conftest import ROOT, run_cli
-from launch_support import (descendants, is_loopback, listening, pids_with, socket_inodes,
-                            stranger_served)
+from launch_support import audit_one_host_job, pids_with
 from mxnet_support import LENET, iter_lines, needs_mxnet, size_line
 
 LAUNCH = ROOT / "launch.py"
@@ -42,6 +41,15 @@ def launch(workers: int, servers: int, *measure_args: str, scheduler: bool = Tru
             sys.executable, "bandwidth/measure.py", "--backend", "mxnet", "--timeout", "60",
             *measure_args]
     return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def ps_lite_job(marker: str, cpus: int, timeout: int) -> list[str]:
+    """A dist_sync job of 2 workers, 1 server and the scheduler that runs until stopped, its
+    processes found by ``--seed marker`` (a seed no other test uses)."""
+    return [sys.executable, str(LAUNCH), "-n", "2", "-s", "1", "--scheduler", "--timeout",
+            str(timeout), sys.executable, "bandwidth/measure.py", "--backend", "mxnet",
+            "--kv-store", "dist_sync", "--cpus", str(cpus), "--seed", marker, "--num-batches",
+            "100000", "--timeout", str(timeout), *LENET]
 
 
 @pytest.mark.timeout(150)
@@ -153,12 +161,8 @@ def test_without_the_scheduler_every_process_says_add_it():
 @needs_mxnet
 @pytest.mark.timeout(200)
 def test_a_dead_server_ends_the_job_instead_of_hanging_ps_lite():
-    marker = "13572468"                       # a --seed no other test uses
-    argv = [sys.executable, str(LAUNCH), "-n", "2", "-s", "1", "--scheduler", "--timeout", "30",
-            sys.executable, "bandwidth/measure.py", "--backend", "mxnet", "--kv-store",
-            "dist_sync", "--cpus", "1", "--seed", marker, "--num-batches", "100000",
-            "--timeout", "30", *LENET]
-    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    marker = "13572468"
+    proc = subprocess.Popen(ps_lite_job(marker, cpus=1, timeout=30), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     try:
         deadline = time.monotonic() + 60
@@ -185,33 +189,14 @@ def test_a_one_host_ps_lite_job_listens_on_loopback_only_and_serves_no_stranger(
     # Issue "Trust", the socket audit of tests/test_job_listeners.py for --backend mxnet: the
     # launcher's gate and store, the ranks' Gloo listeners, and ps-lite's own ZeroMQ sockets
     # (scheduler, servers, workers), which bind the host each node is given (127.0.0.1 here).
-    marker = "24681357"                       # a --seed no other test uses
-    argv = [sys.executable, str(LAUNCH), "-n", "2", "-s", "1", "--scheduler", "--timeout", "60",
-            sys.executable, "bandwidth/measure.py", "--backend", "mxnet", "--kv-store",
-            "dist_sync", "--cpus", "2", "--seed", marker, "--num-batches", "100000",
-            "--timeout", "60", *LENET]
-    job = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           text=True, start_new_session=True)
-    try:
-        for line in job.stdout:               # mid-run: once the first iteration is printed
-            if "iter " in line:
-                break
-        else:
-            pytest.fail(f"no iteration printed (exit {job.wait()})")
-        listeners = listening(socket_inodes({job.pid} | descendants(job.pid)))
+    marker = "24681357"
+
+    def scheduler_among(listeners):
         (scheduler,) = pids_with(marker, "scheduler")
         environ = dict(item.split("=", 1) for item in
                        open(f"/proc/{scheduler}/environ").read().split("\0") if "=" in item)
         ports = {port for _, port in listeners}
         assert int(environ["DMLC_PS_ROOT_PORT"]) in ports, (environ["DMLC_PS_ROOT_PORT"], ports)
-        public = [(address, port) for address, port in listeners if not is_loopback(address)]
-        assert not public, f"the job listens beyond loopback: {public}"
-        served = stranger_served(listeners)
-        assert not served, f"the job served a stranger: {served}"
-    finally:
-        os.killpg(job.pid, signal.SIGTERM)
-        try:
-            job.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(job.pid, signal.SIGKILL)
-            job.wait()
+
+    audit_one_host_job(ps_lite_job(marker, cpus=2, timeout=60), "a ps-lite job",
+                       running=lambda line: "iter " in line, also=scheduler_among)

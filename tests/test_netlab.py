@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from launch_support import (descendants, is_loopback, lab_leftovers, listening, netlab_for_tests,
-                            socket_inodes, strangers_served)
+                            socket_inodes, stop_group, strangers_served)
 
 from bandwidth.netlab import lab as labmod
 from bandwidth.netlab import sshd as labsshd
@@ -272,12 +272,7 @@ def test_no_listener_of_a_job_across_hosts_serves_a_stranger(lab):
         served = strangers_served(probes)
         assert not served, served
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_group(proc)
     assert_clean(lab, within_s=20)
 
 # Faults across hosts: each ends within the launcher's --timeout plus a few seconds, with FAIL:
