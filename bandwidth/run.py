@@ -33,7 +33,7 @@ def run(config: Config, on_report: Callable[[Report], None] | None = None,
     plan = plan or make_plan(config, store_class)
     check_memory(plan)
     n = plan.devices.n
-    if plan.store_cls.process_per_device:
+    if plan.store_cls.traits.process_per_device:
         tasks = ["measure"] + (["reference"] if wants_reference(plan) else [])
         out = run_ranks({"config": config.to_dict(), "tasks": tasks,
                          "print_reports": on_report is not None}, n, config.timeout_s)
@@ -52,8 +52,8 @@ def can_run_together(plans: list[Plan]) -> bool:
     if len(plans) < 2 or len({p.config.backend for p in plans}) < len(plans):
         return False
     keys = {replace(p.config, backend="toolkit") for p in plans}
-    return len(keys) == 1 and not any(p.store_cls.process_per_device or p.store_cls.distributed
-                                      for p in plans)
+    return len(keys) == 1 and not any(p.store_cls.traits.process_per_device
+                                      or p.store_cls.traits.distributed for p in plans)
 
 
 def run_together(plans: list[Plan], bounds: BoundCache | None = None) -> list[Result]:

@@ -234,3 +234,13 @@ def test_measure_runs_from_inside_its_folder():
                           cwd=PACKAGE, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("num of arrays = 6,")
+
+
+def test_the_kvstore_interface_stays_small():
+    """A mode fills a few members (issue 41): its words and flags are ``traits``, its bus factor,
+    traffic and memory ``costs``, each an object of its own."""
+    from bandwidth.stores.base import KVStore
+    public = sorted(name for name in vars(KVStore) if not name.startswith("_"))
+    public += sorted(name for name in getattr(KVStore, "__annotations__", {})
+                     if not name.startswith("_") and name not in public)
+    assert len(public) <= 12, public

@@ -77,7 +77,7 @@ def test_local_on_one_gpu_is_judged_against_the_duplex_host_path():
 @pytest.mark.parametrize("chunk_mb", [0.5, None])
 def test_local_graph_on_one_gpu_is_exact_and_auto_stays_eager(chunk_mb):
     # --launch graph captures one GPU's copies down and up (and the events between them) and
-    # replays them: exact every step; auto issues them eagerly (LocalStore.auto_graph).
+    # replays them: exact every step; auto issues them eagerly (LocalStore.traits.auto_graph).
     for launch, want in (("graph", "graph"), ("auto", "eager")):
         s = session((0,), chunk_mb=chunk_mb, launch=launch)
         try:

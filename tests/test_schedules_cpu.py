@@ -310,7 +310,7 @@ def test_a_step_replayed_whole_counts_as_one_of_the_sessions_steps():
 
 
 def test_a_schedules_parts_are_planned_as_parts():
-    """Every part's store of a scheduled step is told it is a part (KVStore.as_part): device's
+    """Every part's store of a scheduled step is built as a part (Traits.part_options): device's
     parts take PART_GRAPH_SCHEDULE on a shared GPU, a whole network's store does not."""
     from bandwidth.stores import device as device_mode
     s = scheduled_session("device", 2, "backward")

@@ -31,7 +31,7 @@ def test_backward_on_one_gpu_is_exact(kv, gpus, dtype, bound):
     result = run(Config(kv_store=kv, gpus=gpus, schedule="backward", dtype=dtype, **RESNET50))
     assert all(0 <= s.error <= bound for s in result.samples), result.samples
     assert result.summary.busbw_median >= 0
-    if kv == "local":            # local's auto stays eager (LocalStore.auto_graph)
+    if kv == "local":            # local's auto stays eager (LocalStore.traits.auto_graph)
         assert result.launch == "eager"
     assert any("schedule backward" in note for note in result.notes)
     assert any(note.startswith("launch: ") for note in result.notes), result.notes

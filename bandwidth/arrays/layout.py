@@ -2,8 +2,9 @@
 
 Arrays are views into one contiguous buffer per device (as DDP's gradient buckets with
 ``gradient_as_bucket_view``), so a mode can exchange all of them with a few large transfers instead
-of one call per array. A mode chooses the order of the keys in the buffer (``key_order``); the
-device mode, for instance, groups the keys by the GPU that owns them.
+of one call per array. A mode chooses the order of the keys in the buffer
+(``KVStore.make_layout``); the device mode, for instance, groups the keys by the GPU that owns
+them.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@
 
 This module describes each MXNet kvstore type to the driver (one table line each) and says, in one
 line, where MXNet itself would fail: the asynchronous servers without an optimizer (the driver's
-``needs_optimizer`` check), ``nccl`` on CPU contexts or in a build without NCCL, gradient
+``Traits.needs_optimizer`` check), ``nccl`` on CPU contexts or in a build without NCCL, gradient
 compression on ``local``/``nccl``, GPU contexts in a build without CUDA. The measurement itself
 is ``bandwidth.backends.mxnet_session``. Nothing here imports ``mxnet`` unless GPU contexts have
 to be checked; a process whose ``DMLC_ROLE`` is ``server`` or ``scheduler`` must import it only to
@@ -27,7 +27,9 @@ from typing import ClassVar
 
 from bandwidth.config.options import Config
 from bandwidth.errors import ConfigError, UnsupportedError
+from bandwidth.stores.costs import Costs
 from bandwidth.stores.registry import KVSTORES, KVStore
+from bandwidth.stores.traits import Traits
 
 INSTALL = "pip install 'mxnet==1.9.1' 'numpy<1.24'"
 NOT_INSTALLED = f"MXNet is not installed: {INSTALL}"
@@ -71,13 +73,31 @@ TYPES: dict[str, MXNetType] = {t.name: t for t in (
 )}
 
 
+class MXNetCosts(Costs):
+    """MXNet's: the toolkit's mode of the same name sends the same bytes over the network (a
+    worker pushes and pulls each key once); MXNet's merge and copy buffers need about one more
+    copy of the arrays on each device."""
+
+    def __init__(self, own: Costs):
+        self.own = own
+        self.traffic_words = own.traffic_words
+
+    def network_nbytes(self, nbytes, local, total):
+        return self.own.network_nbytes(nbytes, local, total)
+
+    def traffic_rule(self, local, total):
+        return self.own.traffic_rule(local, total)
+
+    def extra_bytes_per_device(self, nbytes, n, optimizer):
+        return nbytes
+
+
 class MXNetStore(KVStore):
     """Describes one MXNet kvstore type to the driver (bus factor, bound, checks); MXNet itself does
     the exchange in ``mxnet_session.MXNetSession``, so this class is never instantiated."""
 
     backend: ClassVar[str] = "mxnet"
     mx_type: ClassVar[MXNetType]
-    sync: ClassVar[bool] = True
 
     @classmethod
     def unavailable(cls, devices, dtype):
@@ -89,10 +109,6 @@ class MXNetStore(KVStore):
         if devices.is_cuda:
             return _gpu_reason(devices.ids, cls.mx_type.gpu_only)
         return None
-
-    @classmethod
-    def extra_bytes_per_device(cls, nbytes, n, optimizer):
-        return nbytes                 # MXNet's merge and copy buffers, about one more copy
 
 
 def version() -> str | None:
@@ -150,15 +166,14 @@ def store_class(config: Config) -> type[KVStore]:
 @functools.cache
 def _store_class(name: str) -> type[MXNetStore]:
     mx_type, own = TYPES[name], KVSTORES[name]
+    traits = Traits(
+        summary=f"MXNet {version()} kvstore '{name}' ({mx_type.classes}): {mx_type.summary}",
+        # The same hardware path bounds MXNet's implementation and the toolkit's.
+        bound=own.traits.bound, bound_on_cpu=own.traits.bound_on_cpu,
+        bound_kind=own.traits.bound_kind,
+        distributed=mx_type.distributed, sync=mx_type.sync, needs_optimizer=not mx_type.sync)
     return type(f"MXNet_{name}", (MXNetStore,), {
-        "name": name, "mx_type": mx_type, "sync": mx_type.sync,
-        "summary": f"MXNet {version()} kvstore '{name}' ({mx_type.classes}): {mx_type.summary}",
-        # The same hardware path bounds MXNet's implementation and the toolkit's, and the same
-        # bytes cross the network (a worker pushes and pulls each key once).
-        "bound": own.bound, "bound_on_cpu": own.bound_on_cpu, "bound_kind": own.bound_kind,
-        "traffic_words": own.traffic_words,
-        "network_nbytes": own.network_nbytes, "traffic_rule": own.traffic_rule,
-        "distributed": mx_type.distributed, "needs_optimizer": not mx_type.sync})
+        "name": name, "mx_type": mx_type, "traits": traits, "costs": MXNetCosts(own.costs)})
 
 
 def _gpu_reason(ids: tuple[int, ...], nccl: bool) -> str | None:

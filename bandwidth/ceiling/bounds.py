@@ -69,7 +69,7 @@ def bound(plan, reference, nbytes: int | None = None) -> Bound | None:
     summary of the same run, or None; ``nbytes``: size the probe for this many bytes instead of
     the plan's, see probe_nbytes)."""
     devices, n = plan.devices, plan.devices.n
-    kind = plan.store_cls.bound_kind
+    kind = plan.store_cls.traits.bound_kind
     if kind == "host path" and devices.is_cuda and n == 1:
         # One GPU: nothing to sum, but every byte goes down and back up its PCIe link.
         from bandwidth.ceiling.host import duplex_host_gbps
@@ -235,10 +235,10 @@ class BoundCache:
 
     @staticmethod
     def _key(plan) -> tuple:
-        return (plan.store_cls.bound_kind, plan.devices)
+        return (plan.store_cls.traits.bound_kind, plan.devices)
 
     def bound(self, plan, reference) -> Bound | None:
-        if plan.store_cls.bound_kind == "flat all-reduce":
+        if plan.store_cls.traits.bound_kind == "flat all-reduce":
             return bound(plan, reference)
         key = self._key(plan)
         if key not in self._found:

@@ -27,7 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
 def job_from_args(args: argparse.Namespace) -> Job:
     """Validate the parsed flags and freeze them into a Job; bad values raise ConfigError."""
     modes = [canonical_name(m) for m in args.kv_store.split(",") if m]
-    local = [m for m in modes if not KVSTORES[m].distributed]
+    local = [m for m in modes if not KVSTORES[m].traits.distributed]
     if args.network_ceiling is not None and local:
         raise ConfigError(f"--network-ceiling is the ceiling of the distributed modes (dist_*),"
                           f" not of --kv-store {','.join(local)}; drop it, or measure a "

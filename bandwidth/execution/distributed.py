@@ -41,7 +41,8 @@ def execute_distributed(job: Job, role) -> int:
     (config,) = job.configs
     on_worker = role is None or role.name == "worker"
     plan = make_plan(config, store_class, with_devices=on_worker)
-    roles.check_role(config.kv_store, role, servers_needed=not plan.store_cls.process_per_device)
+    roles.check_role(config.kv_store, role,
+                     servers_needed=not plan.store_cls.traits.process_per_device)
     if preflight(role):
         return 0
     return_freed_memory()        # a process's memory stays what it holds (issue 27)

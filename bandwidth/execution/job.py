@@ -32,7 +32,7 @@ from bandwidth.stores.registry import KVSTORES
 
 
 def execute(job: Job, role=None) -> int:
-    if any(KVSTORES[c.kv_store].distributed for c in job.configs):
+    if any(KVSTORES[c.kv_store].traits.distributed for c in job.configs):
         return execute_distributed(job, role)
     if role is not None:                   # under launch.py: refuse servers before importing mxnet
         from bandwidth.execution.roles import check_single_host

@@ -101,10 +101,10 @@ def check_single_host(kv_stores: list[str], role: Role | None) -> None:
 def run_distributed(plan: Plan, role: Role, on_report) -> Result | None:
     """This process's part; the Result on workers, None on servers and the scheduler."""
     store_cls = plan.store_cls
-    check_role(plan.config.kv_store, role, servers_needed=not store_cls.process_per_device)
+    check_role(plan.config.kv_store, role, servers_needed=not store_cls.traits.process_per_device)
     if role.name not in (WORKER, SERVER):
         return None                      # the toolkit's engine needs no scheduler
-    if store_cls.process_per_device:
+    if store_cls.traits.process_per_device:
         return _dist_nccl(plan, role, on_report)
     return _parameter_server(plan, role, on_report)
 
@@ -119,7 +119,8 @@ def _parameter_server(plan: Plan, role: Role, on_report) -> Result | None:
         workers = dist.new_group(list(range(role.job.num_workers)))
         # One group per direction, so that pushes and pulls share no Gloo pair (see Cluster).
         everyone = list(range(role.world_size))
-        takes, keys = server_settings(c.server_takes, c.server_keys, sync=plan.store_cls.sync,
+        sync = plan.store_cls.traits.sync
+        takes, keys = server_settings(c.server_takes, c.server_keys, sync=sync,
                                       workers=role.job.num_workers, servers=role.job.num_servers,
                                       max_in_flight=c.max_in_flight)
         cluster = Cluster(role.job.num_workers, role.job.num_servers,
@@ -131,7 +132,7 @@ def _parameter_server(plan: Plan, role: Role, on_report) -> Result | None:
         counters_before = linkcounters.snapshot()
         if role.name == SERVER:
             serve(plan.shapes, cluster, role.task_id, devices=1, by_owner=False,
-                  sync=plan.store_cls.sync, optimizer=optimizers.make(c.optimizer),
+                  sync=sync, optimizer=optimizers.make(c.optimizer),
                   dtype=c.dtype, iterations=exchange_steps(plan),
                   parts=_server_parts(plan))
             result = None
@@ -211,7 +212,7 @@ def _raw_exchange(plan: Plan, cluster: Cluster, role: Role, repeats: int = 3) ->
     element = DTYPE_BYTES[plan.config.dtype]
     plan_messages = messages(ranges, element)
     if role.name == WORKER:
-        # One buffer both ways, as a step's (KVStore.pulls_into_gradients): an answer comes
+        # One buffer both ways, as a step's (Traits.pulls_into_gradients): an answer comes
         # only once its push has left, so the worker holds S, not 2 S, here too.
         out = torch.ones(plan.numel, dtype=TORCH_DTYPES[plan.config.dtype])
     else:                                         # a server's bound: 3 x its share (psserver)

@@ -68,7 +68,7 @@ class Session:
         """``first_replica`` and ``replicas``: this process's devices are replicas
         first_replica + index of ``replicas`` in the whole job (default: the devices here).
         ``launch``: "graph" or "eager" (see ``launch_of``); ``owners``: the placement rule of
-        modes that take one (``KVStore.takes_owners``); ``graph_steps``: replays per timed
+        modes that take one (``Traits.takes_owners``); ``graph_steps``: replays per timed
         iteration with the graph (module docstring; None: auto). ``schedule``: a
         bandwidth.schedules Schedule other than flat (None: the mode's one flat step), run by
         ``runner.ScheduledStore`` with ``compute`` and ``on_event`` (see there); its "graph" is
@@ -83,7 +83,7 @@ class Session:
         self.n = replicas or devices.n
         self.seed = seed
         self.group = group
-        rule = {"owners": owners} if store_cls.takes_owners else {}
+        rule = {"owners": owners} if store_cls.traits.takes_owners else {}
         if schedule is None:
             self.layout = store_cls.make_layout(shapes, devices.n, cluster, **rule)
         else:
@@ -92,14 +92,18 @@ class Session:
         numel = self.layout.numel
         chunk_elements = (None if chunk_mb is None        # None: each mode's own default
                           else max(1, int(chunk_mb * 1e6) // DTYPE_BYTES[dtype]))
-        extra = {"cluster": cluster} if store_cls.distributed and cluster is not None else {}
+        extra = ({"cluster": cluster} if store_cls.traits.distributed and cluster is not None
+                 else {})
         extra.update(rule)
 
         # A parameter-server worker with one CPU device pulls into its gradients, which
-        # ``prepare`` refills before each step (KVStore.pulls_into_gradients).
-        self.refill = (store_cls.pulls_into_gradients and schedule is None
+        # ``prepare`` refills before each step (Traits.pulls_into_gradients).
+        self.refill = (store_cls.traits.pulls_into_gradients and schedule is None
                        and len(indices) == 1 and not devices.is_cuda)
         self._pulled = False        # a step has pulled into the gradients since they were filled
+        # A step consumes what ``prepare`` wrote (Traits.prepared_steps); a part's store of a
+        # scheduled step may (nccl's bucket): one step per prepare.
+        self.prepared_steps = schedule is not None or store_cls.traits.prepared_steps
 
         def new_set():
             """One set of buffers: every replica's gradients and outputs, and a store on them."""
@@ -211,13 +215,13 @@ class Session:
             if exact:    # N replays exactly: a count of sets that divides N
                 sets = min([d for d in range(sets, wanted + 1) if wanted % d == 0 and d <= most]
                            or [max(d for d in range(1, sets + 1) if wanted % d == 0)])
-            if type(self.store).prepared_steps:    # each replay on a set prepared for it
+            if self.prepared_steps:    # each replay on a set prepared for it
                 sets = min(wanted, most)
         sets = int(-self.group.max(-float(max(1, sets))))
-        turns = 1 if type(self.store).prepared_steps else math.ceil(wanted / sets)
+        turns = 1 if self.prepared_steps else math.ceil(wanted / sets)
         turns = int(-self.group.max(-float(turns)))
         if self.optimizer is not None:
-            self.store.reset_weights()     # after the trial replays, as __init__ left them
+            self._zero_weights()     # after the trial replays, as __init__ left them
         for _ in range(sets - 1):
             replicas, store = self._new_set()
             self.more_sets.append((replicas, store, store.capture()))
@@ -265,8 +269,8 @@ class Session:
             torch.set_num_threads(cpu_threads)
             self.threads_note = f"CPU threads: {cpu_threads} (--cpu-threads)"
             return
-        store_cls = self.store_cls
-        if len(self.replicas) < 2 or store_cls.distributed or store_cls.process_per_device:
+        traits = self.store_cls.traits
+        if len(self.replicas) < 2 or traits.distributed or traits.process_per_device:
             return
 
         def trial_step() -> None:
@@ -275,7 +279,13 @@ class Session:
 
         _, self.threads_note = cputhreads.choose(trial_step, len(self.replicas))
         if self.optimizer is not None:
-            self.store.reset_weights()
+            self._zero_weights()
+
+    def _zero_weights(self) -> None:
+        """With an optimizer: the weights back to zero, as the store's ``__init__`` left them,
+        after untimed trial steps (KVStore.weights)."""
+        for weights in self.store.weights:
+            weights.zero_()
 
     def prepare(self) -> None:
         if self._pulled:               # the last step's pull overwrote the gradients

@@ -31,7 +31,7 @@ def measure_task(plan: Plan, indices: list[int], group,
                                   first_replica=first_replica, replicas=replicas)
     try:
         measured = measure_session(plan, session, on_report, replicas, notes,
-                                   session.store.server_nbytes())
+                                   session.store.server_nbytes)
         measured["launch"] = session.launch
         measured["graph_steps"] = session.graph_steps        # 1 unless replays are queued
         measured["cpu_threads"] = session.cpu_threads_used
@@ -75,7 +75,7 @@ def measure_session(plan: Plan, session, on_report: Callable[[Report], None] | N
             Kicking(session, dog), iterations=c.num_batches, warmup=c.warmup,
             disp_batches=c.disp_batches, check=c.test_results, nbytes=plan.nbytes,
             on_report=on_report, bus_factor=plan.bus_factor(
-                plan.store_cls.counted_devices(plan.devices.n, replicas or plan.devices.n)))
+                plan.store_cls.costs.counted_devices(plan.devices.n, replicas or plan.devices.n)))
     return {"samples": [asdict(s) for s in samples], "reports": [asdict(r) for r in reports],
             "notes": notes, "server_nbytes": list(server_nbytes or [])}
 
@@ -113,7 +113,7 @@ def reference_task(plan: Plan, indices: list[int], group, replicas: int | None =
             samples, _ = protocol.measure(
                 Kicking(session, dog), iterations=c.num_batches, warmup=c.warmup,
                 disp_batches=c.num_batches, check=False, nbytes=plan.nbytes,
-                bus_factor=KVSTORES["nccl"].bus_factor(replicas or plan.devices.n))
+                bus_factor=KVSTORES["nccl"].costs.bus_factor(replicas or plan.devices.n))
     finally:
         session.close()
     return {"samples": [asdict(s) for s in samples]}
@@ -131,4 +131,4 @@ def reference_summary(plan: Plan, reference: dict | None, n: int) -> Summary | N
     if reference is None:
         return None
     return Summary.of([Sample(**s) for s in reference["samples"]], plan.nbytes,
-                      KVSTORES["nccl"].bus_factor(n))
+                      KVSTORES["nccl"].costs.bus_factor(n))

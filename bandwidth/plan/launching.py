@@ -20,9 +20,9 @@ def launch_of(store_cls, devices: DeviceSet, requested: str | None,
     if schedule is not None and not schedule.graph_parts:
         return "eager"
     wanted = requested or ("auto" if devices.is_cuda else "eager")
-    if wanted == "auto" and not store_cls.auto_graph:
+    if wanted == "auto" and not store_cls.traits.auto_graph:
         return "eager"
-    if wanted in ("graph", "auto") and devices.is_cuda and store_cls.can_capture(devices,
+    if wanted in ("graph", "auto") and devices.is_cuda and store_cls.traits.can_capture(devices,
                                                                                  optimizer):
         return wanted
     return "eager"
@@ -42,9 +42,9 @@ def schedule_launch_note(schedule, store_cls, devices: DeviceSet, requested: str
         why = f"{schedule.name}'s parts are not captured"
     elif requested == "eager":
         why = "--launch eager"
-    elif not store_cls.can_capture(devices, optimizer):
+    elif not store_cls.traits.can_capture(devices, optimizer):
         why = f"{store_cls.name} cannot capture its step here"
-    elif requested != "graph" and not store_cls.auto_graph:
+    elif requested != "graph" and not store_cls.traits.auto_graph:
         why = f"{store_cls.name} runs eager under --launch auto; --launch graph to capture"
     else:
         why = "launch auto's trial steps chose it, or the capture failed: see the next note"

@@ -21,10 +21,10 @@ def one_gpu(config, devices: DeviceSet, store_cls) -> tuple[DeviceSet, tuple[str
     """The devices a run uses and ``# note:`` lines about them. Changes only a default run on
     one GPU of a mode that can hold several replicas there; adds the hint to other runs of one
     GPU (single-host modes: a distributed worker's one device is a common set-up)."""
-    if not devices.is_cuda or devices.n != 1 or store_cls.distributed:
+    if not devices.is_cuda or devices.n != 1 or store_cls.traits.distributed:
         return devices, ()
     (gpu,) = devices.ids
-    count = store_cls.replicas_on_one_gpu
+    count = store_cls.traits.replicas_on_one_gpu
     if config.gpus is None and config.cpus is None and count > 1:
         shared = DeviceSet("cuda", (gpu,) * count)
         if store_cls.unavailable(shared, config.dtype) is None:
@@ -33,6 +33,6 @@ def one_gpu(config, devices: DeviceSet, store_cls) -> tuple[DeviceSet, tuple[str
                 f"{','.join([str(gpu)] * count)}), the {config.kv_store} step inside its memory, "
                 "since one device moves nothing across a link (MXNet's figure would be 0); "
                 f"--gpus {gpu} for MXNet's one-device run, --kv-store local for the host path",)
-    if store_cls.one_gpu_measures:
+    if store_cls.traits.one_gpu_measures:
         return devices, ()
     return devices, (HINT.format(g=gpu),)

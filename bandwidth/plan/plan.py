@@ -84,7 +84,7 @@ class Plan:
         """The bus factor of this run's step over ``n`` counted devices: the mode's, or the
         schedule's where it moves other bytes (fsdp)."""
         if self.schedule is None:
-            return self.store_cls.bus_factor(n)
+            return self.store_cls.costs.bus_factor(n)
         return self.schedule.bus_factor(self.store_cls, n)
 
     @cached_property
@@ -116,7 +116,7 @@ def make_plan(config: Config, store_class: Callable[[Config], type],
                           f" has more than 2^48 elements; no device holds that")
     devices = resolve(config.gpus, config.cpus) if with_devices else DeviceSet("cpu", (0,))
     store_cls = store_class(config)
-    if store_cls.needs_optimizer and config.optimizer == "none":
+    if store_cls.traits.needs_optimizer and config.optimizer == "none":
         raise UnsupportedError(f"--kv-store {config.kv_store} needs an optimizer: asynchronous "
                                "servers apply every push at once, which is only defined with one "
                                "(MXNet crashed here); add --optimizer sgd")
@@ -209,7 +209,7 @@ def _replica_bytes(plan: Plan) -> int:
     optimizer = plan.config.optimizer != "none"
     extra = 0 if plan.schedule is None else plan.schedule.extra_bytes_per_device(
         plan.nbytes, plan.devices.n, optimizer)
-    return 2 * plan.nbytes + extra + plan.store_cls.extra_bytes_per_device(
+    return 2 * plan.nbytes + extra + plan.store_cls.costs.extra_bytes_per_device(
         plan.nbytes, plan.devices.n, optimizer) + compute_bytes(plan)
 
 
@@ -242,8 +242,8 @@ def host_bytes(plan: Plan) -> int:
     process's runtime."""
     n, nbytes = plan.devices.n, plan.nbytes
     need = n * (_replica_bytes(plan) + _reference_bytes(plan) + CHECK_SCRATCH_BYTES)
-    need += plan.store_cls.staging_bytes(nbytes, n, plan.config.optimizer != "none", False)
-    if plan.store_cls.process_per_device:
+    need += plan.store_cls.costs.staging_bytes(nbytes, n, plan.config.optimizer != "none", False)
+    if plan.store_cls.traits.process_per_device:
         need += n * (RANK_PROCESS_BYTES + RANK_NBYTES_FACTOR * nbytes)
     return int(need)
 

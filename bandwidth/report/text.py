@@ -99,7 +99,7 @@ def preamble(plan: Plan, environment: dict, sweep: int = 1) -> list[str]:
                         f"{c.num_batches} iterations after {c.warmup} warm-up each"]
     return lines + [
         f"# kvstore {c.kv_store} on {plan.devices.describe()}: "
-        f"{plan.store_cls.summary_text(plan.devices)}",
+        f"{plan.store_cls.traits.summary_text(plan.devices)}",
         *([f"# schedule {c.schedule}: {plan.schedule.summary}"
            + (f" ({c.bucket_mb:g} MiB, the first {c.first_bucket_mb:g} MiB)"
               if c.schedule == "ddp" else "")] if plan.schedule is not None else []),
@@ -172,10 +172,10 @@ def summary_lines(result: Result) -> list[str]:
     if ref is not None:
         lines.append(f"#   reference, one flat all-reduce of the same bytes: busbw "
                      f"{ref.busbw_median:.3f} GB/s (median); {reference_ratio(result)}")
-    elif plan.store_cls.distributed and result.host_ceiling is None:
+    elif plan.store_cls.traits.distributed and result.host_ceiling is None:
         lines.append("#   host-to-host ceiling: python launch.py -H hosts -n K python -m "
                      "bandwidth.ceiling --network")
-    elif s.bus_factor and not plan.store_cls.distributed:
+    elif s.bus_factor and not plan.store_cls.traits.distributed:
         lines.append(f"#   reference: not measured ({reference_skipped(plan)})")
     if result.host_ceiling is not None:
         lines.append(ceiling_line(result.host_ceiling, servers=bool(result.server_hosts)))
@@ -197,7 +197,7 @@ def summary_lines(result: Result) -> list[str]:
 def network_lines(result: Result) -> list[str]:
     """What the network carried per step and per second, over every worker (the slowest worker's
     median step time, as the summary's), each way."""
-    out_word, in_word = result.plan.store_cls.traffic_words
+    out_word, in_word = result.plan.store_cls.costs.traffic_words
     nbytes = sum(w.network_nbytes for w in result.workers)
     each = result.workers[0].network_nbytes if result.workers else 0.0
     seconds = result.summary.seconds_median
@@ -210,7 +210,7 @@ def network_lines(result: Result) -> list[str]:
 
 def algbw_text(result: Result) -> str:
     """``12.345 GB/s``, or n/a with the reason where one device moves nothing (one nccl rank)."""
-    nothing = (getattr(result.plan.store_cls, "alone_moves_nothing", None)
+    nothing = (result.plan.store_cls.traits.alone_moves_nothing
                if result.plan.devices.n == 1 and not result.workers else None)
     return f"n/a ({nothing})" if nothing else f"{result.summary.algbw_median:.3f} GB/s"
 
@@ -270,7 +270,7 @@ def worker_lines(result: Result) -> list[str]:
     mode has servers and says what each one gets (n/a otherwise)."""
     if not result.workers:
         return []
-    out_word, in_word = result.plan.store_cls.traffic_words
+    out_word, in_word = result.plan.store_cls.costs.traffic_words
     lines = ["#   per worker, from its own median step time (the lines above take the slowest "
              "worker of each step):",
              f"#   {'worker':>6}  {'GB/sec per gpu':>14}  {out_word + ' GB/s':>12}  "
@@ -297,10 +297,10 @@ def worker_lines(result: Result) -> list[str]:
 def ceiling_text(result: Result) -> str:
     """'92.1 % of 384.8 GB/s (p2p unidirectional copy ...)', or n/a with the reason."""
     plan, ceiling = result.plan, result.ceiling
-    bound_by = plan.store_cls.bound_text(plan.devices)
+    bound_by = plan.store_cls.traits.bound_text(plan.devices)
     if ceiling is None:
         why = ("1 device" if plan.devices.n < 2 else
-               "this mode measures none in the run" if plan.store_cls.distributed and
+               "this mode measures none in the run" if plan.store_cls.traits.distributed and
                plan.config.reference else
                "not measured (--no-reference)" if not plan.config.reference else "unknown")
         return f"n/a ({why}); bound by {bound_by}"
@@ -315,7 +315,7 @@ def _error_text(error: float) -> str:
 
 def _staleness(plan, error: float) -> str:
     """Why an asynchronous mode's error is not 0: it is measured against the synchronous result."""
-    if error <= 0 or getattr(plan.store_cls, "sync", True):
+    if error <= 0 or plan.store_cls.traits.sync:
         return ""
     return (" (asynchronous servers: a pull holds the pushes applied so far, the other workers' "
             "at most a step apart; that staleness is the error, at most about (workers - 1) x "
@@ -331,7 +331,7 @@ def result_json(result: Result) -> dict:
         "network": {"name": plan.network_label, "arrays": len(plan.shapes), "bytes": plan.nbytes,
                     "shapes": [[name, list(shape)] for name, shape in plan.shapes]},
         "kv_store": {"name": plan.config.kv_store,
-                     "bound": plan.store_cls.bound_text(plan.devices),
+                     "bound": plan.store_cls.traits.bound_text(plan.devices),
                      "notes": result.notes},
         "devices": plan.devices.labels(),
         "launch": result.launch or plan.launch,

@@ -23,14 +23,14 @@ def worker_result(plan: Plan, measured: dict, group, replicas: int,
     """This worker's Result; with ``group`` (the workers), every worker's traffic gathered in
     ``Result.workers`` and a note on how it is counted."""
     samples = [Sample(**s) for s in measured["samples"]]
-    local = plan.devices.n
-    counted = plan.store_cls.counted_devices(local, replicas)
+    local, costs = plan.devices.n, plan.store_cls.costs
+    counted = costs.counted_devices(local, replicas)
     summary = Summary.of(samples, plan.nbytes, plan.bus_factor(counted))
     ref = reference_summary(plan, reference, counted)
     notes = list(measured["notes"])
     workers = []
     if group is not None:
-        traffic = plan.store_cls.network_nbytes(plan.nbytes, local, replicas)
+        traffic = costs.network_nbytes(plan.nbytes, local, replicas)
         own = statistics.median(s.own_seconds for s in samples)
         mine = WorkerTraffic(group.rank, own, busbw_gbps(plan.nbytes, own, summary.bus_factor),
                              traffic, tuple(measured.get("server_nbytes", ())),
@@ -43,8 +43,8 @@ def worker_result(plan: Plan, measured: dict, group, replicas: int,
                                  tuple(float(x) for x in w["errors"]))
                    for w in group.gather(asdict(mine))]
         notes.append(f"network, per worker and step: {traffic / 1e6:.2f} MB "
-                     f"{' and '.join(plan.store_cls.traffic_words)} (S = "
-                     f"{plan.nbytes / 1e6:.2f} MB): {plan.store_cls.traffic_rule(local, replicas)}")
+                     f"{' and '.join(costs.traffic_words)} (S = "
+                     f"{plan.nbytes / 1e6:.2f} MB): {costs.traffic_rule(local, replicas)}")
     return Result(plan=plan, environment=describe(plan.devices), samples=samples,
                   reports=[Report(**r) for r in measured["reports"]], summary=summary,
                   reference=ref, ceiling=judged(bound(plan, ref), summary.busbw_median,

@@ -20,7 +20,7 @@ class WorkerTraffic:
     worker: int
     seconds_median: float
     busbw_median: float                  # MXNet's GB/sec per gpu from that time
-    network_nbytes: float                # sent per step, and as many received (KVStore's rule)
+    network_nbytes: float                # sent per step, and as many received (the mode's Costs)
     server_nbytes: tuple[int, ...] = ()  # of which to and from each server (empty: no servers)
     own_seconds: tuple[float, ...] = ()  # its own time of every iteration (its lines' figures)
     errors: tuple[float, ...] = ()       # and its error on each

@@ -176,7 +176,7 @@ class Schedule:
 
     def bus_factor(self, store_cls, n: int) -> float:
         """Bytes each device moves per byte of the arrays in a step (default: the mode's)."""
-        return store_cls.bus_factor(n)
+        return store_cls.costs.bus_factor(n)
 
     def unit_of_key(self) -> list[int]:
         owner = [0] * len(self.shapes)

@@ -1,13 +1,13 @@
 """The step runner: a schedule's events executed on one store per part.
 
 ``ScheduledStore`` looks like a kvstore mode to the session (``prepare``, ``step``, ``notes``,
-``reset_weights``, ``close``) and is built from one: each part of the schedule
+``weights``, ``close``) and is built from one: each part of the schedule
 (bandwidth.schedules.base) gets an instance of the mode's class over the part's run of the flat
 buffers (views: the replicas' gradients and outputs of those arrays, laid out by the mode's own
 ``make_layout`` for the part's arrays), so the mode keeps its single operation, now over a part.
 ``fsdp``'s parts are ``sharded.ShardedPart`` instead (all-gather and reduce-scatter). A step runs
 the events in order: EXCHANGE starts the part's operation (``KVStore.start``), WAIT completes it
-(``KVStore.finish``), FORWARD and BACKWARD call the compute stage's function if there is one.
+(what ``start`` returned), FORWARD and BACKWARD call the compute stage's function if there is one.
 That is the eager step (``step``); on GPUs, where the mode can capture its operation, ``capture``
 records each part's as a CUDA graph and returns a ``graphs.PartGraphs`` whose ``replay`` runs the
 same events with a replay per EXCHANGE (the session treats it as the flat step's graph).
@@ -40,10 +40,6 @@ def exchange_order(schedule: Schedule) -> list[int]:
 
 
 class ScheduledStore:
-    # A part's store may consume what ``prepare`` wrote (nccl's bucket): the session replays one
-    # step per prepare (session.py reads it as ``KVStore.prepared_steps``).
-    prepared_steps = True
-
     def __init__(self, schedule: Schedule, store_cls, spans, replicas: list[Replica], optimizer,
                  group, chunk_elements, cpu_threads=None, compute=None, on_event=None, **extra):
         """``compute(event)``: runs a FORWARD or BACKWARD slot (None: empty slots);
@@ -54,6 +50,7 @@ class ScheduledStore:
         self.replicas = replicas
         sharded = any(e.op == ALL_GATHER for e in self.events)
         self.stores = []
+        options = {} if sharded else dict(store_cls.traits.part_options)
         for start, stop, sub in spans:
             views = [Replica(r.rank, r.device, r.grads[start:stop], r.outputs[start:stop])
                      for r in replicas]
@@ -61,14 +58,22 @@ class ScheduledStore:
                 self.stores.append(ShardedPart(views, optimizer))
             else:
                 self.stores.append(store_cls(views, sub, optimizer, group, chunk_elements,
-                                             cpu_threads, **extra))
-                self.stores[-1].as_part()
+                                             cpu_threads, **extra, **options))
         tag_base = 0                 # parameter servers: message tags numbered part after part
         for index in exchange_order(schedule):
             store = self.stores[index]
             if hasattr(store, "messages"):
                 store.tag_base = tag_base
                 tag_base += len(store.messages)
+        # With an optimizer, every part's weights (KVStore.weights); what each worker pushes to
+        # each server per step, summed over the parts (KVStore.server_nbytes).
+        self.weights = [weights for store in self.stores for weights in store.weights]
+        self.server_nbytes: list[int] = []
+        for store in self.stores:
+            for server, nbytes in enumerate(getattr(store, "server_nbytes", ())):
+                self.server_nbytes += [0] * (server + 1 - len(self.server_nbytes))
+                self.server_nbytes[server] += nbytes
+        self._waiting = {}       # (part, op): what completes the part's operation (start's)
 
     def notes(self) -> list[str]:
         parts = self.schedule.parts
@@ -79,14 +84,6 @@ class ScheduledStore:
         if not isinstance(self.stores[0], ShardedPart):
             lines += self.stores[-1].notes()
         return lines
-
-    def server_nbytes(self) -> list[int]:
-        totals: list[int] = []
-        for store in self.stores:
-            for server, nbytes in enumerate(getattr(store, "server_nbytes", list)()):
-                totals += [0] * (server + 1 - len(totals))
-                totals[server] += nbytes
-        return totals
 
     def prepare(self) -> None:
         for store in self.stores:
@@ -113,27 +110,17 @@ class ScheduledStore:
 
     def _start(self, event) -> None:
         store = self.stores[event.part]
-        if event.op == REDUCE:
-            store.start()
-        else:
-            store.start(event.op)
+        self._waiting[event.part, event.op] = (store.start() if event.op == REDUCE
+                                               else store.start(event.op))
 
     def _finish(self, event) -> None:
-        store = self.stores[event.part]
-        if event.op == REDUCE:
-            store.finish()
-        else:
-            store.finish(event.op)
+        self._waiting.pop((event.part, event.op))()
 
     def settle(self) -> None:
         """Untimed, before the error check (``fsdp``: gather the reduced shards)."""
         for store in self.stores:
             if isinstance(store, ShardedPart):
                 store.settle()
-
-    def reset_weights(self) -> None:
-        for store in self.stores:
-            store.reset_weights()
 
     def capture(self) -> PartGraphs:
         """Each part's operation captured as a CUDA graph of its own (GPUs, a mode that can
@@ -146,3 +133,5 @@ class ScheduledStore:
         for store in self.stores:
             store.close()
         self.stores.clear()
+        self.weights.clear()
+        self._waiting.clear()

@@ -12,6 +12,9 @@ likewise the all-gather lands straight in the outputs, else in a padded buffer c
 
 from __future__ import annotations
 
+import functools
+from typing import Callable
+
 import torch
 import torch.distributed as dist
 
@@ -38,22 +41,25 @@ class ShardedPart:
         self.reduced = torch.zeros(self.shard_numel, dtype=like.dtype, device=like.device)
         # The shard the all-gather sends: the reduced gradients, or with an optimizer the weights.
         self.params = self.reduced if optimizer is None else torch.zeros_like(self.reduced)
-        self._works = {}
+        # With an optimizer, where the weights are (zero as here): the shard and the parameters.
+        self.weights = [self.params, replica.outputs]
 
     def prepare(self) -> None:
         if not self.even:
             self.grads_in[:self.replica.grads.numel()].copy_(self.replica.grads)
 
-    def start(self, op: str) -> None:
+    def start(self, op: str) -> Callable[[], None]:
+        """Begin ``op``; returns what completes it."""
         if op == REDUCE_SCATTER:
-            self._works[op] = _scatter(self.reduced, self.grads_in, async_op=True)
+            work = _scatter(self.reduced, self.grads_in, async_op=True)
         elif op == ALL_GATHER:
-            self._works[op] = _gather(self.gathered, self.params, async_op=True)
+            work = _gather(self.gathered, self.params, async_op=True)
         else:
             raise ValueError(f"a sharded part has no {op!r}")
+        return functools.partial(self._finish, op, work)
 
-    def finish(self, op: str) -> None:
-        self._works.pop(op).wait()
+    def _finish(self, op: str, work) -> None:
+        work.wait()
         if op == REDUCE_SCATTER and self.optimizer is not None:
             self.optimizer.apply(self.params, self.reduced)
         if op == ALL_GATHER and not self.even:
@@ -63,12 +69,7 @@ class ShardedPart:
     def settle(self) -> None:
         """Untimed, before the error check: gather the shards this step reduced into every
         device's full parameters (what the next step's first all-gather does)."""
-        self.start(ALL_GATHER)
-        self.finish(ALL_GATHER)
-
-    def reset_weights(self) -> None:
-        self.params.zero_()
-        self.replica.outputs.zero_()
+        self.start(ALL_GATHER)()
 
     def close(self) -> None:
-        self._works.clear()
+        """Nothing to release: what a step started, it completed."""

@@ -55,26 +55,53 @@ from bandwidth.arrays.layout import Layout
 from bandwidth.hardware import devices as dev
 from bandwidth.hardware import rawcopy
 from bandwidth.stores.base import KVStore
+from bandwidth.stores.costs import Costs
 from bandwidth.stores.deviceplan import PLAN_FIELDS, DevicePlan, auto_chunk
 from bandwidth.stores.owners import SPLIT_BOUND, owner_pieces, owner_runs
+from bandwidth.stores.traits import Traits
 from bandwidth.words import counted
 
 log = logging.getLogger(__name__)
 
 
+# Replicas sharing one GPU: the schedule and the kind of copies their graph is captured with
+# (DeviceStore._shared_schedule).
+# "parallel" with "kernel" copies was the fastest of the six on an H100 for every network measured
+# (benchmarks/probes/graph_gap.py at 7d3c61a, BENCHMARKS.md 2026-11-23): vgg-16 415 GB/s against
+# 362 for the
+# sequential schedule with memcpy nodes, mobilenet 253 against 209.
+SHARED_GRAPH_SCHEDULE = "parallel"
+SHARED_GRAPH_COPY = "kernel"
+# A part of a scheduled step (a layer's arrays under ``backward``, a bucket under ``ddp``) on a
+# shared GPU: "sequential", one kernel at a time on the stream that issues the part. Inside a
+# whole step with compute it left the exposed time at 0.10-0.13 ms against 0.19-0.24 with
+# "parallel", whose owner lanes fork and join around every part (one H200, resnet-50 at batch 32,
+# float32 and bfloat16, BENCHMARKS.md 2026-11-27).
+PART_GRAPH_SCHEDULE = "sequential"
+
+
+class DeviceCosts(Costs):
+    def extra_bytes_per_device(self, nbytes, n, optimizer):
+        # Receive buffers: n-1 copies of the largest owner region (about nbytes/n each).
+        return (n - 1) * (nbytes // max(n, 1) + 1) * 2 if n > 1 else 0
+
+
 class DeviceStore(DevicePlan, KVStore):
     name = "device"
-    summary = ("reduce on the GPUs over peer-to-peer copies: each key summed on its owner GPU, "
-               "then broadcast")
-    summary_on_cpu = ("reduce on the devices with copies between them: each key summed on its "
-                      "owner device, then broadcast")
-    bound = "peer-to-peer link (unidirectional copy rate)"
-    bound_on_cpu = "host memory copy rate (the replicas share one memory)"
-    bound_kind = "peer link"
-    graph_capable = True
-    takes_owners = True
-    replicas_on_one_gpu = 2     # one GPU by default: the step inside its memory (--gpus 0,0)
-    shared_schedule = None      # a part of a schedule's step: PART_GRAPH_SCHEDULE (as_part)
+    traits = Traits(
+        summary=("reduce on the GPUs over peer-to-peer copies: each key summed on its owner GPU, "
+                 "then broadcast"),
+        summary_on_cpu=("reduce on the devices with copies between them: each key summed on its "
+                        "owner device, then broadcast"),
+        bound="peer-to-peer link (unidirectional copy rate)",
+        bound_on_cpu="host memory copy rate (the replicas share one memory)",
+        bound_kind="peer link",
+        graph_capable=True,
+        takes_owners=True,
+        replicas_on_one_gpu=2,    # one GPU by default: the step inside its memory (--gpus 0,0)
+        part_options={"shared_schedule": PART_GRAPH_SCHEDULE})
+    costs = DeviceCosts()
+    shared_schedule = None      # a part of a schedule's step: PART_GRAPH_SCHEDULE (part_options)
 
     @classmethod
     def make_layout(cls, shapes, n, cluster=None, owners="greedy"):
@@ -82,17 +109,16 @@ class DeviceStore(DevicePlan, KVStore):
         return Layout.from_pieces(shapes, [(key, start, length) for key, start, length, _
                                            in owner_pieces(numels, n, owners)])
 
-    @classmethod
-    def extra_bytes_per_device(cls, nbytes, n, optimizer):
-        # Receive buffers: n-1 copies of the largest owner region (about nbytes/n each).
-        return (n - 1) * (nbytes // max(n, 1) + 1) * 2 if n > 1 else 0
-
     def __init__(self, replicas, layout, optimizer, group, chunk_elements, cpu_threads=None,
-                 owners="greedy"):
+                 owners="greedy", shared_schedule=None):
         """``owners``: the placement rule; the session passes --owners (default balanced). The
         parameter-server modes build this store on their own layout, grouped by MXNet's greedy
-        owners (dist.ps_layout), and keep the greedy default."""
+        owners (dist.ps_layout), and keep the greedy default. ``shared_schedule``: the graph
+        schedule on a shared GPU where it is not SHARED_GRAPH_SCHEDULE (a schedule's part:
+        ``traits.part_options``)."""
         super().__init__(replicas, layout, optimizer, group, chunk_elements, cpu_threads)
+        if shared_schedule is not None:
+            self.shared_schedule = shared_schedule
         n = len(replicas)
         self.owners = owners
         pieces = owner_pieces([layout.key_numel(k) for k in range(len(layout.shapes))], n, owners)
@@ -276,8 +302,8 @@ class DeviceStore(DevicePlan, KVStore):
         stream of its own (the owners' chains run side by side); "concurrent", the eager
         schedule (chunks, one stream per copy direction). ``SHARED_GRAPH_COPY``: "kernel" copies
         as elementwise kernels (rawcopy.kernel_copy), "memcpy" as memcpy nodes. Returns the
-        stream each owner sums on. A part of a schedule's step (``as_part``) takes
-        ``PART_GRAPH_SCHEDULE``."""
+        stream each owner sums on. A part of a schedule's step takes ``PART_GRAPH_SCHEDULE``
+        (``traits.part_options``)."""
         n = len(self.replicas)
         kernel = SHARED_GRAPH_COPY == "kernel"
         whole = [self.chunk_elements or max(1, self.owned[o]) for o in range(n)]
@@ -299,31 +325,12 @@ class DeviceStore(DevicePlan, KVStore):
                        kernel=kernel)
         return [capture] * n
 
-    def as_part(self) -> None:
-        self.shared_schedule = PART_GRAPH_SCHEDULE
-
     def _single(self):
         (replica,) = self.replicas
         if self.optimizer is None:
             replica.outputs.copy_(replica.grads)
         else:
             self.optimizer.apply(replica.outputs, replica.grads)
-
-
-# Replicas sharing one GPU: the schedule and the kind of copies their graph is captured with
-# (DeviceStore._shared_schedule).
-# "parallel" with "kernel" copies was the fastest of the six on an H100 for every network measured
-# (benchmarks/probes/graph_gap.py at 7d3c61a, BENCHMARKS.md 2026-11-23): vgg-16 415 GB/s against
-# 362 for the
-# sequential schedule with memcpy nodes, mobilenet 253 against 209.
-SHARED_GRAPH_SCHEDULE = "parallel"
-SHARED_GRAPH_COPY = "kernel"
-# A part of a scheduled step (a layer's arrays under ``backward``, a bucket under ``ddp``) on a
-# shared GPU: "sequential", one kernel at a time on the stream that issues the part. Inside a
-# whole step with compute it left the exposed time at 0.10-0.13 ms against 0.19-0.24 with
-# "parallel", whose owner lanes fork and join around every part (one H200, resnet-50 at batch 32,
-# float32 and bfloat16, BENCHMARKS.md 2026-11-27).
-PART_GRAPH_SCHEDULE = "sequential"
 
 
 class _same_stream:

@@ -16,6 +16,7 @@ host memory. Start these modes with launch.py, which sets the roles:
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
 import math
 from dataclasses import dataclass
@@ -26,8 +27,10 @@ import torch.distributed as dist
 from bandwidth.arrays.layout import Layout, chunk_ranges
 from bandwidth.hardware import devices as dev
 from bandwidth.stores.base import KVStore
+from bandwidth.stores.costs import Costs
 from bandwidth.stores.device import DeviceStore
 from bandwidth.stores.owners import assign_owners, owner_pieces
+from bandwidth.stores.traits import Traits
 
 BIGARRAY_BOUND = 1_000_000          # MXNET_KVSTORE_BIGARRAY_BOUND: elements, not bytes
 # A server's answers end at least 2 x (its largest message) / rate after its last push is in (see
@@ -200,11 +203,28 @@ def ramped_ranges(start: int, stop: int, limit: int, first: int) -> list[tuple[i
     return head + chunk_ranges(cursor, end, limit) + tail[::-1]
 
 
+class ServerCosts(Costs):
+    def network_nbytes(self, nbytes, local, total):
+        return float(nbytes)
+
+    def traffic_rule(self, local, total):
+        return ("each worker pushes its reduced arrays (S bytes) to the servers and pulls S back "
+                "per step, whatever its number of devices")
+
+
+def server_traits(summary: str, summary_on_cpu: str | None = None, *, sync: bool,
+                  on_gpus: bool) -> Traits:
+    """A parameter-server mode's traits: ``sync`` servers or not (MXNet refuses the async ones
+    without an optimizer), the local reduce ``on_gpus`` or on the CPU (whose worker may pull
+    into its gradients)."""
+    return Traits(summary=summary, summary_on_cpu=summary_on_cpu,
+                  bound="the network between workers and servers", bound_kind="network",
+                  distributed=True, sync=sync, needs_optimizer=not sync,
+                  pulls_into_gradients=not on_gpus)
+
+
 class ParameterServerStore(KVStore):
-    bound = "the network between workers and servers"
-    bound_kind = "network"
-    distributed = True
-    sync: bool = True
+    costs = ServerCosts()
     on_gpus: bool = False
 
     @classmethod
@@ -212,15 +232,6 @@ class ParameterServerStore(KVStore):
         if not dist.is_available() or not dist.is_gloo_available():
             return "this torch build has no torch.distributed with Gloo"
         return None
-
-    @classmethod
-    def network_nbytes(cls, nbytes, local, total):
-        return float(nbytes)
-
-    @classmethod
-    def traffic_rule(cls, local, total):
-        return ("each worker pushes its reduced arrays (S bytes) to the servers and pulls S back "
-                "per step, whatever its number of devices")
 
     @classmethod
     def make_layout(cls, shapes, n, cluster):
@@ -252,21 +263,18 @@ class ParameterServerStore(KVStore):
         elif not on_host:
             self.host_in = [dev.empty(numel, first.dtype, torch.device("cpu"), pinned)
                             for _ in replicas]
-
-    def server_nbytes(self):
-        element = self.push_buf.element_size()
-        return [(b - a) * element for a, b in self.server_ranges]
+        self.server_nbytes = [(b - a) * first.element_size() for a, b in self.server_ranges]
 
     def notes(self):
         load = ", ".join(f"{s}: {nbytes / 1e6:.2f} MB" for s, nbytes
-                         in enumerate(self.server_nbytes()))
+                         in enumerate(self.server_nbytes))
         flight = self.cluster.max_in_flight
         order = ("servers visited in the same order by every worker"
                  if self.cluster.server_order == "same"
                  else "servers visited staggered (worker w starts each round at server w mod S)")
         keys = ("MXNet's key rule" if self.cluster.server_keys == "mxnet"
                 else "keys balanced over the servers")
-        takes = ("" if not self.sync or self.cluster.server_takes == "message"
+        takes = ("" if not self.traits.sync or self.cluster.server_takes == "message"
                  else "; each server takes one worker's whole share after another, server s "
                       "from worker s*W/S")
         return [f"per-server load: {load} ({keys}); {len(self.messages)} messages of at most "
@@ -275,7 +283,7 @@ class ParameterServerStore(KVStore):
                 + f"; {order}{takes}"
                 + ("" if self.cluster.server_admit is None
                    else f"; each server accepts at most {self.cluster.server_admit} pushes at once"),
-                f"{'sync' if self.sync else 'async'} servers, local reduce on the "
+                f"{'sync' if self.traits.sync else 'async'} servers, local reduce on the "
                 f"{self._reducer()}"]
 
     def _reducer(self) -> str:
@@ -284,24 +292,21 @@ class ParameterServerStore(KVStore):
             return "CPU"
         return "GPUs" if self.replicas[0].device.type == "cuda" else "devices (CPU devices)"
 
-    pulls_into_gradients = True      # KVStore's; not the _device modes (they reduce on devices)
-
     # The first message's tag: 0, or where the earlier parts of a schedule left off.
     tag_base = 0
 
     def step(self):
-        self.start()
-        self.finish()
+        complete = self.start()
+        complete()
 
     def start(self):
         self._reduce_local()
-        self._works = post_messages(self.cluster, self.messages, self.push_buf, self.pull_buf,
-                                    self.tag_base)
+        return functools.partial(self._finish, post_messages(
+            self.cluster, self.messages, self.push_buf, self.pull_buf, self.tag_base))
 
-    def finish(self):
-        for work in self._works:
+    def _finish(self, works) -> None:
+        for work in works:
             work.wait()
-        self._works = []
         self._broadcast_local()
 
     def _reduce_local(self):
@@ -352,30 +357,27 @@ def dev_sync(replicas) -> None:
 
 class DistSync(ParameterServerStore):
     name = "dist_sync"
-    summary = ("reduce on the CPU, push to parameter servers that sum one push per worker, "
-               "then pull")
+    traits = server_traits("reduce on the CPU, push to parameter servers that sum one push per "
+                           "worker, then pull", sync=True, on_gpus=False)
 
 
 class DistAsync(ParameterServerStore):
     name = "dist_async"
-    summary = "reduce on the CPU, push to parameter servers that apply every push at once, pull"
-    sync = False
-    needs_optimizer = True
+    traits = server_traits("reduce on the CPU, push to parameter servers that apply every push "
+                           "at once, pull", sync=False, on_gpus=False)
 
 
 class DistSyncDevice(ParameterServerStore):
     name = "dist_sync_device"
-    summary = "reduce on the GPUs, then as dist_sync"
-    summary_on_cpu = "reduce on the devices (as device), then as dist_sync"
     on_gpus = True
-    pulls_into_gradients = False
+    traits = server_traits("reduce on the GPUs, then as dist_sync",
+                           "reduce on the devices (as device), then as dist_sync",
+                           sync=True, on_gpus=on_gpus)
 
 
 class DistAsyncDevice(ParameterServerStore):
     name = "dist_async_device"
-    summary = "reduce on the GPUs, then as dist_async"
-    summary_on_cpu = "reduce on the devices (as device), then as dist_async"
-    sync = False
-    needs_optimizer = True
     on_gpus = True
-    pulls_into_gradients = False
+    traits = server_traits("reduce on the GPUs, then as dist_async",
+                           "reduce on the devices (as device), then as dist_async",
+                           sync=False, on_gpus=on_gpus)

@@ -25,6 +25,8 @@ from bandwidth.arrays.layout import chunk_ranges
 from bandwidth.hardware import devices as dev
 from bandwidth.hardware import rawcopy
 from bandwidth.stores.base import KVStore
+from bandwidth.stores.costs import Costs
+from bandwidth.stores.traits import Traits
 
 # GPUs: the buffer in about this many chunks, so that filling and draining the pipeline costs
 # about 1/GPU_CHUNKS of a step, each chunk between these sizes: large enough that a copy's fixed
@@ -41,29 +43,40 @@ def default_chunk_bytes(nbytes: int, on_gpu: bool) -> int:
     return min(GPU_MAX_CHUNK_BYTES, max(GPU_MIN_CHUNK_BYTES, nbytes // GPU_CHUNKS))
 
 
-class LocalStore(KVStore):
-    name = "local"
-    summary = "copy to pinned host memory, sum on the CPU (threads), optimizer on the CPU, copy back"
-    summary_on_cpu = ("sum the replicas where they are in host memory (CPU threads), optimizer "
-                      "on the CPU, copy the result to every replica")
-    one_gpu_measures = "the host path"      # one GPU: algbw against the duplex host path
-    bound = "PCIe (host<->device copies, both directions at once) and CPU summation"
-    bound_on_cpu = "host memory: every gradient read and every output written once"
-    bound_kind = "host path"
-    # One GPU: ``--launch graph`` captures the step (``capture``), but ``auto`` stays eager. The
-    # eager step issues each copy with a few us of host time (rawcopy), well inside a chunk's
-    # transfer time, and a graph launch costs about 3 us of host time per host<->device copy
-    # node, so the graph gained nothing on an H100 (16.8-77 MB: within the runs' spread,
-    # benchmarks/probes/graph_gap.py at 7d3c61a).
-    auto_graph = False
+class LocalTraits(Traits):
+    def can_capture(self, devices, optimizer: str = "none") -> bool:
+        """One GPU without an optimizer: the step is copies ordered by events on the GPU (nothing
+        for the host to sum), so it can be captured as a CUDA graph (``LocalStore.capture``)."""
+        return devices.is_cuda and devices.n == 1 and optimizer == "none"
 
-    @classmethod
-    def staging_bytes(cls, nbytes, n, optimizer, on_gpu):
+
+class LocalCosts(Costs):
+    def staging_bytes(self, nbytes, n, optimizer, on_gpu):
         # GPUs: a pinned host copy per device; CPU devices: nothing staged. With an optimizer the
         # host weights, and on CPU devices one chunk of scratch (by default the whole buffer).
         if on_gpu:
             return (n + 1) * nbytes if optimizer else n * nbytes
         return 2 * nbytes if optimizer else 0
+
+
+class LocalStore(KVStore):
+    name = "local"
+    traits = LocalTraits(
+        summary=("copy to pinned host memory, sum on the CPU (threads), optimizer on the CPU, "
+                 "copy back"),
+        summary_on_cpu=("sum the replicas where they are in host memory (CPU threads), optimizer "
+                        "on the CPU, copy the result to every replica"),
+        one_gpu_measures="the host path",      # one GPU: algbw against the duplex host path
+        bound="PCIe (host<->device copies, both directions at once) and CPU summation",
+        bound_on_cpu="host memory: every gradient read and every output written once",
+        bound_kind="host path",
+        # One GPU: ``--launch graph`` captures the step (``capture``), but ``auto`` stays eager.
+        # The eager step issues each copy with a few us of host time (rawcopy), well inside a
+        # chunk's transfer time, and a graph launch costs about 3 us of host time per
+        # host<->device copy node, so the graph gained nothing on an H100 (16.8-77 MB: within the
+        # runs' spread, benchmarks/probes/graph_gap.py at 7d3c61a).
+        auto_graph=False)
+    costs = LocalCosts()
 
     def __init__(self, replicas, layout, optimizer, group, chunk_elements, cpu_threads=None):
         super().__init__(replicas, layout, optimizer, group, chunk_elements, cpu_threads)
@@ -81,6 +94,7 @@ class LocalStore(KVStore):
         if optimizer is not None:
             self.host_weights = dev.empty(numel, first.dtype, host, self.on_gpu)
             self.host_weights.zero_()
+            self.weights.append(self.host_weights)
         if not self.on_gpu:
             # One chunk of scratch for the sum when an optimizer turns it into weights.
             self.scratch = (None if optimizer is None else
@@ -100,12 +114,6 @@ class LocalStore(KVStore):
             self.plan = [(rawcopy.Copy(host[s:e], grads[s:e], down), self.arrived[0][c],
                           rawcopy.Copy(out[s:e], host[s:e], up))
                          for c, (s, e) in enumerate(self.chunks)]
-
-    @classmethod
-    def can_capture(cls, devices, optimizer: str = "none") -> bool:
-        """One GPU without an optimizer: the step is copies ordered by events on the GPU (nothing
-        for the host to sum), so it can be captured as a CUDA graph (``capture``)."""
-        return devices.is_cuda and devices.n == 1 and optimizer == "none"
 
     def capture(self):
         """The one-GPU step (``host_free``) as a CUDA graph: its copies down and up and the events
@@ -132,11 +140,6 @@ class LocalStore(KVStore):
         self._step_gpu()
         for stream in side:
             capture.wait_stream(stream)
-
-    def reset_weights(self) -> None:
-        super().reset_weights()
-        if self.host_weights is not None:
-            self.host_weights.zero_()
 
     @property
     def host_free(self) -> bool:

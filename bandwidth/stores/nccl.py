@@ -14,23 +14,36 @@ bandwidth.measurement.session) keeps whichever of the two a few trial steps show
 
 from __future__ import annotations
 
+import functools
 import warnings
+from dataclasses import replace
 
 import torch
 import torch.distributed as dist
 
 from bandwidth.formulas import allreduce_factor
 from bandwidth.stores.base import KVStore
+from bandwidth.stores.costs import Costs
+from bandwidth.stores.traits import Traits
+
+
+class NcclCosts(Costs):
+    def extra_bytes_per_device(self, nbytes, n, optimizer):
+        return nbytes if optimizer else 0
 
 
 class NcclStore(KVStore):
     name = "nccl"
-    summary = "all-reduce of one flat bucket through torch.distributed (NCCL; Gloo on CPU devices)"
-    bound = "flat all-reduce of the same bytes"
-    bound_kind = "flat all-reduce"
-    process_per_device = True
-    graph_capable = True
-    alone_moves_nothing = "one rank: an all-reduce over one process moves no byte"
+    traits = Traits(
+        summary=("all-reduce of one flat bucket through torch.distributed (NCCL; Gloo on CPU "
+                 "devices)"),
+        bound="flat all-reduce of the same bytes",
+        bound_kind="flat all-reduce",
+        process_per_device=True,
+        graph_capable=True,
+        alone_moves_nothing="one rank: an all-reduce over one process moves no byte",
+        prepared_steps=True)        # the all-reduce sums the bucket in place
+    costs = NcclCosts()
 
     @classmethod
     def unavailable(cls, devices, dtype):
@@ -45,10 +58,6 @@ class NcclStore(KVStore):
         if not devices.is_cuda and not dist.is_gloo_available():
             return "this torch build has no Gloo, which the nccl mode needs on CPU devices"
         return None
-
-    @classmethod
-    def extra_bytes_per_device(cls, nbytes, n, optimizer):
-        return nbytes if optimizer else 0
 
     def __init__(self, replicas, layout, optimizer, group, chunk_elements, cpu_threads=None):
         super().__init__(replicas, layout, optimizer, group, chunk_elements, cpu_threads)
@@ -66,8 +75,6 @@ class NcclStore(KVStore):
             return [f"CPU devices: Gloo all-reduce stands in for NCCL ({self.group.size} processes)"]
         return [f"{backend} all-reduce, {self.group.size} processes, one per GPU"]
 
-    prepared_steps = True       # the all-reduce sums the bucket in place
-
     def prepare(self):
         self.bucket.copy_(self.replica.grads)
 
@@ -77,11 +84,10 @@ class NcclStore(KVStore):
             self.optimizer.apply(self.replica.outputs, self.bucket)
 
     def start(self):
-        self._work = dist.all_reduce(self.bucket, async_op=True)
+        return functools.partial(self._finish, dist.all_reduce(self.bucket, async_op=True))
 
-    def finish(self):
-        self._work.wait()
-        self._work = None
+    def _finish(self, work) -> None:
+        work.wait()
         if self.optimizer is not None:
             self.optimizer.apply(self.replica.outputs, self.bucket)
 
@@ -108,6 +114,22 @@ class NcclStore(KVStore):
         self.step()       # the all-reduce (and the optimizer) on the current stream
 
 
+class DistNcclCosts(NcclCosts):
+    traffic_words = ("sent", "received")
+
+    def counted_devices(self, local, total):
+        return total
+
+    def network_nbytes(self, nbytes, local, total):
+        return local * allreduce_factor(total) * nbytes
+
+    def traffic_rule(self, local, total):
+        return (f"the all-reduce moves 2(n-1)/n x S into and out of each device per step (n = "
+                f"{total} devices in the job), so a worker of {local} devices sends and receives "
+                f"{local} x 2(n-1)/n x S; bytes between a worker's own devices count too "
+                "(busbw's accounting)")
+
+
 class DistNcclStore(NcclStore):
     """``dist_nccl``: every GPU of every worker in one NCCL all-reduce (what Horovod and DDP do);
     Gloo on CPU devices. Each worker started by launch.py starts one process per device, and all
@@ -115,27 +137,14 @@ class DistNcclStore(NcclStore):
     of the same bytes over the same processes, in the same run."""
 
     name = "dist_nccl"
-    summary = ("one all-reduce across every device of every worker (NCCL; Gloo on CPU devices), "
-               "one process per device")
-    bound = "the network between hosts (and the flat all-reduce of the same bytes)"
-    distributed = True
-    graph_capable = False     # issued eagerly: its graph path is not yet tested across hosts
-    traffic_words = ("sent", "received")
-
-    @classmethod
-    def counted_devices(cls, local, total):
-        return total
-
-    @classmethod
-    def network_nbytes(cls, nbytes, local, total):
-        return local * allreduce_factor(total) * nbytes
-
-    @classmethod
-    def traffic_rule(cls, local, total):
-        return (f"the all-reduce moves 2(n-1)/n x S into and out of each device per step (n = "
-                f"{total} devices in the job), so a worker of {local} devices sends and receives "
-                f"{local} x 2(n-1)/n x S; bytes between a worker's own devices count too "
-                "(busbw's accounting)")
+    traits = replace(
+        NcclStore.traits,
+        summary=("one all-reduce across every device of every worker (NCCL; Gloo on CPU "
+                 "devices), one process per device"),
+        bound="the network between hosts (and the flat all-reduce of the same bytes)",
+        distributed=True,
+        graph_capable=False)    # issued eagerly: its graph path is not yet tested across hosts
+    costs = DistNcclCosts()
 
     def __init__(self, replicas, layout, optimizer, group, chunk_elements, cpu_threads=None,
                  cluster=None):
