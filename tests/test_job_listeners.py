@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from launch_support import audit_one_host_job
+from socket_audit import audit_one_host_job
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = ["--network", "mlp", "--image-shape", "1,28,28", "--num-classes", "10"]

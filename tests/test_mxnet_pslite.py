@@ -17,8 +17,9 @@ import time
 
 import pytest
 from conftest import ROOT, run_cli
-from launch_support import audit_one_host_job, pids_with
+from launch_support import pids_with
 from mxnet_support import LENET, iter_lines, needs_mxnet, size_line
+from socket_audit import audit_one_host_job
 
 LAUNCH = ROOT / "launch.py"
 

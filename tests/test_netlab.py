@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 import pytest
-from launch_support import (descendants, is_loopback, lab_leftovers, listening, netlab_for_tests,
-                            socket_inodes, stop_group, strangers_served)
+from launch_support import descendants, lab_leftovers, netlab_for_tests
+from socket_audit import is_loopback, listening, socket_inodes, stop_group, strangers_served
 
 from bandwidth.netlab import lab as labmod
 from bandwidth.netlab import sshd as labsshd
