@@ -115,8 +115,10 @@ TARGETS = {"worker": (1, 1), "server": (2, 2)}
 # Each signal once, the roles alternating: about a minute a case, and the six pairs were six
 # minutes of the machine's one-at-a-time tests (`benchmarks/fault_fuzz.py --lab` draws random
 # processes, signals and moments on a lab)
-@pytest.mark.parametrize("role, sig", [("worker", "SIGKILL"), ("server", "SIGTERM"),
-                                       ("worker", "SIGSTOP")])
+# A remote process that ends (a server's SIGTERM) and one that stops answering (a worker's
+# SIGSTOP, found by the heartbeat); SIGKILL's abrupt end across hosts is the per-device rank's
+# test below and the cut-off host's, and every signal is tried on loopback (tests/test_faults.py).
+@pytest.mark.parametrize("role, sig", [("server", "SIGTERM"), ("worker", "SIGSTOP")])
 def test_a_signal_to_a_remote_process_names_it(lab, tmp_path, role, sig):
     rank, index = TARGETS[role]
     host = lab.hosts[index]

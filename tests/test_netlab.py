@@ -97,10 +97,6 @@ EXACT = ["python3", "bandwidth/measure.py", "--network", "lenet", "--image-shape
          "--num-classes", "10", "--num-batches", "3", "--no-reference", "--timeout", "60"]
 MODES = {
     "dist_sync": (["-n", "2", "-s", "2"], ["--kv-store", "dist_sync", "--cpus", "1"]),
-    "dist_async": (["-n", "2", "-s", "2"], ["--kv-store", "dist_async", "--cpus", "1",
-                                             "--optimizer", "sgd", "--all-worker-lines"]),
-    "dist_sync_device": (["-n", "2", "-s", "2"], ["--kv-store", "dist_sync_device",
-                                                   "--cpus", "2"]),
     "dist_async_device": (["-n", "2", "-s", "1"], ["--kv-store", "dist_async_device",
                                                     "--cpus", "2", "--optimizer", "sgd",
                                                     "--all-worker-lines"]),
@@ -108,6 +104,8 @@ MODES = {
 }
 
 
+# Every mode is exact on loopback (tests/test_dist.py); across hosts, one of each transport path:
+# a sync and an async parameter server (host and device reduce) and the all-reduce.
 @pytest.mark.parametrize("mode", list(MODES))
 def test_mode_across_hosts_is_exact(lab, mode, tmp_path):
     launch_args, measure_args = MODES[mode]
