@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 from launch_support import ROOT, descendants
@@ -148,6 +149,7 @@ def audit_one_host_job(argv, kind: str, running=lambda line: line.startswith("it
                 break
         else:
             raise AssertionError(f"{kind}: no iteration printed (exit {job.wait()})")
+        read_on(job)
         listeners = listening(socket_inodes({job.pid} | descendants(job.pid)))
         public = [(address, port) for address, port in listeners if not is_loopback(address)]
         assert not public, f"{kind} listens beyond loopback: {public}"
@@ -159,6 +161,13 @@ def audit_one_host_job(argv, kind: str, running=lambda line: line.startswith("it
     finally:
         stop_group(job)
         time.sleep(0.1)
+
+
+def read_on(proc: subprocess.Popen) -> None:
+    """Read the rest of ``proc``'s stdout in the background: a full pipe would block the job's
+    next lines, and with them its way out when it is stopped (30 s, then SIGKILL: a test's time
+    lost)."""
+    threading.Thread(target=proc.stdout.read, daemon=True).start()
 
 
 def stop_group(proc: subprocess.Popen) -> None:

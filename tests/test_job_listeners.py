@@ -15,7 +15,7 @@ import pytest
 from socket_audit import audit_one_host_job
 
 ROOT = Path(__file__).resolve().parent.parent
-SMALL = ["--network", "mlp", "--image-shape", "1,28,28", "--num-classes", "10"]
+SMALL = ["--network", "mlp", "--image-shape", "1,28,28", "--num-classes", "10", "--no-reference"]
 
 
 JOBS = {

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 from launch_support import descendants, lab_leftovers, netlab_for_tests
-from socket_audit import is_loopback, listening, socket_inodes, stop_group, strangers_served
+from socket_audit import (is_loopback, listening, read_on, socket_inodes, stop_group,
+                          strangers_served)
 
 from bandwidth.netlab import lab as labmod
 from bandwidth.netlab import sshd as labsshd
@@ -255,6 +256,7 @@ def test_no_listener_of_a_job_across_hosts_serves_a_stranger(lab):
                 break
         else:
             pytest.fail(f"no iteration (exit {proc.wait()})")
+        read_on(proc)
         probes = [(listening(socket_inodes({proc.pid} | descendants(proc.pid))), None, True)]
         used, free = [], []
         for host in lab.hosts:
