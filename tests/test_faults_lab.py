@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -40,14 +41,18 @@ def lab():
 def start(lab, tmp_path, mode: str, *extra: str) -> subprocess.Popen:
     servers = "0" if mode == "dist_nccl" else "1"
     cpus = "2" if mode == "dist_nccl" else "1"
-    argv = [PYTHON, str(ROOT / "launch.py"), "-H", str(lab.state_dir / "hosts"), "--ssh-config",
-            str(lab.state_dir / "ssh_config"), "-n", "2", "-s", servers, "--timeout", "30",
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    if "mpi" in extra:               # mpirun's ssh to the lab's hosts, as the launcher's own
+        env["OMPI_MCA_plm_rsh_args"] = f"-F {lab.state_dir / 'ssh_config'} -o BatchMode=yes"
+    ssh = [] if "--launcher" in extra else ["--ssh-config", str(lab.state_dir / "ssh_config")]
+    argv = [PYTHON, str(ROOT / "launch.py"), "-H", str(lab.state_dir / "hosts"), *ssh,
+            "-n", "2", "-s", servers, "--timeout", "30",
             "--heartbeat-interval", f"{HEARTBEAT_S:g}", "--report", str(tmp_path / "r.json"),
             *extra, PYTHON, "bandwidth/measure.py", "--kv-store", mode, "--cpus", cpus,
             "--network", "mlp", "--num-batches", "100000000", "--timeout", "20",
             "--no-reference"]
-    return subprocess.Popen(argv, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
 
 
 def program_pid(host, role: str, device_rank: int | None = None, timeout_s: float = 90) -> int:
@@ -167,8 +172,9 @@ def test_a_killed_per_device_rank_is_named(lab, tmp_path):
 
 
 def job_processes(host) -> list[int]:
-    """The guards and measure.py processes (with their per-device ranks) on ``host``; not the
-    lab's sshd (its configuration's path names the lab's folder, bandwidth-netlab)."""
+    """The guards, role wrappers, MPI daemons and measure.py processes (with their per-device
+    ranks) on ``host``; not the lab's sshd (its configuration's path names the lab's folder,
+    bandwidth-netlab)."""
     found = []
     for pid in labmod.pids_in(host.namespace):
         try:
@@ -177,7 +183,7 @@ def job_processes(host) -> list[int]:
             continue
         if argv.startswith(b"sshd"):
             continue
-        if b"bandwidth-guard" in argv or b"measure.py" in argv or b"bandwidth" in argv:
+        if b"bandwidth" in argv or argv.startswith((b"orted", b"prted")):    # mpirun's daemon
             found.append(pid)
     return found
 
@@ -191,20 +197,32 @@ def describe(pid: int) -> str:
     return f"{argv.decode(errors='replace')} (state {state[0]}, parent {state[1]})"
 
 
-def test_a_link_set_down_names_the_host_behind_it(lab, tmp_path):
-    """The launcher names the host; on the host, cut off and told nothing, the guard hears no
-    launcher for GUARD_QUIET_S and ends everything the job started there (was: its sshd session,
-    the guard and measure.py alive 127 s later)."""
+@pytest.mark.parametrize("launcher", ["ssh", "mpi"])
+def test_a_link_set_down_names_the_host_behind_it(lab, tmp_path, launcher):
+    """The launcher names the host; on the host, cut off and told nothing, everything the job
+    started there ends within the heartbeat's time: over ssh the guard hears no launcher for
+    GUARD_QUIET_S (was: its sshd session, the guard and measure.py alive 127 s later); under
+    mpirun the role wrapper's line to the store goes unanswered (launcherwatch) and it ends the
+    command and the MPI daemon above it (was: orted, the wrapper and measure.py alive 90 s later,
+    and the launcher waited 200 s for an mpirun that had crashed in its abort)."""
+    from bandwidth.launch.contract.heartbeat import LAUNCHER_GONE_BEATS
+    from bandwidth.launch.launchers.rolewrap import GONE_GRACE_S
     from bandwidth.launch.launchers.ssh import GUARD_GRACE_S, GUARD_QUIET_S
+    if launcher == "mpi" and shutil.which("mpirun") is None:
+        pytest.skip("Open MPI's mpirun not installed (apt-get install openmpi-bin)")
     host = lab.hosts[1]
-    proc = start(lab, tmp_path, "dist_sync")
+    extra = ["--launcher", "mpi"] if launcher == "mpi" else []
+    proc = start(lab, tmp_path, "dist_sync", *extra)
     try:
         program_pid(host, "worker")
         measuring(proc)
         labmod.sh("ip", "-n", host.namespace, "link", "set", host.interface, "down")
         cut = time.monotonic()
         code, err = finish(proc)
-        deadline = cut + GUARD_QUIET_S + GUARD_GRACE_S + 15
+        ended_s = time.monotonic() - cut
+        within_s = GUARD_QUIET_S + GUARD_GRACE_S if launcher == "ssh" else \
+            LAUNCHER_GONE_BEATS * HEARTBEAT_S + GONE_GRACE_S
+        deadline = cut + within_s + 15        # + 15: what the loaded 2-core machine adds
         while job_processes(host) and time.monotonic() < deadline:
             time.sleep(0.5)
         left = {pid: describe(pid) for pid in job_processes(host)}
@@ -214,6 +232,7 @@ def test_a_link_set_down_names_the_host_behind_it(lab, tmp_path):
             proc.kill()
     assert fail_line(err).startswith(f"FAIL: worker 1 (rank 1) on {host.address}: "), err[-3000:]
     assert code != 0 and "Traceback" not in err
+    assert ended_s < 60, f"the launcher ended {ended_s:.0f} s after the cut"
     assert left == {}, left
     assert_clean(lab, within_s=30)
 

@@ -15,10 +15,13 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from launch_support import ROOT, lab_leftovers, netlab_for_tests, program
 from slurm_support import SlurmCluster, missing_reason
+
+from bandwidth.netlab import lab as labmod
 
 
 NAME = "bw12s"                        # issue 12's prefix and subnet
@@ -87,3 +90,59 @@ def test_parameter_server_mode_across_nodes_is_exact(cluster, tmp_path):
     # torch's per-connection warning: shown once, explained, the rest hidden (as over ssh)
     assert proc.stderr.count("hostname of the client socket cannot be retrieved") <= 1
     assert_clean(lab)
+
+
+def job_processes(host) -> list[int]:
+    """What the job runs on ``host``: the role wrappers and measure.py (not the lab's sshd, not
+    slurmd and its slurmstepd: the site's daemons)."""
+    found = []
+    for pid in labmod.pids_in(host.namespace):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"bandwidth" in argv and not argv.startswith((b"sshd", b"slurm")):
+            found.append(pid)
+    return found
+
+
+def test_a_node_cut_off_mid_run_ends_what_the_job_started_there(cluster):
+    """Last in this file: the cut node's slurmd misses the controller for a while. The launcher
+    names a process of the cut node (its heartbeat and its wrapper's ``alive`` stop together);
+    there, the role wrapper's line to the store goes unanswered (launcherwatch) and it ends the
+    command within the heartbeat's time. slurmstepd, the site's daemon, is left to Slurm."""
+    from bandwidth.launch.contract.heartbeat import LAUNCHER_GONE_BEATS
+    from bandwidth.launch.launchers.rolewrap import GONE_GRACE_S
+    lab, slurm = cluster
+    host = lab.hosts[1]                   # worker 1 and server 1
+    argv = ["salloc", "-N", "2", "--ntasks-per-node", "2", sys.executable, "launch.py",
+            "--launcher", "slurm", "--master-addr", lab.bridge_address, "-n", "2", "-s", "2",
+            "--heartbeat-interval", "1", sys.executable, "-m", "bandwidth.measure",
+            "--kv-store", "dist_sync", "--cpus", "1", "--network", "mlp", "--num-batches",
+            "100000000", "--timeout", "20", "--no-reference"]
+    proc = subprocess.Popen(argv, cwd=ROOT, env=slurm.env(PYTHONPATH=str(ROOT)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while "iter 2," not in (line := proc.stdout.readline()):
+            assert line and time.monotonic() < deadline, "the job did not start measuring"
+        labmod.sh("ip", "-n", host.namespace, "link", "set", host.interface, "down")
+        cut = time.monotonic()
+        _, err = proc.communicate(timeout=90)
+        ended_s = time.monotonic() - cut
+        deadline = cut + LAUNCHER_GONE_BEATS * 1.0 + GONE_GRACE_S + 15
+        while job_processes(host) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        left = {pid: Path(f"/proc/{pid}/cmdline").read_bytes()[:200] for pid in job_processes(host)}
+    finally:
+        labmod.sh("ip", "-n", host.namespace, "link", "set", host.interface, "up")
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        slurm._wait(slurm._all_idle, "the nodes idle again", 120)
+    fail = next((line for line in err.splitlines() if line.startswith("FAIL:")), err[-3000:])
+    assert re.match(rf"FAIL: (worker 1 \(rank 1\)|server 1 \(rank 3\)) on "
+                    rf"({host.address}|bw12n2): ", fail), err[-3000:]
+    assert proc.returncode != 0 and "Traceback" not in err
+    assert ended_s < 60, f"the launcher ended {ended_s:.0f} s after the cut"
+    assert left == {}, left

@@ -10,7 +10,11 @@ Every ``interval_s`` the thread adds 1 to ``launch/alive/<rank>`` (under the job
 uses a TCPStore client of its own, so a main thread blocked in the store (a ``wait``, a long
 ``get``) never delays a beat. When the store stops answering for ``LAUNCHER_GONE_BEATS``
 intervals in a row the launcher is gone (killed with SIGKILL, its host lost): the process says so
-in one line and ends, with what it started (its process group), instead of running on.
+in one line and ends, with what it started (its process group), instead of running on. A beat
+that never comes back counts the same: torch's client waits for an answer without a limit, and
+over a cut link (``ip link set down``: no reset, no end-of-file) the beat's ``add`` never
+returns, so a second thread (``_watch``) takes a beat outstanding for ``LAUNCHER_GONE_BEATS``
+intervals for the launcher gone.
 
 Launcher side: ``HeartbeatWatch.poll`` reads every rank's counter and notes, on the launcher's
 clock, when it last changed; ``silent_for(rank)`` is how long a rank has been silent. A rank is
@@ -28,6 +32,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Sequence
 
 ALIVE_KEY_PREFIX = "launch/alive/"
@@ -48,6 +53,8 @@ class Heartbeat:
         self.store, self.rank, self.interval_s, self.prog = store, rank, interval_s, prog
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._beat, name="heartbeat", daemon=True)
+        self.sent_at: float | None = None      # monotonic time of the beat under way, if any
+        self.watch = threading.Thread(target=self._watch, name="heartbeat-watch", daemon=True)
 
     @classmethod
     def start(cls, master_addr: str, master_port: int, secret: str, rank: int,
@@ -67,6 +74,7 @@ class Heartbeat:
         prog = prog or os.path.basename(sys.argv[0] or "process")
         _current = cls(store, rank, interval_s, prog)
         _current.thread.start()
+        _current.watch.start()
         atexit.register(_current.stop_and_join)
         return _current
 
@@ -74,14 +82,26 @@ class Heartbeat:
         failures = 0
         while True:
             try:
+                self.sent_at = time.monotonic()
                 self.store.add(f"{ALIVE_KEY_PREFIX}{self.rank}", 1)
+                self.sent_at = None
                 failures = 0
             except Exception:        # noqa: BLE001 - torch's store errors have no common base
+                self.sent_at = None
                 failures += 1
                 if failures >= LAUNCHER_GONE_BEATS and not self.stopped.is_set():
                     _launcher_gone(self.prog, failures * self.interval_s)
             if self.stopped.wait(self.interval_s):
                 return
+
+    def _watch(self) -> None:
+        """A beat still under way after ``LAUNCHER_GONE_BEATS`` intervals: the launcher is gone
+        (the beat's own client never gives up; see the module docstring)."""
+        limit_s = LAUNCHER_GONE_BEATS * max(self.interval_s, 1.0)   # a round trip takes ms
+        while not self.stopped.wait(min(max(self.interval_s, 0.1), 1.0)):
+            sent = self.sent_at
+            if sent is not None and time.monotonic() - sent > limit_s:
+                _launcher_gone(self.prog, time.monotonic() - sent)
 
     def stop(self) -> None:
         self.stopped.set()

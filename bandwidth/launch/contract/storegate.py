@@ -201,17 +201,30 @@ class ClientRelay(_Listener):
             conn.close()
             return
         try:
-            upstream = socket.create_connection(self._target, timeout=min(self._timeout_s, 30))
-            upstream.settimeout(HANDSHAKE_S)
-            upstream.sendall(MAGIC)
-            challenge = _read_exactly(upstream, CHALLENGE_BYTES)
-            upstream.sendall(answer(self._secret, challenge))
+            upstream = open_line(*self._target, self._secret, min(self._timeout_s, 30))
         except OSError as err:
             log.warning("store relay: cannot reach the job's store at %s:%d: %s",
                         *self._target, err)
             conn.close()
             return
         _splice(conn, upstream)
+
+
+def open_line(host: str, port: int, secret: str, timeout_s: float) -> socket.socket:
+    """A connection to the gate at ``host``:``port`` that has answered its challenge (with no
+    ``secret``: a plain connection, to a store without a gate); what is sent on it next reaches
+    the store. Raises OSError."""
+    sock = socket.create_connection((host, port), timeout=timeout_s)
+    if not secret:
+        return sock
+    try:
+        sock.settimeout(HANDSHAKE_S)
+        sock.sendall(MAGIC)
+        sock.sendall(answer(secret, _read_exactly(sock, CHALLENGE_BYTES)))
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 def _peer(conn: socket.socket) -> str:

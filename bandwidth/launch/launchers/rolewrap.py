@@ -11,6 +11,10 @@ the launcher with the rank's tag); when the command ends, whatever it left runni
 found whatever their process group), and the wrapper ends as the command did: its exit status, or
 the same signal, so mpirun and srun report the same failure.
 
+The launcher gone (killed, or this host cut off from it: ``launcherwatch``): the wrapper stops the
+command (SIGTERM, SIGKILL after ``GONE_GRACE_S``) and whatever it left, and under mpirun ends the
+MPI daemon above it too, which would wait for an mpirun it can no longer reach.
+
 Signals: SIGTERM, SIGINT and SIGHUP from the runner (the wrapper's parent: mpirun's daemon,
 slurmstepd) reach the command directly, since the runner signals the whole group or step; the
 wrapper only notes that the job's runner stopped it. The same signals from anyone else are
@@ -27,17 +31,22 @@ import resource
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 
 from bandwidth.launch.contract.environment import ContractError, Job
+from bandwidth.launch.contract.heartbeat import LAUNCHER_GONE_BEATS
 from bandwidth.launch.planning.hostfile import Host
 from bandwidth.launch.planning.plan import local_ranks
-from bandwidth.launch.supervision.rankends import end_line, start_line
+from bandwidth.launch.supervision.rankends import ALIVE_LINE, ALIVE_S, end_line, start_line
+from bandwidth.launch.supervision.launcherwatch import watch_launcher
 from bandwidth.launch.supervision.lifeline import die_with_parent
 
 _WAITED = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD}
 PR_SET_CHILD_SUBREAPER = 36
+GONE_GRACE_S = 5.0                   # the launcher gone: SIGTERM, then SIGKILL after this
+MPI_DAEMONS = ("orted", "prted")     # what starts a wrapper under mpirun (Open MPI 4, 5)
 
 
 def role_environ(job: Job, placed: Sequence[Host], index: int,
@@ -92,10 +101,64 @@ def run_command(name: str, command: Sequence[str], env: dict[str, str]) -> int:
         print(f"{name}: cannot run {command[0]!r}: {err.strerror}", file=sys.stderr)
         return 127
     _say(start_line(child.pid))
+    gone = _watch(name, env, child)
     stopped = _wait(child)
     _kill_leftovers()
     _say(end_line(child.pid, child.returncode, stopped))
+    if gone.is_set():
+        _end_mpi_daemon()
     _end_as(child.returncode)
+
+
+def _watch(name: str, env: dict[str, str], child: subprocess.Popen) -> threading.Event:
+    """Stop ``child`` when the launcher is gone (``launcherwatch``): SIGTERM, then SIGKILL after
+    ``GONE_GRACE_S``. Only with a heartbeat (``--heartbeat-interval 0`` turns both off); the line
+    is lost after as many intervals as a process's own heartbeat allows
+    (``heartbeat.LAUNCHER_GONE_BEATS``). Returns the event set once the launcher is gone."""
+    gone = threading.Event()
+    try:
+        job = Job.from_environ(env)
+    except ContractError:                  # no contract to find the launcher by
+        return gone
+    if job.heartbeat_s <= 0:
+        return gone
+
+    def on_gone(why: str) -> None:
+        gone.set()
+        _say(f"{name}: error: the launcher is gone ({why}): stopping the command\n")
+        with contextlib.suppress(OSError):
+            os.kill(child.pid, signal.SIGTERM)
+        if not _ended(child, GONE_GRACE_S):
+            with contextlib.suppress(OSError):
+                os.kill(child.pid, signal.SIGKILL)
+
+    watch_launcher(job, LAUNCHER_GONE_BEATS * job.heartbeat_s, on_gone)
+    return gone
+
+
+def _ended(child: subprocess.Popen, within_s: float) -> bool:
+    """Whether ``child`` exits within ``within_s`` (read without reaping: the main thread
+    waits for it)."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(ChildProcessError):
+            if os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                return True
+        if child.returncode is not None:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _end_mpi_daemon() -> None:
+    """The launcher is gone and the command has ended: end the MPI daemon that started this
+    wrapper (Open MPI's ``orted``, PRRTE's ``prted``), which would otherwise wait for an mpirun
+    it cannot reach. slurmstepd, a Slurm task's parent, is the site's daemon and is left to it."""
+    parent = os.getppid()
+    with contextlib.suppress(OSError):
+        with open(f"/proc/{parent}/comm") as comm:
+            if comm.read().strip() in MPI_DAEMONS:
+                os.kill(parent, signal.SIGTERM)
 
 
 def _say(line: str) -> None:
@@ -107,9 +170,12 @@ def _say(line: str) -> None:
 
 def _wait(child: subprocess.Popen) -> str | None:
     """Wait for ``child``, passing signals on; returns the signal the runner stopped it with."""
-    stopped = None
+    stopped, said_alive = None, 0.0
     while child.poll() is None:
-        info = signal.sigtimedwait(_WAITED, 1.0)
+        if time.monotonic() - said_alive >= ALIVE_S:
+            said_alive = time.monotonic()
+            _say(ALIVE_LINE)
+        info = signal.sigtimedwait(_WAITED, ALIVE_S)
         if info is None or info.si_signo == signal.SIGCHLD:
             _reap_orphans(child.pid)
             continue

@@ -12,6 +12,8 @@
   gone (even by SIGKILL) or the job is over
 * ``guard`` -- the ssh launcher's remote wrapper: the command's process group stopped when the
   connection closes
+* ``launcherwatch`` -- on a host mpirun or srun started a process on, a line to the job's store
+  that finds the launcher gone (its end, or a cut link) for the role wrappers
 * ``lifeline`` -- how a process of a run ends when it must (its parent gone, no progress): the
   per-device processes of measure.py and the role wrappers
 * ``limits`` -- what this host can start (memory, processes, open files), refused before

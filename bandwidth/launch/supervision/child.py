@@ -180,6 +180,14 @@ class Child:
         """Called on every turn of the supervisor's loop while this child runs (an ssh child tells
         its remote guard that the launcher is still there)."""
 
+    def members(self) -> list:
+        """This child and the processes it runs (a runner's ranks), whatever is known of them."""
+        return [self]
+
+    def watched(self) -> list:
+        """The processes this child stands for whose heartbeat the launcher watches."""
+        return [self] if self.role is not None and self.role.rank is not None else []
+
     def reachable(self, now: float, within_s: float) -> bool:
         """Whether this process's host is known to run and answer, so that a silent heartbeat
         is not a frozen host or a cut link: always on the launcher's own host, where

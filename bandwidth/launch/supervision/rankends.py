@@ -10,6 +10,14 @@ remote guard does::
     bandwidth-role: start {"pid": 4711}
     bandwidth-role: end {"pid": 4711, "status": 1, "signal": null, "stopped": null}
 
+and, while the command runs, every ``ALIVE_S``::
+
+    bandwidth-role: alive {}
+
+so that a rank whose heartbeat went silent on a host whose wrapper still speaks is a starved
+beating thread, not a frozen host or a cut link (the ssh guard's ``alive``; see
+``supervisor._silent``).
+
 ``status`` or ``signal`` (a name: ``SIGKILL``) is how the command ended; ``stopped`` the signal
 its runner (mpirun's daemon, slurmstepd: the wrapper's parent) sent the job's processes before
 it ended, which makes it a process the launch stopped rather than a failure. The launcher dates
@@ -32,6 +40,8 @@ from collections.abc import Mapping
 from bandwidth.launch.contract.heartbeat import EVENTS_KEY, read_ended
 
 PREFIX = "bandwidth-role:"
+ALIVE_S = 1.0
+ALIVE_LINE = f"{PREFIX} alive {{}}\n"
 POLL_S = 0.1
 _SIGNAL_NAMES = {s.name for s in signal.Signals}
 
@@ -65,6 +75,8 @@ def split_line(text: str) -> tuple[str, tuple[str, dict] | None]:
     if at < 0:
         return text, None
     kind, _, payload = text[at + len(PREFIX):].strip().partition(" ")
+    if kind == "alive" and payload.strip() == "{}":
+        return text[:at], ("alive", {})
     record = parse_record(payload) if kind in ("start", "end") else None
     if record is None:
         return text, None

@@ -25,6 +25,9 @@ from bandwidth.launch.supervision.ending import Ending, is_error_line, pick_root
 from bandwidth.launch.supervision.rankends import split_line
 
 
+ABORT_WAIT_S = 15.0     # a process failed: the runner has this long to end the job itself
+
+
 class RankProcess:
     """One process of the job that the runner started (what ``ending.record`` reads)."""
 
@@ -37,6 +40,15 @@ class RankProcess:
         self.pid: int | None = None
         self.started_s: float | None = None
         self.failure_found: Failure | None = None
+        self.alive_s: float | None = None      # its wrapper's last ``alive``, launcher's clock
+
+    def reachable(self, now_s: float, within_s: float) -> bool:
+        """Its wrapper spoke within ``within_s`` (launcher's clock): the host runs and the
+        runner's line carries, so a silent heartbeat is a starved thread, not a lost host."""
+        return self.alive_s is not None and now_s - self.alive_s <= within_s
+
+    def stopped(self) -> str:
+        return ""          # on another host: its state is not read here
 
     def note(self, line: str) -> None:
         """One line of this process's stderr."""
@@ -50,8 +62,12 @@ def settle(part: RankProcess, start, end, said, named: int | None, runner_code: 
     """Fill ``part``'s ending from its records (``start``, ``end``, ``said``: (record, at_s) or
     None; ``said``: what it said of its own end) and, without an exit record, from the runner:
     ``named`` is the returncode the runner's message gives this process, ``runner_code`` the
-    runner's status. Returns whether anything was known of this process."""
+    runner's status. Returns whether anything was known of this process. A process the launcher
+    already named while the runner ran (it stopped answering: ``supervisor._silent``) keeps
+    that ending."""
     ending = part.ending
+    if part.failure_found is not None:
+        return True
     if start is not None:
         part.pid, part.started_s = start[0]["pid"], start[1]
     ending.said = said[0] if said is not None else {}
@@ -99,6 +115,7 @@ class RunnerChild(Child):
         self.started: dict[int, tuple[dict, float]] = {}    # index -> (record, launcher clock)
         self.exits: dict[int, tuple[dict, float]] = {}
         self.settled = False
+        self.forced_at: float | None = None    # when the launcher stopped a runner that hung
 
     def rank_line(self, index: int, line: str) -> str | None:
         """One stderr line of process ``index``: its wrapper's word is noted and taken out;
@@ -106,12 +123,40 @@ class RunnerChild(Child):
         text, event = split_line(line)
         if event is not None and index < len(self.ranks):
             kind, record = event
-            (self.started if kind == "start" else self.exits)[index] = (record, self.clock())
+            if kind == "alive":
+                self.ranks[index].alive_s = self.clock()
+            else:
+                (self.started if kind == "start" else self.exits)[index] = (record, self.clock())
             if not text:
                 return None
         if index < len(self.ranks):
             self.ranks[index].note(text)
         return text
+
+    def tick(self, now: float) -> None:
+        """A process failed ``ABORT_WAIT_S`` ago and the runner still runs: its own abort hung
+        (mpirun that cannot reach a cut-off host's daemon; Open MPI 4's crashed in
+        PMIx_Finalize and never exited), so the launcher stops it: SIGTERM, SIGKILL after the
+        grace period."""
+        failed = [at for record, at in self.exits.values()
+                  if record["stopped"] is None and (record["status"] or record["signal"])]
+        clock = self.clock()
+        if self.forced_at is None:
+            if failed and clock - min(failed) > ABORT_WAIT_S:
+                self.forced_at = clock
+                self.terminate()
+        elif clock - self.forced_at > self.grace_s:
+            self.kill()
+
+    def members(self) -> list:
+        return [self, *self.ranks]
+
+    def watched(self) -> list:
+        """The processes whose heartbeat the launcher watches: those that started and have not
+        ended."""
+        return [part for index, part in enumerate(self.ranks)
+                if index in self.started and index not in self.exits
+                and part.role.rank is not None]
 
     def parts(self) -> list:
         """The processes of the job once anything is known of them; else the runner itself."""

@@ -200,8 +200,8 @@ class Supervisor:
         """Children whose heartbeat stopped for the threshold (they still run)."""
         if self.heartbeat is None:
             return []
-        watched = [c for c in self.children if c.proc is not None and not c.finished
-                   and not c.ending.failed and c.role is not None and c.role.rank is not None]
+        watched = [part for c in self.children if c.proc is not None and not c.finished
+                   and not c.ending.failed for part in c.watched() if not part.ending.failed]
         now = self.clock()
         self.heartbeat.poll(now, [c.role.rank for c in watched])
         silent = []
@@ -219,6 +219,10 @@ class Supervisor:
                 silent.append(child)
         return silent
 
+    def _members(self) -> list:
+        """The children, and the processes a runner (mpirun, srun) ran, as far as known."""
+        return [member for child in self.children for member in child.members()]
+
     def _mark_stopped(self, child: Child, state: str, quiet: float | None) -> None:
         ending = child.ending
         ending.failed, ending.silent_s = True, quiet
@@ -231,11 +235,12 @@ class Supervisor:
 
     def _settle(self) -> Failure | None:
         """After the first failure: collect the others for ``SETTLE_S``, name the root cause."""
-        first = min((c for c in self.children if c.ending.failed),
+        first = min((c for c in self._members() if c.ending.failed),
                     key=lambda c: c.ending.at_s or 0.0)
         start = time.monotonic()
         while not all(c.finished or c.ending.failed for c in self.children if c.proc is not None):
-            cause_seen = any(c.ending.failed and not c.ending.consequence for c in self.children)
+            cause_seen = any(c.ending.failed and not c.ending.consequence
+                             for c in self._members())
             if time.monotonic() - start > (SETTLE_S if cause_seen else CONSEQUENCE_SETTLE_S):
                 break
             if self.signals:
