@@ -88,6 +88,15 @@ def performance_ratio(step_s: float, compute_s: float) -> float:
     return min(1.0, compute_s / step_s) if step_s > 0 else 0.0
 
 
+def framework_split(framework_s: float, compute_s: float,
+                    exposed_s: float) -> tuple[float, float, float]:
+    """A framework's step (--framework) cut into (compute, network, the framework's own cost):
+    the compute alone, what the ideal schedule exposes of the network, and the rest, F - C - E.
+    The three add up to the framework's step; the last is negative where the framework's step
+    beat the schedule's (its collectives were faster than the schedule's parts)."""
+    return compute_s, exposed_s, framework_s - compute_s - exposed_s
+
+
 def serial_step_s(compute_s: float, exchange_s: float) -> float:
     """The step with no overlap at all (the flat schedule: compute, then the exchange)."""
     return compute_s + exchange_s

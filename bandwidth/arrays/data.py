@@ -116,3 +116,21 @@ class Reference:
                 if base_delta is not None:
                     _fill(out[start:stop], *base_delta, refill_rank)
         return wrong, abs(scale) * self.abs_total
+
+
+def piece_error_terms(pieces, replicas: int, seed: int, scale: float = 1.0) -> tuple[float,
+                                                                                     float]:
+    """MXNet's error terms, as ``Reference.error_terms`` gives them, for arrays held in pieces
+    (a framework's parameters and gradients, each its own tensor; a shard of them): ``pieces``
+    are (start, tensor) with ``start`` the tensor's first element in the flat buffer of every
+    array; each is compared, times ``scale``, chunk by chunk with the closed-form sum over
+    ``replicas`` replicas. Returns (sum of |scale x got - expected|, sum of |expected|)."""
+    wrong = total = 0.0
+    for start, tensor in pieces:
+        flat = tensor.detach().reshape(-1)
+        for first, stop in _chunks(flat.numel()):
+            expected = expected_sum(start + first, start + stop, replicas, seed, flat.device)
+            got = flat[first:stop].to(torch.float64) * scale
+            wrong += float((got - expected).abs_().sum())
+            total += float(expected.abs().sum())
+    return wrong, total

@@ -20,6 +20,7 @@ SERVER_TAKES = ("auto", "message", "worker")  # a sync server's order of pushes 
 # balanced keys both: steps 6 % and 21 % shorter than message by message's at 32 and 50 workers,
 # 14-21 % longer at 10, 16 and 20 (BENCHMARKS.md, 2026-11-27).
 WORKER_ORDER_FROM = 32
+FRAMEWORKS = ("none", "torch")            # --framework: whose own step stands beside the schedule's
 GC_TYPES = ("none", "2bit")               # MXNet 1.9.1's gradient compression (--backend mxnet)
 AUTO_REPEATS = 1000                       # --repeat auto: the cap; --time-budget ends it first
 
@@ -54,6 +55,8 @@ class Config:
     schedule: str = "flat"                 # bandwidth.schedules: flat | backward | ddp | fsdp
     bucket_mb: float = 25.0                # ddp: bucket cap, MiB (DDP's bucket_cap_mb)
     first_bucket_mb: float = 1.0           # ddp: the first bucket's cap, MiB
+    # ddp, fsdp: their step also taken by the framework itself (bandwidth.measurement.framework)
+    framework: str = "none"                # "none" | "torch"
     # The compute a step overlaps with (bandwidth.config.compute_flags, bandwidth.compute):
     compute: str = "none"                  # "none" | "flops" | "ms" | "file"
     batch_size: int = 32                   # samples per device and step

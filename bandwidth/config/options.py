@@ -141,7 +141,7 @@ def parse_job(args: argparse.Namespace, modes: list[str]) -> Job:
     """Validate the parsed flags and freeze them into a Job; bad values raise ConfigError.
     ``modes``: --kv-store's, by the names the stores' registry gives them (the caller's check)."""
     from bandwidth.arrays.layout import DTYPE_BYTES
-    from bandwidth.config.schedules import schedule_pairs, schedule_sweep
+    from bandwidth.config.schedules import check_framework, schedule_pairs, schedule_sweep
 
     _check_scalars(args)
     for flag, path in (("--json", args.json_path), ("--csv", args.csv_path),
@@ -162,6 +162,10 @@ def parse_job(args: argparse.Namespace, modes: list[str]) -> Job:
     if args.predict and link_rate_bits is None:
         raise ConfigError("--predict needs --link-rate RATE (every host's link, each way)")
     image_shape = parse_image_shape(args.image_shape)
+    compute = compute_fields(args)
+    schedules = schedule_sweep(args)
+    framework = check_framework(args.framework, [name for name, _, _ in schedules],
+                                compute["compute"], optimizer)
     common = dict(num_layers=args.num_layers, image_shape=image_shape,
                   num_classes=args.num_classes, num_batches=args.num_batches, warmup=args.warmup,
                   disp_batches=args.disp_batches, test_results=bool(args.test_results),
@@ -171,13 +175,12 @@ def parse_job(args: argparse.Namespace, modes: list[str]) -> Job:
                   owners=args.owners, graph_steps=parse_graph_steps(args.graph_steps),
                   max_in_flight=args.max_in_flight, server_order=args.server_order,
                   server_admit=args.server_admit, server_keys=args.server_keys,
-                  server_takes=args.server_takes,
-                  **compute_fields(args))
+                  server_takes=args.server_takes, framework=framework, **compute)
     # The backend varies fastest, so that the rows of a comparison sit side by side.
     configs = tuple(Config(network=network, kv_store=mode, gpus=gpus, cpus=cpus, backend=backend,
                            schedule=schedule, bucket_mb=bucket_mb, first_bucket_mb=first,
                            **common)
-                    for mode, (schedule, bucket_mb, first) in schedule_pairs(modes, schedule_sweep(args))
+                    for mode, (schedule, bucket_mb, first) in schedule_pairs(modes, schedules)
                     for network in _networks(args, DTYPE_BYTES[args.dtype])
                     for gpus, cpus in _device_sets(args)
                     for backend in backends)

@@ -168,6 +168,13 @@ FLAGS: tuple[Flag, ...] = (
     flag(STEP, "--first-bucket-mb", default=None,
          help="ddp: the first bucket's cap in MiB (default 1, DDP's default; torch "
               "2.13's DDP with an explicit bucket_cap_mb uses that cap instead)"),
+    flag(STEP, "--framework", default="none", metavar="NAME",
+         help="with --schedule ddp or fsdp and a compute: take the step also through the "
+              "framework itself, 'torch' (PyTorch's DistributedDataParallel; FSDP2's "
+              "fully_shard on each unit, then the root) over a module of the network's "
+              "arrays whose forward and backward run the same compute; the summary sets "
+              "its step beside the schedule's and splits it into compute, network and "
+              "the framework's own cost (default: none)"),
     flag(EXCHANGE, "--owners", default="balanced",
          help="device mode's key placement: 'balanced' (keys larger than 1,000,000 "
               "elements are split so that every GPU owns the same bytes; default) or "

@@ -1,11 +1,12 @@
-"""The schedule flags (``--schedule``, ``--bucket-mb``, ``--first-bucket-mb``): parsed, checked,
-and expanded into the (mode, schedule) pairs of a sweep."""
+"""The schedule flags (``--schedule``, ``--bucket-mb``, ``--first-bucket-mb``, ``--framework``):
+parsed, checked, and expanded into the (mode, schedule) pairs of a sweep."""
 
 from __future__ import annotations
 
 import argparse
 import math
 
+from bandwidth.config.job import FRAMEWORKS
 from bandwidth.errors import ConfigError
 
 MAX_BUCKET_MB = 1e6                       # MiB: 1 TiB, beyond any network
@@ -49,3 +50,29 @@ def schedule_pairs(modes: list[str], schedules: list[tuple[str, float, float]]) 
     if not pairs:
         raise ConfigError(SCHEDULES[schedules[0][0]].unavailable(modes[0]))
     return pairs
+
+
+def check_framework(framework: str, schedules: list[str], compute: str, optimizer: str) -> str:
+    """``--framework``'s value, checked against the rest of the job: a name of FRAMEWORKS, every
+    schedule with a counterpart in PyTorch (``Schedule.framework``), a compute for its module's
+    forward and backward, no optimizer (the framework's step has none)."""
+    from bandwidth.schedules.registry import SCHEDULES
+    if framework not in FRAMEWORKS:
+        raise ConfigError(f"unknown --framework {framework!r}; valid: {', '.join(FRAMEWORKS)}")
+    if framework == "none":
+        return framework
+    runs = [name for name, cls in SCHEDULES.items() if cls.framework]
+    lacking = [name for name in schedules if not SCHEDULES[name].framework]
+    if lacking:
+        raise ConfigError(f"--framework {framework} takes the {' and '.join(runs)} schedules' "
+                          f"step through PyTorch's own ({', '.join(SCHEDULES[n].framework for n in runs)}); "
+                          f"--schedule {lacking[0]} has no counterpart there: use --schedule "
+                          f"{','.join(runs)}")
+    if compute == "none":
+        raise ConfigError(f"--framework {framework} runs the step's compute in its module's "
+                          "forward and backward: give --compute flops, --compute-ms FWD,BWD or "
+                          "--compute-file")
+    if optimizer != "none":
+        raise ConfigError(f"--framework {framework} times forward and backward without an "
+                          f"optimizer step: drop --optimizer {optimizer}")
+    return framework

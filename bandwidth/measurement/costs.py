@@ -15,6 +15,10 @@ trial steps are faster); the traced step then still runs a graph per part and pe
 Where one process drives several GPUs, or a schedule's parts are not replayed from graphs
 (``local``), and the slots are issued from graphs, the compute alone is one graph per GPU
 (compute.stepgraph.AloneGraphs).
+
+With ``--framework torch`` the same iterations interleave a third step: the schedule's step taken
+by the framework itself (measurement.framework: DistributedDataParallel for ``ddp``, FSDP2 for
+``fsdp``), over a module whose forward and backward run the same runners' compute.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ from bandwidth.compute.slots import Slots
 from bandwidth.compute.stepgraph import (TRIAL_STEPS, AloneGraphs, StepGraphs,
                                          step_graph_unavailable)
 from bandwidth.measurement import protocol
+from bandwidth.measurement.framework import STEPS as FRAMEWORK_STEPS
+from bandwidth.measurement.framework import SETUP_STEPS, framework_step
 from bandwidth.plan.plan import Plan
 from bandwidth.schedules.base import BACKWARD, FORWARD, Event, Schedule
 from bandwidth.schedules.flat import Flat
@@ -100,10 +106,14 @@ class StepWithCompute(ComputeAlone):
 def exchange_steps(plan: Plan) -> int:
     """Exchanges a worker's measurement takes (a parameter server serves this many): the
     exchange alone's warm-up and iterations, and with --compute as many steps with compute and
-    the traced one."""
+    the traced one (and with --framework, the framework's steps, set-up ones included)."""
     c = plan.config
     alone = c.warmup + c.num_batches
-    return alone if plan.compute is None else 2 * alone + 1
+    if plan.compute is None:
+        return alone
+    # the framework's steps move the bytes of the schedule's (DDP's buckets, FSDP2's units)
+    framework = alone + SETUP_STEPS if c.framework != "none" else 0
+    return 2 * alone + 1 + framework
 
 
 def schedule_of(plan: Plan) -> Schedule:
@@ -113,9 +123,11 @@ def schedule_of(plan: Plan) -> Schedule:
 
 
 def measure_costs(plan: Plan, session, kick, say=None) -> dict:
-    """Compute alone, the step, the rates and one step's timeline, as a plain dict. ``kick``
-    wraps a session so that the watchdog sees each iteration (tasks.Kicking); ``say(stage)``,
-    where given, tells each stage as it starts (they take minutes on a large network on CPUs)."""
+    """Compute alone, the step, the rates and one step's timeline, as a plain dict; with
+    ``--framework``, the framework's step too (measurement.framework), its iterations
+    interleaved with the other two. ``kick`` wraps a session so that the watchdog sees each
+    iteration (tasks.Kicking); ``say(stage)``, where given, tells each stage as it starts (they
+    take minutes on a large network on CPUs)."""
     say = say or (lambda message: None)
     c = plan.config
     schedule = schedule_of(plan)
@@ -123,59 +135,82 @@ def measure_costs(plan: Plan, session, kick, say=None) -> dict:
     runners = [Runner(plan.compute, r.device, c.dtype, units) for r in session.replicas]
     slots = Slots(runners, [part.label for part in schedule.parts])
     events = schedule.events()
+    framework = None
     try:
         say(f"--compute: calibrating the compute of {len(units)} units on "
             f"{len(runners)} replica(s)")
         rates = [runner.calibrate() for runner in runners]
-        compute_launch = "eager"
-        if runners[0].kind == "cuda" and not runners[0].waits and c.launch != "eager":
-            graphs = SlotGraphs(runners, events)  # the host issues a run of slots in one launch
-            alone = ComputeAlone(session, runners, slots, events)
-            if c.launch == "graph" or graphs.faster(alone, slots):
-                slots.graphs, compute_launch = graphs, "graph"
-        whole = None
-        if step_graph_unavailable(session, runners) is None:
-            whole = StepGraphs(session, runners)    # a step, and its compute alone: one replay
-            if c.launch == "graph" or whole_is_faster(plan, session, runners, slots, events,
-                                                      whole):
-                compute_launch = "step graph"
-            else:
-                whole = None
-        alone_graph = whole and whole.alone
-        # Several GPUs, or a schedule's many runs of slots that are not one graph with their
-        # exchanges (local): the compute alone as one replay per GPU. flat's two runs stay two.
-        if alone_graph is None and compute_launch == "graph" \
-                and (len({r.device for r in runners}) > 1 or len(schedule.parts) > 1):
-            alone_graph = AloneGraphs(runners, events)
-            compute_launch = "graph per GPU"
+        whole, alone_graph, compute_launch = choose_launch(plan, session, runners, slots, events)
         say("--compute: the large matrix product's rate (the device's reference)")
         large = large_matmul_rate(runners[0].device, c.dtype)
-        say(f"--compute: the step with compute and the compute alone, {c.warmup} + "
+        steps = [kick(ComputeAlone(session, runners, slots, events, alone_graph)),
+                 kick(StepWithCompute(session, runners, slots, events, whole and whole.step))]
+        if c.framework != "none":
+            say(f"--framework {c.framework}: the {schedule.name} schedule's step through "
+                f"{FRAMEWORK_STEPS[schedule.name].wraps}, {SETUP_STEPS} untimed steps to set up")
+            framework = framework_step(plan, session, runners[0])
+            steps.append(kick(framework))
+        say(f"--compute: the step with compute and the compute alone"
+            f"{' and the framework' if framework else ''}'s step, {c.warmup} + "
             f"{c.num_batches} iterations each, interleaved")
         # Interleaved, iteration by iteration, the first rotating: load from other processes
-        # falls on both alike (protocol.measure_interleaved).
-        (alone, _), (step, _) = protocol.measure_interleaved(
-            [kick(ComputeAlone(session, runners, slots, events, alone_graph)),
-             kick(StepWithCompute(session, runners, slots, events, whole and whole.step))],
-            iterations=c.num_batches, warmup=c.warmup, disp_batches=c.num_batches,
-            check=c.test_results, nbytes=plan.nbytes, bus_factors=[0.0, 0.0])
+        # falls on each alike (protocol.measure_interleaved).
+        measured = protocol.measure_interleaved(
+            steps, iterations=c.num_batches, warmup=c.warmup, disp_batches=c.num_batches,
+            check=c.test_results, nbytes=plan.nbytes, bus_factors=[0.0] * len(steps))
+        alone, step = measured[0][0], measured[1][0]
         say("--compute: one traced step (the timeline)")
         timeline = trace(StepWithCompute(session, runners, slots, events), session)
         alone_own = sorted(s.own_seconds for s in alone)[len(alone) // 2]
-        return {"compute_samples": [asdict(s) for s in alone],
-                "step_samples": [asdict(s) for s in step],
-                "timeline": timeline, "schedule": schedule.name,
-                "step_flops": sum(runner.step_flops for runner in runners),
-                # per device, as the large product's: replicas on separate GPUs compute at once
-                # (two H100s read 156 % of one H100's rate), replicas sharing one take turns
-                "compute_rate_flops": sum(r.step_flops for r in runners) / alone_own
-                / len({str(r.device) for r in runners}) if alone_own > 0 else 0.0,
-                "calibrated_rate_flops": min(rates),
-                "large_matmul_rate_flops": large,
-                "device_type": runners[0].device.type, "compute_launch": compute_launch}
+        out = {"compute_samples": [asdict(s) for s in alone],
+               "step_samples": [asdict(s) for s in step],
+               "timeline": timeline, "schedule": schedule.name,
+               "step_flops": sum(runner.step_flops for runner in runners),
+               # per device, as the large product's: replicas on separate GPUs compute at once
+               # (two H100s read 156 % of one H100's rate), replicas sharing one take turns
+               "compute_rate_flops": sum(r.step_flops for r in runners) / alone_own
+               / len({str(r.device) for r in runners}) if alone_own > 0 else 0.0,
+               "calibrated_rate_flops": min(rates),
+               "large_matmul_rate_flops": large,
+               "device_type": runners[0].device.type, "compute_launch": compute_launch}
+        if framework is not None:
+            out["framework"] = {"name": framework.name, "wraps": framework.wraps,
+                                "notes": framework.notes(),
+                                "samples": [asdict(s) for s in measured[2][0]]}
+        return out
     finally:
+        if framework is not None:
+            framework.close()
         for runner in runners:
             runner.close()
+
+
+def choose_launch(plan: Plan, session, runners: list[Runner], slots: Slots,
+                  events: list[Event]) -> tuple:
+    """How the compute is issued (--launch): (the step graph or None, the compute alone's graph
+    or None, the summary's word for it); sets ``slots.graphs`` where runs of slots replay."""
+    c = plan.config
+    compute_launch = "eager"
+    if runners[0].kind == "cuda" and not runners[0].waits and c.launch != "eager":
+        graphs = SlotGraphs(runners, events)  # the host issues a run of slots in one launch
+        alone = ComputeAlone(session, runners, slots, events)
+        if c.launch == "graph" or graphs.faster(alone, slots):
+            slots.graphs, compute_launch = graphs, "graph"
+    whole = None
+    if step_graph_unavailable(session, runners) is None:
+        whole = StepGraphs(session, runners)    # a step, and its compute alone: one replay
+        if c.launch == "graph" or whole_is_faster(plan, session, runners, slots, events, whole):
+            compute_launch = "step graph"
+        else:
+            whole = None
+    alone_graph = whole and whole.alone
+    # Several GPUs, or a schedule's many runs of slots that are not one graph with their
+    # exchanges (local): the compute alone as one replay per GPU. flat's two runs stay two.
+    if alone_graph is None and compute_launch == "graph" \
+            and (len({r.device for r in runners}) > 1 or len(schedule_of(plan).parts) > 1):
+        alone_graph = AloneGraphs(runners, events)
+        compute_launch = "graph per GPU"
+    return whole, alone_graph, compute_launch
 
 
 def whole_is_faster(plan: Plan, session, runners: list[Runner], slots: Slots,

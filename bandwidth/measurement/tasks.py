@@ -40,6 +40,9 @@ def measure_task(plan: Plan, indices: list[int], group,
             with Watchdog(c.timeout_s, f"{c.kv_store} on {plan.network_label} with compute") as dog:
                 measured["costs"] = measure_costs(plan, session, lambda s: Kicking(s, dog),
                                                   say=say if on_report is not None else None)
+            framework = measured["costs"].get("framework")
+            if framework is not None:
+                measured["notes"] = measured["notes"] + framework["notes"]
         return measured
     finally:
         session.close()

@@ -23,6 +23,7 @@ from bandwidth.plan.launching import launch_of
 from bandwidth.plan.onegpu import one_gpu
 from bandwidth.schedules.base import Schedule
 from bandwidth.schedules.registry import SCHEDULES
+from bandwidth.schedules.torchmodel import framework_unavailable
 
 # Scratch for the chunked data generation and error check (int64 and float64 temporaries).
 CHECK_SCRATCH_BYTES = 6 * 8 * (1 << 22)
@@ -133,6 +134,9 @@ def make_plan(config: Config, store_class: Callable[[Config], type],
         raise UnsupportedError(f"--schedule {config.schedule} runs on the toolkit's modes only, "
                                f"not --backend {config.backend} (MXNet's kvstore pushes as it "
                                "pleases)")
+    reason = framework_unavailable(schedule_cls) if config.framework != "none" else None
+    if reason:
+        raise UnsupportedError(f"--framework {config.framework} cannot run here: {reason}")
     if config.launch == "graph" and not schedule_cls.graph_parts:
         raise UnsupportedError(f"--schedule {config.schedule} issues its parts eagerly (no CUDA "
                                "graph); leave --launch out or use --launch eager")
@@ -209,6 +213,8 @@ def _replica_bytes(plan: Plan) -> int:
     optimizer = plan.config.optimizer != "none"
     extra = 0 if plan.schedule is None else plan.schedule.extra_bytes_per_device(
         plan.nbytes, plan.devices.n, optimizer)
+    if plan.schedule is not None and plan.config.framework != "none":
+        extra += plan.schedule.framework_bytes(plan.nbytes, plan.devices.n)
     return 2 * plan.nbytes + extra + plan.store_cls.costs.extra_bytes_per_device(
         plan.nbytes, plan.devices.n, optimizer) + compute_bytes(plan)
 

@@ -1,16 +1,68 @@
 """What a step cost (``--compute``): ``StepCosts.of`` turns the measured compute alone, exchange
-alone and step (bandwidth.measurement.costs) into the figures of docs/formulas.md."""
+alone and step (bandwidth.measurement.costs) into the figures of docs/formulas.md; with
+``--framework``, ``FrameworkCosts`` sets the framework's own step beside the schedule's and splits
+it into compute, network and the framework's own cost."""
 
 from __future__ import annotations
 
 import statistics
 from dataclasses import asdict, dataclass, field
 
-from bandwidth.formulas import (compute_slowdown, overlap_of, paired_exposed_s,
-                                performance_ratio, samples_per_s)
+from bandwidth.formulas import (compute_slowdown, framework_split, overlap_of,
+                                paired_exposed_s, performance_ratio, samples_per_s)
 
 GPU_RATE_TARGET = 0.70      # the products reach 70 % of a large matmul's rate on a GPU
 CPU_RATE_TARGET = 0.80      # within 20 % of it on CPU devices
+
+
+@dataclass(frozen=True)
+class FrameworkCosts:
+    """The framework's step (--framework) in the same run as the compute alone and the
+    schedule's step: its median, and its split (formulas.framework_split)."""
+
+    name: str                        # "torch"
+    wraps: str                       # "DistributedDataParallel", "FSDP2 fully_shard"
+    step_s: float                    # the framework's step, median
+    schedule_step_s: float           # the schedule's step (StepCosts.step_s)
+    compute_s: float                 # the split: compute alone,
+    network_s: float                 # what the ideal schedule exposes,
+    own_s: float                     # and the framework's own cost beyond both (may be < 0)
+    performance_ratio: float         # compute alone / the framework's step
+    error_max: float = -1.0          # its steps, checked (-1: not)
+    notes: list = field(default_factory=list)
+
+    @classmethod
+    def of(cls, measured: dict, compute_s: float, step_s: float,
+           exposed_s: float) -> "FrameworkCosts":
+        samples = measured["samples"]
+        framework_s = statistics.median(s["seconds"] for s in samples)
+        compute, network, own = framework_split(framework_s, compute_s, exposed_s)
+        return cls(name=measured["name"], wraps=measured["wraps"], step_s=framework_s,
+                   schedule_step_s=step_s, compute_s=compute, network_s=network, own_s=own,
+                   performance_ratio=performance_ratio(framework_s, compute_s),
+                   error_max=max((s["error"] for s in samples), default=-1.0),
+                   notes=list(measured.get("notes", [])))
+
+    def share(self, seconds: float) -> float:
+        return seconds / self.step_s if self.step_s > 0 else 0.0
+
+    def lines(self, schedule: str) -> list[str]:
+        ms = 1e3
+        error = "not checked" if self.error_max < 0 else f"{self.error_max:.6f}"
+        ratio = self.step_s / self.schedule_step_s if self.schedule_step_s > 0 else 0.0
+        return [
+            f"#   framework {self.name} ({self.wraps}): step {self.step_s * ms:.3f} ms against "
+            f"the {schedule} schedule's {self.schedule_step_s * ms:.3f} ms (x{ratio:.3f}), "
+            f"performance ratio {self.performance_ratio:.3f}, max error {error}",
+            f"#   the framework's step = compute {self.compute_s * ms:.3f} ms "
+            f"({100 * self.share(self.compute_s):.1f} %) + network {self.network_s * ms:.3f} ms "
+            f"({100 * self.share(self.network_s):.1f} %, what the {schedule} schedule exposes) "
+            f"+ the framework's own {self.own_s * ms:.3f} ms "
+            f"({100 * self.share(self.own_s):.1f} %)"]
+
+    def to_dict(self) -> dict:
+        return dict(asdict(self), compute_share=self.share(self.compute_s),
+                    network_share=self.share(self.network_s), own_share=self.share(self.own_s))
 
 
 @dataclass(frozen=True)
@@ -36,6 +88,7 @@ class StepCosts:
     compute_launch: str = "eager"
     timeline: list = field(default_factory=list)
     error_max: float = -1.0          # the steps with compute, checked as the exchange's (-1: not)
+    framework: FrameworkCosts | None = None     # --framework: the framework's own step
 
     @property
     def rate_pct(self) -> float:
@@ -76,7 +129,9 @@ class StepCosts:
                    schedule=measured.get("schedule", "flat"),
                    compute_launch=measured.get("compute_launch", "eager"),
                    timeline=measured["timeline"],
-                   error_max=max((s["error"] for s in measured["step_samples"]), default=-1.0))
+                   error_max=max((s["error"] for s in measured["step_samples"]), default=-1.0),
+                   framework=None if measured.get("framework") is None else FrameworkCosts.of(
+                       measured["framework"], compute_s, step_s, exposed))
 
     def lines(self) -> list[str]:
         """The summary's lines on what the step cost."""
@@ -97,7 +152,8 @@ class StepCosts:
             f"{'; products issued ' + self._issued if self.device_type == 'cuda' else ''})"
             if self.step_flops else
             "#   compute: timed waits of the milliseconds asked (--compute-ms / --compute-file on "
-            "CPU devices stand for a GPU's compute, leaving the host's cores to the exchange)"]
+            "CPU devices stand for a GPU's compute, leaving the host's cores to the exchange)"
+        ] + ([] if self.framework is None else self.framework.lines(self.schedule))
 
     @property
     def _error(self) -> str:
@@ -112,7 +168,8 @@ class StepCosts:
                     self.compute_launch, "eagerly")
 
     def to_dict(self) -> dict:
-        return dict(asdict(self), rate_pct=self.rate_pct, last_exchange_s=self.last_exchange_s)
+        return dict(asdict(self), rate_pct=self.rate_pct, last_exchange_s=self.last_exchange_s,
+                    framework=None if self.framework is None else self.framework.to_dict())
 
 
 def busy_s(timeline: list[dict]) -> float:

@@ -141,6 +141,9 @@ class Schedule:
     # True: on GPUs each part's operation can be a CUDA graph of its own where the mode can capture
     # its step (runner.ScheduledStore.capture, graphs.PartGraphs); False: always issued eagerly.
     graph_parts: ClassVar[bool] = True
+    # What PyTorch takes this schedule's step with under --framework torch (its own step beside
+    # the schedule's: bandwidth.measurement.framework); None: PyTorch has no counterpart.
+    framework: ClassVar[str | None] = None
 
     def __init__(self, shapes: Shapes, element_bytes: int, **options):
         self.shapes = list(shapes)
@@ -172,6 +175,11 @@ class Schedule:
 
     def extra_bytes_per_device(self, nbytes: int, n: int, optimizer: bool) -> int:
         """Device memory the schedule's stores need beyond the mode's own (default: none)."""
+        return 0
+
+    def framework_bytes(self, nbytes: int, n: int) -> int:
+        """Device memory the framework's step (--framework) adds: its module's parameters, the
+        gradients the backward hands it, and the framework's own buffers."""
         return 0
 
     def bus_factor(self, store_cls, n: int) -> float:

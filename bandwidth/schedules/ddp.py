@@ -51,6 +51,11 @@ class Ddp(Schedule):
                "all-reduced when its last gradient is ready")
     modes = ("nccl", "dist_nccl")
     modes_why = "DDP all-reduces its buckets"
+    framework = "DistributedDataParallel"
+
+    def framework_bytes(self, nbytes: int, n: int) -> int:
+        # the module's parameters, the gradients handed to backward, DDP's buckets
+        return 3 * nbytes
 
     def make_parts(self) -> list[Part]:
         bucket_bytes = int(self.options.get("bucket_mb", DEFAULT_BUCKET_MB) * MIB)

@@ -42,6 +42,12 @@ class Fsdp(Schedule):
     modes = ("nccl", "dist_nccl")
     modes_why = "FSDP all-gathers and reduce-scatters through torch.distributed"
     graph_parts = False       # its sharded halves (sharded.ShardedPart) are issued eagerly
+    framework = "FSDP2 fully_shard"
+
+    def framework_bytes(self, nbytes: int, n: int) -> int:
+        # the gradients handed to backward; the sharded parameters and gradients; at worst
+        # every unit unsharded at once with its reduce-scatter buffers
+        return nbytes + 2 * -(-nbytes // max(n, 1)) + 2 * nbytes
 
     def make_units(self) -> list[Unit]:
         units: list[Unit] = []
