@@ -33,7 +33,7 @@ CSV_COLUMNS = ("source", "kv_store", "network", "devices", "n", "dtype", "optimi
                "busbw_gbps", "busbw_min", "busbw_max", "algbw_gbps", "seconds", "error",
                "ceiling_name", "ceiling_gbps", "pct_of_ceiling", "backend", "ceiling_note",
                "batch_size", "compute_s", "exchange_s", "step_s", "exposed_s", "overlap",
-               "samples_per_s", "performance_ratio")
+               "samples_per_s", "performance_ratio", "framework_s", "framework_own_s")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -74,8 +74,10 @@ def step_table(rows: list[Row]) -> list[str]:
             fastest[group(r)] = i
     counts = {key: sum(1 for r in rows if group(r) == key and r.step_s is not None)
               for key in fastest}
-    headers = ["row", "schedule", "batch", "compute ms", "exchange ms", "step ms", "exposed ms", "overlap",
-               "samples/s", "perf. ratio", ""]
+    framework = any(r.framework_s is not None for r in rows)
+    headers = ["row", "schedule", "batch", "compute ms", "exchange ms", "step ms", "exposed ms",
+               "overlap", "samples/s", "perf. ratio"] + (
+        ["framework ms", "its own ms"] if framework else []) + [""]
     cells = []
     for i, r in enumerate(rows):
         if r.step_s is None:
@@ -84,10 +86,18 @@ def step_table(rows: list[Row]) -> list[str]:
         cells.append([str(i + 1), r.schedule, str(r.batch_size), f"{1e3 * r.compute_s:.3f}",
                       f"{1e3 * r.exchange_s:.3f}", f"{1e3 * r.step_s:.3f}",
                       f"{1e3 * r.exposed_s:.3f}", f"{100 * r.overlap:.1f} %",
-                      f"{r.samples_per_s:.1f}", f"{r.performance_ratio:.3f}", mark])
+                      f"{r.samples_per_s:.1f}", f"{r.performance_ratio:.3f}"]
+                     + ([_ms(r.framework_s), _ms(r.framework_own_s)] if framework else [])
+                     + [mark])
     lines = ["# what a step costs (--compute): medians; exposed = step - compute alone, overlap = "
-             "1 - exposed / exchange alone, performance ratio = compute alone / step"]
-    return lines + render(headers, cells, {0} | set(range(2, 10)))
+             "1 - exposed / exchange alone, performance ratio = compute alone / step"
+             + ("; framework: the framework's own step (--framework), its own = framework - "
+                "compute alone - exposed" if framework else "")]
+    return lines + render(headers, cells, {0} | set(range(2, len(headers) - 1)))
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{1e3 * seconds:.3f}"
 
 
 def ceiling_lines(rows: list[Row]) -> list[str]:

@@ -84,6 +84,8 @@ class Row:
     overlap: float | None = None
     samples_per_s: float | None = None
     performance_ratio: float | None = None
+    framework_s: float | None = None    # --framework: its step, and its own cost beyond compute
+    framework_own_s: float | None = None    # and the schedule's exposed (results.costs)
 
     @property
     def key(self) -> tuple:
@@ -185,8 +187,16 @@ def step_cost_fields(costs) -> dict:
     a value is not a number)."""
     if not isinstance(costs, dict):
         return {}
-    return {name: costs[name] for name in STEP_COST_FIELDS
-            if isinstance(costs.get(name), (int, float)) and not isinstance(costs[name], bool)}
+    fields = {name: costs[name] for name in STEP_COST_FIELDS if _number(costs.get(name))}
+    framework = costs.get("framework")
+    if isinstance(framework, dict) and _number(framework.get("step_s")) \
+            and _number(framework.get("own_s")):
+        fields.update(framework_s=framework["step_s"], framework_own_s=framework["own_s"])
+    return fields
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def load_document(path: str | Path) -> dict:

@@ -1,0 +1,240 @@
+"""The framework's own step (``--framework torch``, bandwidth/measurement/framework.py): real
+DistributedDataParallel and FSDP2 over the module of a network's units (schedules/torchmodel.py),
+exact on CPU devices (Gloo stands in for NCCL, for both), a wrong gradient caught, its figures in
+the summary, the table and the JSON, bad input refused in one line; on GPUs (marked ``gpu``) the
+same through measure.py's pipeline on every GPU there is."""
+
+import json
+import queue
+import socket
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+from conftest import requires_cuda
+from framework_ranks import run_cases
+
+from bandwidth.formulas import framework_split
+from bandwidth.results.costs import FrameworkCosts
+from bandwidth.schedules.base import Unit
+from bandwidth.schedules.torchmodel import UnitsModule, key_offsets
+
+# Two fsdp blocks (h.0, h.1) and a layer; ddp at 0.01 MiB caps makes several buckets.
+SHAPES = [["fc1_weight", [64, 100]], ["fc1_bias", [64]], ["h.0.attn_weight", [33, 3]],
+          ["h.0.mlp_weight", [7, 3]], ["h.1.mlp_weight", [5, 5]], ["h.1.mlp_bias", [3]]]
+DTYPES = {"float32": 0.0, "float16": 2e-3, "bfloat16": 2e-2}
+FRAMEWORK_KEYS = {"name", "wraps", "step_s", "schedule_step_s", "compute_s", "network_s",
+                  "own_s", "compute_share", "network_share", "own_share", "performance_ratio",
+                  "error_max", "notes"}
+
+
+@pytest.fixture(scope="module")
+def network(tmp_path_factory):
+    path = tmp_path_factory.mktemp("framework") / "tiny.json"
+    path.write_text(json.dumps(SHAPES))
+    return str(path)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# -- the module and the figures, in this process ------------------------------------------------
+
+class Recorder:
+    def __init__(self, grads):
+        self.calls, self.grads = [], grads
+
+    def compute(self, unit, backward):
+        self.calls.append(("bwd" if backward else "fwd", unit))
+
+    def gradients(self, unit):
+        return self.grads.pop(unit)
+
+
+def test_the_module_runs_each_units_compute_and_hands_over_its_gradients():
+    shapes = [(n, tuple(s)) for n, s in SHAPES]
+    units = [Unit(0, "fc1", (0, 1)), Unit(1, "h.0", (2, 3)), Unit(2, "h.1", (4, 5))]
+    flat = torch.arange(sum(torch.Size(s).numel() for _, s in shapes), dtype=torch.float32)
+    offsets = key_offsets(shapes)
+    views = {u.index: [flat[offsets[k]:offsets[k] + torch.Size(shapes[k][1]).numel()]
+                       .view(shapes[k][1]) for k in u.keys] for u in units}
+    pointers = {k: v.data_ptr() for u in units for k, v in zip(u.keys, views[u.index])}
+    hooks = Recorder(views)
+    model = UnitsModule(shapes, units, torch.float32, torch.device("cpu"), hooks)
+    assert [[tuple(p.shape) for p in m.params] for m in model.units] == \
+        [[(64, 100), (64,)], [(33, 3), (7, 3)], [(5, 5), (3,)]]
+    model(torch.zeros(1)).sum().backward()
+    assert hooks.calls == [("fwd", 0), ("fwd", 1), ("fwd", 2), ("bwd", 2), ("bwd", 1),
+                           ("bwd", 0)]
+    params = [p for m in model.units for p in m.params]
+    # autograd keeps each handed view as the gradient: no copy
+    assert [p.grad.data_ptr() for p in params] == [pointers[k] for k in range(len(shapes))]
+    with pytest.raises(ValueError, match="every array once"):
+        UnitsModule(shapes, units[:2], torch.float32, torch.device("cpu"), hooks)
+
+
+def test_the_split_adds_up_to_the_framework_step():
+    assert framework_split(0.010, 0.006, 0.003) == pytest.approx((0.006, 0.003, 0.001))
+    # faster than the schedule: the framework's own cost is negative
+    assert framework_split(0.008, 0.006, 0.003)[2] == pytest.approx(-0.001)
+    samples = [{"seconds": s, "error": 0.0} for s in (0.011, 0.010, 0.012)]
+    costs = FrameworkCosts.of({"name": "torch", "wraps": "DistributedDataParallel",
+                               "samples": samples}, compute_s=0.006, step_s=0.009,
+                              exposed_s=0.003)
+    d = costs.to_dict()
+    assert set(d) == FRAMEWORK_KEYS
+    assert d["step_s"] == 0.011 and d["own_s"] == pytest.approx(0.002)
+    assert d["compute_share"] + d["network_share"] + d["own_share"] == pytest.approx(1.0)
+    first, split = costs.lines("ddp")
+    assert "framework torch (DistributedDataParallel): step 11.000 ms against the ddp " \
+        "schedule's 9.000 ms (x1.222)" in first
+    assert split == ("#   the framework's step = compute 6.000 ms (54.5 %) + network 3.000 ms "
+                     "(27.3 %, what the ddp schedule exposes) + the framework's own 2.000 ms "
+                     "(18.2 %)")
+
+
+# -- exact on CPU devices: real processes ------------------------------------------------------
+
+@pytest.mark.timeout(120)
+def test_ddp_and_fsdp2_are_exact_on_cpu_devices_and_a_wrong_gradient_is_caught(network):
+    """One pair of Gloo processes: DistributedDataParallel and FSDP2 in every dtype, then each
+    with one rank's gradients wrong."""
+    cases = [(name, dtype, False) for name in ("ddp", "fsdp") for dtype in DTYPES]
+    cases += [("ddp", "float32", True), ("fsdp", "float32", True)]
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=run_cases, args=(r, 2, port, network, cases, results))
+             for r in range(2)]
+    for p in procs:
+        p.start()
+    got = {}
+    try:
+        for _ in cases:
+            case, errors = results.get(timeout=100)
+            got[case] = errors
+    except queue.Empty:
+        pass
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+    assert len(got) == len(cases), got
+    for (name, dtype, fault), errors in got.items():
+        assert all(isinstance(e, float) for e in errors), (name, dtype, errors)
+        if fault:
+            assert min(errors) > 0.01, (name, errors)
+        else:
+            assert all(0 <= e <= DTYPES[dtype] for e in errors), (name, dtype, errors)
+
+
+# -- the command line ----------------------------------------------------------------------------
+
+RUN = ["--kv-store", "nccl", "--cpus", "2", "--compute-ms", "1,2", "--framework", "torch",
+       "--num-batches", "3", "--no-reference"]
+
+
+@pytest.mark.timeout(90)
+def test_one_run_gives_compute_the_schedules_step_and_the_frameworks_split(cli, network,
+                                                                          tmp_path):
+    out = tmp_path / "ddp.json"
+    done = cli(*RUN, "--network", network, "--schedule", "ddp", "--bucket-mb", "0.01",
+               "--json", str(out), timeout=80)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    step = next(line for line in lines if line.startswith("#   step at batch"))
+    assert "compute alone" in step and "step" in step
+    first = next(line for line in lines if line.startswith("#   framework torch"))
+    assert "(DistributedDataParallel): step" in first and "against the ddp schedule's" in first
+    assert first.endswith("max error 0.000000")
+    split = next(line for line in lines if line.startswith("#   the framework's step = "))
+    assert "compute" in split and "network" in split and "the framework's own" in split
+    assert any(line.startswith("# note: framework torch: DistributedDataParallel over 4 unit(s)")
+               for line in lines), lines
+    (result,) = json.loads(out.read_text())["results"]
+    assert result["config"]["framework"] == "torch"
+    costs = result["step_costs"]
+    framework = costs["framework"]
+    assert set(framework) == FRAMEWORK_KEYS
+    assert framework["error_max"] == 0.0
+    assert framework["schedule_step_s"] == costs["step_s"]
+    assert framework["compute_s"] == costs["compute_s"]
+    assert framework["network_s"] == costs["exposed_s"]
+    assert framework["compute_s"] + framework["network_s"] + framework["own_s"] == \
+        pytest.approx(framework["step_s"])
+
+
+@pytest.mark.timeout(120)
+def test_a_sweep_of_ddp_and_fsdp_tables_the_frameworks_step(cli, network, tmp_path):
+    out = tmp_path / "sweep.json"
+    done = cli(*RUN, "--network", network, "--schedule", "ddp,fsdp", "--json", str(out),
+               timeout=110)
+    assert done.returncode == 0, done.stderr
+    header = next(line for line in done.stdout.splitlines() if "exposed ms" in line)
+    assert "framework ms" in header and "its own ms" in header
+    results = json.loads(out.read_text())["results"]
+    assert [r["step_costs"]["framework"]["wraps"] for r in results] == \
+        ["DistributedDataParallel", "FSDP2 fully_shard"]
+    assert all(r["step_costs"]["framework"]["error_max"] == 0.0 for r in results)
+
+
+# -- bad input -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv, words", [
+    (["--schedule", "backward"], "--schedule backward has no counterpart there: use "
+                                 "--schedule ddp,fsdp"),
+    (["--schedule", "ddp,flat"], "--schedule flat has no counterpart"),
+    ([], "--schedule flat has no counterpart"),
+    (["--schedule", "ddp", "--compute", "none"], "give --compute flops, --compute-ms"),
+    (["--schedule", "fsdp", "--optimizer", "sgd"], "drop --optimizer sgd"),
+    (["--schedule", "ddp", "--framework", "tensorflow"], "unknown --framework 'tensorflow'; "
+                                                         "valid: none, torch"),
+    (["--schedule", "ddp", "--kv-store", "local"], "--schedule ddp runs under --kv-store nccl"),
+])
+def test_bad_framework_input_is_one_error(argv, words):
+    from bandwidth.errors import ConfigError
+    from bandwidth.execution.commandline import build_parser, job_from_args
+    base = ["--cpus", "2", "--kv-store", "nccl", "--framework", "torch", "--compute-ms", "1,2"]
+    args = base + argv
+    if "--compute" in argv:
+        args = [a for a in args if a not in ("--compute-ms", "1,2")]
+    with pytest.raises(ConfigError) as raised:
+        job_from_args(build_parser().parse_args(args))
+    assert words in str(raised.value)
+
+
+def test_the_command_line_refuses_it_in_one_line(cli):
+    done = cli("--cpus", "2", "--kv-store", "nccl", "--schedule", "backward", "--compute-ms",
+               "1,2", "--framework", "torch")
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "has no counterpart" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+
+
+# -- GPUs ----------------------------------------------------------------------------------------
+
+GPUS = tuple(range(torch.cuda.device_count())) if torch.cuda.is_available() else ()
+
+
+@pytest.mark.gpu
+@requires_cuda
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("schedule", ["ddp", "fsdp"])
+@pytest.mark.parametrize("dtype, bound", [("float32", 0.0), ("bfloat16", 2e-2)])
+def test_the_framework_on_every_gpu(schedule, dtype, bound):
+    """resnet-50 at batch 32 with its FLOPs, on every GPU there is (one process each, NCCL)."""
+    from bandwidth.config.options import Config
+    from bandwidth.run import run
+    result = run(Config(kv_store="nccl", gpus=GPUS, network="resnet", num_layers=50,
+                        schedule=schedule, dtype=dtype, compute="flops", batch_size=32,
+                        framework="torch", num_batches=5, reference=False))
+    framework = result.costs.framework
+    assert framework is not None and 0 <= framework.error_max <= bound
+    assert framework.step_s > 0 and framework.compute_s > 0
+    assert framework.compute_s + framework.network_s + framework.own_s == \
+        pytest.approx(framework.step_s)
+    assert any(note.startswith("framework torch: ") for note in result.notes), result.notes
