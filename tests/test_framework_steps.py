@@ -6,6 +6,7 @@ same through measure.py's pipeline on every GPU there is."""
 
 import json
 import queue
+import re
 import socket
 
 import pytest
@@ -50,8 +51,9 @@ class Recorder:
     def compute(self, unit, backward):
         self.calls.append(("bwd" if backward else "fwd", unit))
 
-    def gradients(self, unit):
-        return self.grads.pop(unit)
+    def gradient(self, key):
+        self.calls.append(("grad", key))
+        return self.grads.pop(key)
 
 
 def test_the_module_runs_each_units_compute_and_hands_over_its_gradients():
@@ -59,16 +61,18 @@ def test_the_module_runs_each_units_compute_and_hands_over_its_gradients():
     units = [Unit(0, "fc1", (0, 1)), Unit(1, "h.0", (2, 3)), Unit(2, "h.1", (4, 5))]
     flat = torch.arange(sum(torch.Size(s).numel() for _, s in shapes), dtype=torch.float32)
     offsets = key_offsets(shapes)
-    views = {u.index: [flat[offsets[k]:offsets[k] + torch.Size(shapes[k][1]).numel()]
-                       .view(shapes[k][1]) for k in u.keys] for u in units}
-    pointers = {k: v.data_ptr() for u in units for k, v in zip(u.keys, views[u.index])}
+    views = {k: flat[offsets[k]:offsets[k] + torch.Size(s).numel()].view(s)
+             for k, (_, s) in enumerate(shapes)}
+    pointers = {k: v.data_ptr() for k, v in views.items()}
     hooks = Recorder(views)
     model = UnitsModule(shapes, units, torch.float32, torch.device("cpu"), hooks)
     assert [[tuple(p.shape) for p in m.params] for m in model.units] == \
         [[(64, 100), (64,)], [(33, 3), (7, 3)], [(5, 5), (3,)]]
     model(torch.zeros(1)).sum().backward()
-    assert hooks.calls == [("fwd", 0), ("fwd", 1), ("fwd", 2), ("bwd", 2), ("bwd", 1),
-                           ("bwd", 0)]
+    # each unit's backward computes, then hands its gradients last array first
+    assert hooks.calls == [("fwd", 0), ("fwd", 1), ("fwd", 2), ("bwd", 2), ("grad", 5),
+                           ("grad", 4), ("bwd", 1), ("grad", 3), ("grad", 2), ("bwd", 0),
+                           ("grad", 1), ("grad", 0)]
     params = [p for m in model.units for p in m.params]
     # autograd keeps each handed view as the gradient: no copy
     assert [p.grad.data_ptr() for p in params] == [pointers[k] for k in range(len(shapes))]
@@ -142,8 +146,8 @@ RUN = ["--kv-store", "nccl", "--cpus", "2", "--compute-ms", "1,2", "--framework"
 def test_one_run_gives_compute_the_schedules_step_and_the_frameworks_split(cli, network,
                                                                           tmp_path):
     out = tmp_path / "ddp.json"
-    done = cli(*RUN, "--network", network, "--schedule", "ddp", "--bucket-mb", "0.01",
-               "--json", str(out), timeout=80)
+    done = cli(*RUN, "--network", network, "--schedule", "ddp", "--bucket-mb", "0.0005",
+               "--first-bucket-mb", "0.0005", "--json", str(out), timeout=80)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     step = next(line for line in lines if line.startswith("#   step at batch"))
@@ -153,8 +157,11 @@ def test_one_run_gives_compute_the_schedules_step_and_the_frameworks_split(cli, 
     assert first.endswith("max error 0.000000")
     split = next(line for line in lines if line.startswith("#   the framework's step = "))
     assert "compute" in split and "network" in split and "the framework's own" in split
-    assert any(line.startswith("# note: framework torch: DistributedDataParallel over 4 unit(s)")
-               for line in lines), lines
+    note = next(line for line in lines
+                if line.startswith("# note: framework torch: DistributedDataParallel over 4 "))
+    # DDP's rebuilt buckets are the schedule's parts (gradients ready last array first)
+    buckets = re.search(r"(\d+) bucket\(s\) .*the ddp schedule's parts: (\d+)", note)
+    assert buckets and buckets.group(1) == buckets.group(2) != "1", note
     (result,) = json.loads(out.read_text())["results"]
     assert result["config"]["framework"] == "torch"
     costs = result["step_costs"]

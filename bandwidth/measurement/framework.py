@@ -60,7 +60,7 @@ class FrameworkStep:
         self.model = UnitsModule(plan.shapes, self.schedule.units, dtype, self.device, self)
         self.flat = torch.empty(plan.numel, dtype=dtype, device=self.device)
         fill_gradient(self.flat, rank=self.rank, seed=self.seed)
-        self.pending: dict[int, list[torch.Tensor]] = {}
+        self.pending: dict[int, torch.Tensor] = {}     # array key -> its gradient
         self.x = torch.zeros(1, device=self.device)
         self.wrapped = self.wrap(plan)
         self.dirty = False
@@ -80,8 +80,8 @@ class FrameworkStep:
     def compute(self, unit: int, backward: bool) -> None:
         self.runner.layer(unit, backward=backward)
 
-    def gradients(self, unit: int) -> list[torch.Tensor]:
-        return self.pending.pop(unit)
+    def gradient(self, key: int) -> torch.Tensor:
+        return self.pending.pop(key)
 
     # -- a session of the protocol ---------------------------------------------------------------
 
@@ -90,11 +90,10 @@ class FrameworkStep:
             fill_gradient(self.flat, rank=self.rank, seed=self.seed)
         self.dirty = False
         self.model.zero_grad(set_to_none=True)
-        for unit in self.schedule.units:
+        for key, (_, shape) in enumerate(self.shapes):
             # Views made here and handed over whole: autograd keeps each as the gradient.
-            self.pending[unit.index] = [
-                self.flat[self.offsets[k]:self.offsets[k] + math.prod(self.shapes[k][1])]
-                .view(self.shapes[k][1]) for k in unit.keys]
+            start = self.offsets[key]
+            self.pending[key] = self.flat[start:start + math.prod(shape)].view(shape)
 
     def step(self) -> None:
         self.wrapped(self.x).sum().backward()

@@ -5,7 +5,9 @@ events), one module per schedule (``flat``, ``backward``, ``ddp``, ``fsdp``), on
 
 ``graphs`` -- a scheduled step on GPUs with one CUDA graph per part; ``sharded`` -- FSDP's two
 halves of an all-reduce, the store of ``fsdp``; ``realddp`` -- real DistributedDataParallel over a
-network's shapes, the reference the ``ddp`` schedule is held to.
+network's shapes, the reference the ``ddp`` schedule is held to; ``torchmodel`` -- a torch.nn
+module of a schedule's units whose forward and backward call a compute given to it, what the
+framework's step (``--framework torch``) wraps.
 
 May import: the vocabulary (errors, formulas), arrays.layout, the stores (their classes and
 registry). Never config, the run, the measurement or the report.

@@ -144,6 +144,8 @@ class Schedule:
     # What PyTorch takes this schedule's step with under --framework torch (its own step beside
     # the schedule's: bandwidth.measurement.framework); None: PyTorch has no counterpart.
     framework: ClassVar[str | None] = None
+    # Where it lives: (module, name), which must import for the framework's step to run.
+    framework_api: ClassVar[tuple[str, str] | None] = None
 
     def __init__(self, shapes: Shapes, element_bytes: int, **options):
         self.shapes = list(shapes)

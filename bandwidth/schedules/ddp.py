@@ -52,6 +52,7 @@ class Ddp(Schedule):
     modes = ("nccl", "dist_nccl")
     modes_why = "DDP all-reduces its buckets"
     framework = "DistributedDataParallel"
+    framework_api = ("torch.nn.parallel", "DistributedDataParallel")
 
     def framework_bytes(self, nbytes: int, n: int) -> int:
         # the module's parameters, the gradients handed to backward, DDP's buckets

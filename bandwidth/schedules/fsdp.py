@@ -43,6 +43,7 @@ class Fsdp(Schedule):
     modes_why = "FSDP all-gathers and reduce-scatters through torch.distributed"
     graph_parts = False       # its sharded halves (sharded.ShardedPart) are issued eagerly
     framework = "FSDP2 fully_shard"
+    framework_api = ("torch.distributed.fsdp", "fully_shard")
 
     def framework_bytes(self, nbytes: int, n: int) -> int:
         # the gradients handed to backward; the sharded parameters and gradients; at worst

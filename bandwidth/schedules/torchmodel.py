@@ -18,6 +18,7 @@ backward does, and each unit's parameters get their gradients when that unit's b
 
 from __future__ import annotations
 
+import importlib
 import math
 from typing import Protocol
 
@@ -30,38 +31,55 @@ from bandwidth.schedules.base import Shapes, Unit
 class UnitHooks(Protocol):
     def compute(self, unit: int, backward: bool) -> None: ...
 
-    def gradients(self, unit: int) -> list[torch.Tensor]: ...
+    def gradient(self, key: int) -> torch.Tensor: ...
 
 
-class _UnitStep(torch.autograd.Function):
-    """One unit's forward and backward: the hooks' compute, and the hooks' gradients for the
-    unit's parameters (which arrive here unsharded under FSDP)."""
+class _Compute(torch.autograd.Function):
+    """One unit's forward and backward compute (the hooks')."""
 
     @staticmethod
-    def forward(ctx, x, hooks, unit, *params):
+    def forward(ctx, x, hooks, unit):
         ctx.hooks, ctx.unit = hooks, unit
         hooks.compute(unit, False)
         return x.clone()
 
     @staticmethod
     def backward(ctx, grad_x):
-        hooks, unit = ctx.hooks, ctx.unit
-        hooks.compute(unit, True)
-        return (grad_x, None, None, *hooks.gradients(unit))
+        ctx.hooks.compute(ctx.unit, True)
+        return grad_x, None, None
+
+
+class _Attach(torch.autograd.Function):
+    """One parameter on the path: its backward hands autograd the hooks' gradient of array
+    ``key`` (the parameter arrives here unsharded under FSDP)."""
+
+    @staticmethod
+    def forward(ctx, x, hooks, key, param):
+        ctx.hooks, ctx.key = hooks, key
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad_x):
+        return grad_x, None, None, ctx.hooks.gradient(ctx.key)
 
 
 class UnitModule(nn.Module):
-    """One unit: its arrays as parameters, in key order."""
+    """One unit: its arrays ``keys`` as parameters, in key order. Its forward attaches each
+    parameter to the path, first to last, then computes; so its backward computes first and then
+    hands the gradients last parameter first, as a layer's backward makes them ready (and as
+    DDP's reducer, the ddp schedule and schedules/realddp.py order them)."""
 
-    def __init__(self, index: int, shapes: Shapes, dtype: torch.dtype, device: torch.device,
-                 hooks: UnitHooks):
+    def __init__(self, index: int, keys: tuple[int, ...], shapes: Shapes, dtype: torch.dtype,
+                 device: torch.device, hooks: UnitHooks):
         super().__init__()
-        self.index, self.hooks = index, hooks
+        self.index, self.keys, self.hooks = index, keys, hooks
         self.params = nn.ParameterList(
             nn.Parameter(torch.zeros(shape, dtype=dtype, device=device)) for _, shape in shapes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _UnitStep.apply(x, self.hooks, self.index, *self.params)
+        for key, param in zip(self.keys, self.params):
+            x = _Attach.apply(x, self.hooks, key, param)
+        return _Compute.apply(x, self.hooks, self.index)
 
 
 class UnitsModule(nn.Module):
@@ -74,7 +92,8 @@ class UnitsModule(nn.Module):
         if keys != list(range(len(shapes))):
             raise ValueError("the units must hold every array once, in key order")
         self.units = nn.ModuleList(
-            UnitModule(unit.index, [shapes[k] for k in unit.keys], dtype, device, hooks)
+            UnitModule(unit.index, unit.keys, [shapes[k] for k in unit.keys], dtype, device,
+                       hooks)
             for unit in units)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -94,13 +113,15 @@ def key_offsets(shapes: Shapes) -> list[int]:
 
 
 def framework_unavailable(schedule_cls) -> str | None:
-    """Why PyTorch cannot take ``schedule_cls``'s step here (None: it can)."""
-    if schedule_cls.framework is None:
+    """Why PyTorch cannot take ``schedule_cls``'s step here (None: it can): no counterpart, or
+    a torch without it (FSDP2's ``fully_shard`` came with torch 2.6)."""
+    if schedule_cls.framework is None or schedule_cls.framework_api is None:
         return f"--schedule {schedule_cls.name} has no counterpart in PyTorch"
-    if schedule_cls.framework.startswith("FSDP2"):
-        try:
-            from torch.distributed.fsdp import fully_shard  # noqa: F401
-        except ImportError:
-            return (f"this torch ({torch.__version__}) has no FSDP2 (torch.distributed.fsdp."
-                    "fully_shard, torch 2.6 or later)")
+    module, name = schedule_cls.framework_api
+    try:
+        found = getattr(importlib.import_module(module), name, None)
+    except ImportError:
+        found = None
+    if found is None:
+        return f"this torch ({torch.__version__}) has no {module}.{name}"
     return None
