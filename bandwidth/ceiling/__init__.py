@@ -26,7 +26,9 @@ carry, ``--expect-links``). The distributed modes' ceilings (the host-to-host ma
 ``--network-ceiling``; the full-duplex link bound, ``--link-rate``) are bandwidth.links.
 
 ``network`` -- the host-to-host matrix, the distributed modes' ceiling, through torch.distributed
-with Gloo over TCP.
+with Gloo over TCP. ``netrounds`` -- the host check in rounds (``--network --rounds``): rank 0
+drives bandwidth.links.rounds' search, every pair of a round measures at once, and the slow host
+and the slow path are named without the full matrix.
 
 May import: hardware, config.values (the sweep's sizes and flags' values), processes and
 launch.contract (Gloo ranks on CPU devices, the host-to-host matrix's roles), the vocabulary

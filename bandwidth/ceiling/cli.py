@@ -43,6 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
                        f"  {PROG} --gpus 0,1 -b 1M -e 1G -f 2 --json ceilings.json\n"
                        f"  {PROG} --skip nccl,p2p-disabled --mb 64\n"
                        f"  {PROG} --cpus 2                 # no GPU: memory, Gloo\n"
+                       f"  python launch.py -H hosts -n N {PROG} --network --rounds --json R.json"
+                       "\n      # the slow host, the slow path: then python -m bandwidth.hostgate "
+                       "R.json\n"
                        "parts for --skip: " + ", ".join(PARTS))
     p.add_argument("--gpus", default=None, help="comma list of GPU ids (default: every visible "
                    "GPU; CPU devices when there is none)")
@@ -78,9 +81,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--network", action="store_true",
                    help="under launch.py: the host-to-host bandwidth matrix between the launched "
                         "processes (the ceiling of the distributed modes)")
+    p.add_argument("--rounds", action="store_true",
+                   help="with --network: find the slow host and the slow path in rounds of "
+                        "disjoint pairs instead of the full matrix (bandwidth.links.rounds); "
+                        "judge its --json with python -m bandwidth.hostgate")
+    p.add_argument("--min-percent", default=None, metavar="P",
+                   help="with --rounds: a pair is slow below P %% of the reference (default 70)")
+    p.add_argument("--screen-rounds", default=None, metavar="K|all",
+                   help="with --rounds: rounds of the round robin before re-pairing (default "
+                        "ceil(log2 N)); 'all' measures every pair, which finds every slow path")
     p.add_argument("--json", dest="json_path", default=None,
                    help='also write the results to this file as JSON: {"ceilings": ...}, '
-                        'or {"network": ...} with --network (the file --network-ceiling reads)')
+                        'or {"network": ...} with --network (the file --network-ceiling reads), '
+                        'or {"rounds": ...} with --network --rounds (what hostgate reads)')
     p.add_argument("--expect-links", nargs="?", const="60", default=None, metavar="P",
                    help="fail (exit 1) any link below P %% (default 60) of what NVML says it "
                         "carries: NVLinks x the rate of their generation, PCIe generation x "
@@ -130,15 +143,54 @@ def options_from_args(args, is_cuda: bool) -> CeilingOptions:
                           timeout_s=args.timeout)
 
 
+def rounds_options(args) -> tuple[float, int | str | None]:
+    """--min-percent and --screen-rounds, which only --network --rounds takes."""
+    if not args.rounds:
+        given = [flag for flag, value in (("--min-percent", args.min_percent),
+                                          ("--screen-rounds", args.screen_rounds)) if value]
+        if given:
+            raise ConfigError(f"{' and '.join(given)} set the host check in rounds: add "
+                              "--network --rounds")
+        return 70.0, None
+    if not args.network:
+        raise ConfigError("--rounds is a way of measuring --network: add --network (under "
+                          "launch.py)")
+    screen = args.screen_rounds
+    if screen is not None and screen != "all":
+        if not screen.strip().isdigit() or int(screen) < 1:
+            raise ConfigError(f"--screen-rounds must be a whole number of rounds (at least 1) "
+                              f"or 'all'; got {screen!r}")
+        screen = int(screen)
+    return parse_min_percent(args.min_percent or "70"), screen
+
+
 def network_main(args) -> int:
     from bandwidth.ceiling.network import measure_network, render
 
+    if args.rounds:
+        return rounds_main(args)
     matrix = measure_network(int(args.mb * 1e6), args.repeats, args.timeout)
     if matrix is not None:
         print("\n".join(render(matrix)), flush=True)
         if args.json_path:
             write_atomic(args.json_path, json.dumps({"network": matrix}, indent=1) + "\n",
                          "the network matrix")
+            print(f"# wrote {args.json_path}")
+    return 0
+
+
+def rounds_main(args) -> int:
+    """--network --rounds: rank 0 prints and writes the search's document; 0 once measured (the
+    gate on it is python -m bandwidth.hostgate's)."""
+    from bandwidth.ceiling.netrounds import measure_rounds, render
+
+    pct, screen = rounds_options(args)
+    doc = measure_rounds(int(args.mb * 1e6), args.repeats, args.timeout, pct, screen)
+    if doc is not None:
+        print("\n".join(render(doc)), flush=True)
+        if args.json_path:
+            write_atomic(args.json_path, json.dumps({"rounds": doc}, indent=1) + "\n",
+                         "the host check's rounds")
             print(f"# wrote {args.json_path}")
     return 0
 
@@ -210,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError("--gpus and --cpus exclude each other")
         if args.cpus is not None and args.cpus < 1:
             raise ConfigError(f"--cpus must be at least 1; got {args.cpus}")
+        rounds_options(args)
         if args.network:
             check_numbers(args)
             return network_main(args)

@@ -23,8 +23,9 @@ from bandwidth.errors import UnsupportedError
 from bandwidth.processes.group import all_gather_json
 
 
-def measure_network(nbytes: int, repeats: int, timeout_s: float) -> dict | None:
-    """The matrix as {"hosts": [...], "gbps": [[...]], "nbytes", "method"} on rank 0, None elsewhere."""
+def join_processes(timeout_s: float):
+    """This process's launch.py role, in a Gloo group of every launched process; None for a
+    ps-lite scheduler, which takes no part."""
     from bandwidth.launch.contract.environment import Role, join_store
 
     if "DMLC_ROLE" not in os.environ:
@@ -32,9 +33,17 @@ def measure_network(nbytes: int, repeats: int, timeout_s: float) -> dict | None:
                                "python launch.py -H hosts -n K python -m bandwidth.ceiling --network")
     role = Role.from_environ(os.environ)
     if role.rank is None:
-        return None                           # a ps-lite scheduler takes no part
+        return None
     dist.init_process_group("gloo", store=join_store(role, timeout_s), rank=role.rank,
                             world_size=role.world_size, timeout=timedelta(seconds=timeout_s))
+    return role
+
+
+def measure_network(nbytes: int, repeats: int, timeout_s: float) -> dict | None:
+    """The matrix as {"hosts": [...], "gbps": [[...]], "nbytes", "method"} on rank 0, None elsewhere."""
+    role = join_processes(timeout_s)
+    if role is None:
+        return None                           # a ps-lite scheduler takes no part
     try:
         hosts = all_gather_json(f"{role.rank}@{role.node_host}", role.world_size)
         payload = torch.ones(max(1, nbytes // 4))

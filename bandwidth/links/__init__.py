@@ -5,6 +5,10 @@ and checked (``load_matrix``, ``--network-ceiling``), the cells a run's ranks se
 run against the slowest of them (``HostCeiling``, its summary line). ``linkbound`` -- link rates
 as the command line gives them (``parse_rate``, ``--link-rate``), the bytes that cross each
 host's link per step (``host_bytes``), and the full-duplex bound of a step (``LinkBound``).
+``rounds`` -- the round search that names the slow host and the slow path without the full
+matrix (``RoundSearch``: rounds of disjoint pairs, re-pairing with healthy hosts; pure, so a job
+and a simulation drive the same code), and ``rounddoc`` -- its document (``--network --rounds
+--json``), written and read back checked for ``python -m bandwidth.hostgate``.
 
 Config parses these flags, the launcher places by these bytes, the model predicts with them, the
 results hold them and the report prints them; so they sit below all of those, as vocabulary.

@@ -1,7 +1,8 @@
 """Everything that renders or judges results: text (preamble, MXNet's lines, summary: ``text``),
 fixed-width tables and CSV (``table``, their cells and the columns that name a row: ``cells``),
 plots (``plot``), progress on stderr (``progress``), and the gates: baselines and their records
-(``baseline``), their statistics (``stats``) and per-host gates (``hostgate``). The gates'
+(``baseline``), their statistics (``stats``) and per-host gates (``hostgate``; on the host check
+in rounds, ``roundgate``). The gates'
 thresholds, records and JUnit / markdown reports are vocabulary (bandwidth.thresholds,
 bandwidth.gates), shared with the ceiling's gate.
 

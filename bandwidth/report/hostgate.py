@@ -21,7 +21,11 @@ The rules, on the matrix's data (every cell one direction of one pair, measured 
    The full matrix already holds every re-paired measurement, so the pass reads them from it; a
    suspect the matrix holds no pair with a cleared host for is reported as not re-paired.
 
-Exit status: 0 every pair passes, 1 a pair or host fails (named), 2 bad input.
+The same command gates the host check in rounds (``python -m bandwidth.ceiling --network --rounds
+--json R.json``; bandwidth.report.roundgate): it names each slow host and slow path the rounds
+found, at the document's own threshold unless ``--min-percent`` is given.
+
+Exit status: 0 every pair passes, 1 a pair, host or path fails (named), 2 bad input.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ from bandwidth.cliparse import check_output_path
 from bandwidth.errors import BandwidthError, ConfigError
 from bandwidth.gates import GateRecord, summary_path, write_reports
 from bandwidth.links.hostmatrix import HostMatrix, load_matrix
+from bandwidth.links.rounddoc import load_rounds, read_document
+from bandwidth.report.roundgate import round_lines, round_records
 from bandwidth.thresholds import parse_min_percent
 
 DEFAULT_PCT = 70.0
@@ -155,26 +161,37 @@ def main(argv: list[str] | None = None) -> int:
     p = Parser(prog="python -m bandwidth.hostgate",
                description="Per-pair and per-host gates on a host-to-host matrix, and the "
                            "re-pairing pass that names the host at fault.")
-    p.add_argument("matrix", metavar="FILE.json")
-    p.add_argument("--min-percent", default=str(DEFAULT_PCT), metavar="P",
-                   help="a pair fails below P %% of the median host's best pair (default 70)")
+    p.add_argument("matrix", metavar="FILE.json", help="the --json of python -m "
+                   "bandwidth.ceiling --network (the matrix) or --network --rounds")
+    p.add_argument("--min-percent", default=None, metavar="P",
+                   help="a pair fails below P %% of the median host's best pair (default 70; "
+                        "for rounds, the percent they were measured at)")
     p.add_argument("--junit", default=None, metavar="FILE.xml")
     p.add_argument("--summary-md", default=None, metavar="FILE.md")
     try:
         args = p.parse_args(argv)
-        pct = parse_min_percent(args.min_percent)
+        pct = None if args.min_percent is None else parse_min_percent(args.min_percent)
         summary_md = summary_path(args.summary_md, os.environ)
         for path, flag in ((args.junit, "--junit"), (summary_md, "--summary-md")):
             check_output_path(flag, path)
-        verdicts = judge(load_matrix(args.matrix), pct)
-        text = lines(verdicts, pct)
+        doc = read_document(args.matrix, "host gate:")
+        if isinstance(doc, dict) and "rounds" in doc:
+            record = load_rounds(args.matrix, doc)
+            verdict = record.verdict(pct)
+            text, gates, failed = (round_lines(record, verdict), round_records(record, verdict),
+                                   verdict.failed)
+        else:
+            pct = DEFAULT_PCT if pct is None else pct
+            verdicts = judge(load_matrix(args.matrix), pct)
+            text, gates, failed = (lines(verdicts, pct), records(verdicts, pct),
+                                   bool(verdicts.failing_pairs))
         print("\n".join(text))
-        for line in write_reports(records(verdicts, pct), tool=p.prog,
-                                  title=f"bandwidth: {p.prog}", verdict_line=text[-1],
-                                  junit_path=args.junit, summary_md=summary_md):
+        for line in write_reports(gates, tool=p.prog, title=f"bandwidth: {p.prog}",
+                                  verdict_line=text[-1], junit_path=args.junit,
+                                  summary_md=summary_md):
             print(line)
     except BandwidthError as exc:
         print(f"python -m bandwidth.hostgate: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    return 1 if verdicts.failing_pairs else 0
+    return 1 if failed else 0
 
