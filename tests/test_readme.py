@@ -101,6 +101,10 @@ CASES = (
     Case("python -m bandwidth.hostgate hosts.json", "skip",
          why="a matrix of two or more hosts (tests/test_hostgate.py): the loopback hosts file "
              "above is one host"),
+    Case("--network --rounds --json rounds.json", "skip",
+         why="25 hosts; on loopback: tests/test_host_rounds.py"),
+    Case("python -m bandwidth.hostgate rounds.json", "skip",
+         why="the rounds of the line above (tests/test_host_rounds.py)"),
     Case("pip install '.[mxnet]'", "skip", why="installs MXNet"),
     Case("--backend mxnet --kv-store device --cpus 2", "run", (NET50,), append=SHORT,
          needs="mxnet"),

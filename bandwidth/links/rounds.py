@@ -356,9 +356,14 @@ def verdict_of(hosts: tuple[str, ...], measurements: list[Measurement], min_perc
         unresolved.append((h, "never measured" if h not in met else
                            f"slow with every host it met, but with fewer than {NEED_HOST} "
                            "hosts that reach the rate with others"))
+    pairs: dict[tuple[str, str], int] = {}
+    for m in measurements:
+        key = _pair_key(m.a, m.b)
+        pairs[key] = pairs.get(key, 0) + 1
     for a, b in j.pending_paths:
-        unresolved.append((f"{a}<->{b}", "slow once, not measured again"))
-    pairs = {_pair_key(m.a, m.b) for m in measurements}
+        unresolved.append((f"{a}<->{b}", f"slow in each of its {pairs[(a, b)]} measurements, "
+                                         f"fewer than the {NEED_PATH} that name a path: no round "
+                                         "left to measure it again"))
     n = len(hosts)
     return RoundVerdict(tuple(hosts), min_percent, len(round_pairs), screen_rounds,
                         j.reference_gbps, j.threshold_gbps, j.slow_hosts, j.slow_paths,
