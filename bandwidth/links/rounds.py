@@ -27,7 +27,8 @@ The procedure, and its rules (``judge``, on every measurement so far):
    direction it is a **slow path** (named by its slow direction, or both); fast once, or slow in
    changing directions, it was a transient (someone else's burst), and is not named.
 5. The search ends when nothing is left to decide, or after ``RESOLVE_ROUNDS`` (3) rounds past
-   the screening: what is still undecided is reported as unresolved, never guessed.
+   the screening (3 + ceil(log2 N) after a screening longer than the default, which meets more
+   bursts to measure again): what is still undecided is reported as unresolved, never guessed.
 
 What it cannot see: a path is judged only if its pair is measured. A slow host shows in its
 first round, so hosts need no more than the screening's first round and the re-pairing; but a
@@ -240,7 +241,12 @@ class RoundSearch:
         self.hosts = hosts
         self.min_percent = float(min_percent)
         self.screen_rounds = self._screen(screen_rounds, len(hosts))
-        self.max_rounds = self.screen_rounds + RESOLVE_ROUNDS
+        # A long screening meets more bursts, each a slow pair to measure again, and a host in
+        # several of them takes one a round: log2 N more rounds of re-pairing, as many as the
+        # default screening has rounds, where the screening is longer than the default's.
+        default = self._screen(None, len(hosts))
+        extra = math.ceil(math.log2(len(hosts))) if self.screen_rounds > default else 0
+        self.max_rounds = self.screen_rounds + RESOLVE_ROUNDS + extra
         self._order = list(hosts)
         random.Random(seed).shuffle(self._order)
         self._measurements: list[Measurement] = []
