@@ -38,6 +38,7 @@ from bandwidth.plan.plan import Plan, make_plan
 from bandwidth.processes.group import DistGroup, all_gather_json
 from bandwidth.processes.spawn import run_ranks
 from bandwidth.results.gathered import worker_result
+from bandwidth.results.ranks import rank_records
 from bandwidth.results.result import Result
 from bandwidth.hardware import linkcounters
 from bandwidth.stores.dist import Cluster, messages, post_messages, ps_layout
@@ -130,11 +131,12 @@ def _parameter_server(plan: Plan, role: Role, on_report) -> Result | None:
                           server_admit=c.server_admit, server_keys=keys, server_takes=takes)
         raw = _raw_exchange(plan, cluster, role) if c.reference else None
         counters_before = linkcounters.snapshot()
+        served: list[float] = []                  # a server's time of each measured step
         if role.name == SERVER:
-            serve(plan.shapes, cluster, role.task_id, devices=1, by_owner=False,
-                  sync=sync, optimizer=optimizers.make(c.optimizer),
-                  dtype=c.dtype, iterations=exchange_steps(plan),
-                  parts=_server_parts(plan))
+            served = serve(plan.shapes, cluster, role.task_id, devices=1, by_owner=False,
+                           sync=sync, optimizer=optimizers.make(c.optimizer),
+                           dtype=c.dtype, iterations=exchange_steps(plan),
+                           parts=_server_parts(plan))[c.warmup:c.warmup + c.num_batches]
             result = None
         else:
             group = DistGroup(torch.device("cpu"), group=workers)
@@ -154,8 +156,11 @@ def _parameter_server(plan: Plan, role: Role, on_report) -> Result | None:
             result.link_counters = counters
         # Every process's peak RSS, to worker 0 (JSON: nothing received is unpickled).
         peaks = all_gather_json(peak_rss_bytes(), role.world_size)
+        served_by = all_gather_json(served, role.world_size)[role.job.num_workers:]
         if result is not None:
             result.memory = job_memory(peaks[:role.job.num_workers], peaks[role.job.num_workers:])
+            result.ranks = rank_records(result.workers, result.worker_hosts,
+                                        result.server_hosts, served_by)
         dist.barrier()                   # every worker and server is done
         return result
     finally:
@@ -279,6 +284,7 @@ def _dist_nccl(plan: Plan, role: Role, on_report) -> Result | None:
         result = worker_result(plan, out["measure"], DistGroup(torch.device("cpu")), replicas,
                                reference=out.get("reference"))
         result.worker_hosts = hosts               # dist_nccl's servers take no part
+        result.ranks = rank_records(result.workers, hosts)
         result.link_counters = counters
         # A worker and its device ranks, if any (each rank's peak taken as the largest one's).
         peaks = all_gather_json(peak_rss_bytes() + per_worker * peak_rss_bytes(True),

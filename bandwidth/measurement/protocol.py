@@ -32,6 +32,8 @@ class Sample:
     error: float         # MXNet's relative L1 error; -1 when not checked
     own_seconds: float | None = None   # this rank's own time (``seconds``: the slowest rank's)
     host_seconds: float | None = None  # this rank's time to issue the step (``step`` returning)
+    wait_seconds: float | None = None  # its time in the barrier before the step (waiting for
+    #                                    the other ranks: the last to arrive waits least)
 
 
 @dataclass(frozen=True)
@@ -121,7 +123,9 @@ def _iteration(session, iteration: int, check: bool) -> Sample:
     synchronisation, the timed step, the untimed error check."""
     steps = getattr(session, "graph_steps", 1)
     session.prepare()
+    arrived = time.perf_counter()
     session.group.barrier()
+    waited = time.perf_counter() - arrived
     session.synchronize()
     cpu = linkcounters.step_began()
     start = time.perf_counter()
@@ -132,4 +136,4 @@ def _iteration(session, iteration: int, check: bool) -> Sample:
     linkcounters.step_ended(cpu)
     seconds = session.group.max(own_seconds)
     error = session.error() if check else -1.0
-    return Sample(iteration, seconds, error, own_seconds, (issued - start) / steps)
+    return Sample(iteration, seconds, error, own_seconds, (issued - start) / steps, waited)

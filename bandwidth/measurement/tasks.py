@@ -35,6 +35,12 @@ def measure_task(plan: Plan, indices: list[int], group,
         measured["launch"] = session.launch
         measured["graph_steps"] = session.graph_steps        # 1 unless replays are queued
         measured["cpu_threads"] = session.cpu_threads_used
+        # A parameter-server worker's time with each server in every measured step (its rate
+        # with each peer; bandwidth.stores.peerwait): the last num_batches steps so far.
+        peers = getattr(session.store, "peer_seconds", None)
+        if peers:
+            measured["peer_seconds"] = [[list(pair) for pair in step]
+                                        for step in peers[-plan.config.num_batches:]]
         if plan.compute is not None:
             c = plan.config
             with Watchdog(c.timeout_s, f"{c.kv_store} on {plan.network_label} with compute") as dog:

@@ -17,8 +17,12 @@ from bandwidth.plan.plan import Plan
 from bandwidth.report.cells import ONE_DEVICE, gbps_3
 from bandwidth.results.document import fingerprint
 from bandwidth.results.result import Result
+from bandwidth.results.stragglers import straggler_json, straggler_line
 from bandwidth.results.validate import SCHEMA_VERSION
 from bandwidth.words import counted
+
+# WorkerTraffic's fields that only its per-rank record shows (the document's "ranks").
+RANK_ONLY = ("wait_seconds", "peer_seconds")
 
 
 def discard_stdout() -> None:
@@ -289,6 +293,8 @@ def worker_lines(result: Result) -> list[str]:
                      f"{slow.worker}), the slowest "
                      f"{100 * (slow.seconds_median / fast.seconds_median - 1):.1f} % above the "
                      "fastest")
+    if result.ranks:
+        lines.append(f"#   {straggler_line(result.ranks)}")
     if result.memory is not None:
         lines.append(memory_line(result.memory))
     return lines
@@ -349,7 +355,11 @@ def result_json(result: Result) -> dict:
         "summary": asdict(result.summary),
         "reference": None if result.reference is None else asdict(result.reference),
         "ceiling": None if result.ceiling is None else asdict(result.ceiling),
-        "workers": [asdict(w) for w in result.workers],
+        "workers": [{k: v for k, v in asdict(w).items() if k not in RANK_ONLY}
+                    for w in result.workers],
+        # Distributed: every rank's record, and the straggler by the stated rule.
+        **({"ranks": [r.to_dict() for r in result.ranks],
+            "straggler": straggler_json(result.ranks)} if result.ranks else {}),
         **({"host_ceiling": result.host_ceiling.to_dict()}
            if result.host_ceiling is not None else {}),
         **({"link_bound": result.link_bound.to_dict()}

@@ -35,12 +35,18 @@ def worker_result(plan: Plan, measured: dict, group, replicas: int,
         mine = WorkerTraffic(group.rank, own, busbw_gbps(plan.nbytes, own, summary.bus_factor),
                              traffic, tuple(measured.get("server_nbytes", ())),
                              tuple(s.own_seconds for s in samples),
-                             tuple(s.error for s in samples))
+                             tuple(s.error for s in samples),
+                             tuple(s.wait_seconds or 0.0 for s in samples),
+                             tuple(tuple(tuple(pair) for pair in step)
+                                   for step in measured.get("peer_seconds", ())))
         workers = [WorkerTraffic(int(w["worker"]), float(w["seconds_median"]),
                                  float(w["busbw_median"]), float(w["network_nbytes"]),
                                  tuple(int(n) for n in w["server_nbytes"]),
                                  tuple(float(x) for x in w["own_seconds"]),
-                                 tuple(float(x) for x in w["errors"]))
+                                 tuple(float(x) for x in w["errors"]),
+                                 tuple(float(x) for x in w["wait_seconds"]),
+                                 tuple(tuple((float(a), float(b)) for a, b in step)
+                                       for step in w["peer_seconds"]))
                    for w in group.gather(asdict(mine))]
         notes.append(f"network, per worker and step: {traffic / 1e6:.2f} MB "
                      f"{' and '.join(costs.traffic_words)} (S = "

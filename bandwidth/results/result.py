@@ -24,6 +24,10 @@ class WorkerTraffic:
     server_nbytes: tuple[int, ...] = ()  # of which to and from each server (empty: no servers)
     own_seconds: tuple[float, ...] = ()  # its own time of every iteration (its lines' figures)
     errors: tuple[float, ...] = ()       # and its error on each
+    # For its per-rank record (bandwidth.results.ranks), not the document's "workers": its wait
+    # in the barrier before each iteration, and per iteration per server (push, pull) seconds.
+    wait_seconds: tuple[float, ...] = ()
+    peer_seconds: tuple[tuple[tuple[float, float], ...], ...] = ()
 
     @property
     def network_gbps(self) -> float:
@@ -55,6 +59,7 @@ class Result:
     cpu_threads: int | None = None     # CPU devices: the torch threads the steps ran with
     costs: StepCosts | None = None     # --compute: what the step cost (bandwidth.results.costs)
     memory: dict | None = None         # distributed: every process's peak RSS (hardware.memory)
+    ranks: list = field(default_factory=list)   # distributed: a results.ranks.RankRecord each
 
     @property
     def pct_of_ceiling(self) -> float | None:

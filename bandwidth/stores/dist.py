@@ -19,6 +19,8 @@ import collections
 import functools
 import itertools
 import math
+import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import torch
@@ -30,6 +32,7 @@ from bandwidth.stores.base import KVStore
 from bandwidth.stores.costs import Costs
 from bandwidth.stores.device import DeviceStore
 from bandwidth.stores.owners import assign_owners, owner_pieces
+from bandwidth.stores.peerwait import wait_by_server
 from bandwidth.stores.traits import Traits
 
 BIGARRAY_BOUND = 1_000_000          # MXNET_KVSTORE_BIGARRAY_BOUND: elements, not bytes
@@ -153,7 +156,7 @@ def visit_order(plan: list[tuple[int, int, int]], cluster: Cluster) -> list[int]
 
 
 def post_messages(cluster: Cluster, plan: list[tuple[int, int, int]], push: torch.Tensor,
-                  pull: torch.Tensor, tag_base: int = 0) -> list:
+                  pull: torch.Tensor, tag_base: int = 0, labelled: bool = False) -> list:
     """A worker's side of one exchange: for every message of ``plan`` (``messages``), the receive
     of its answer into ``pull`` and then its push from ``push``, posted in ``visit_order``. Each
     pull goes out just before its push because Gloo sends a message only once its receive is
@@ -162,7 +165,8 @@ def post_messages(cluster: Cluster, plan: list[tuple[int, int, int]], push: torc
     pushes leave before the later pulls are posted. With ``cluster.max_in_flight`` N, a message
     to a server that already has N unanswered waits for the oldest answer first. Returns the
     works not yet waited for, in the order posted. ``tag_base``: the first message's tag (a
-    schedule's later parts continue the numbering, bandwidth.schedules.runner)."""
+    schedule's later parts continue the numbering, bandwidth.schedules.runner). ``labelled``:
+    each as ``(server, "push" | "pull", work)``."""
     limit = cluster.max_in_flight
     waiting: dict[int, collections.deque] = collections.defaultdict(collections.deque)
     works, done = [], set()
@@ -174,11 +178,11 @@ def post_messages(cluster: Cluster, plan: list[tuple[int, int, int]], push: torc
             done.add(id(oldest))
         answer = dist.irecv(pull[s:e], src=cluster.server_rank(server), tag=tag_base + tag,
                             group=cluster.pull_group)
-        works.append(answer)
-        works.append(dist.isend(push[s:e], dst=cluster.server_rank(server), tag=tag_base + tag,
-                                group=cluster.push_group))
+        works.append((server, "pull", answer))
+        works.append((server, "push", dist.isend(push[s:e], dst=cluster.server_rank(server),
+                                                 tag=tag_base + tag, group=cluster.push_group)))
         waiting[server].append(answer)
-    return [work for work in works if id(work) not in done]
+    return [item if labelled else item[2] for item in works if id(item[2]) not in done]
 
 
 def ramped_ranges(start: int, stop: int, limit: int, first: int) -> list[tuple[int, int]]:
@@ -264,6 +268,11 @@ class ParameterServerStore(KVStore):
             self.host_in = [dev.empty(numel, first.dtype, torch.device("cpu"), pinned)
                             for _ in replicas]
         self.server_nbytes = [(b - a) * first.element_size() for a, b in self.server_ranges]
+        # Per step, per server: (seconds until the last push had left, until the last answer
+        # was in), from the moment the messages are posted (``wait_by_server``).
+        self.peer_seconds: list[list[tuple[float, float]]] = []
+        self._waiters = (ThreadPoolExecutor(cluster.num_servers, "wait-server")
+                         if cluster.num_servers > 1 else None)
 
     def notes(self):
         load = ", ".join(f"{s}: {nbytes / 1e6:.2f} MB" for s, nbytes
@@ -301,13 +310,19 @@ class ParameterServerStore(KVStore):
 
     def start(self):
         self._reduce_local()
-        return functools.partial(self._finish, post_messages(
-            self.cluster, self.messages, self.push_buf, self.pull_buf, self.tag_base))
+        began = time.perf_counter()
+        return functools.partial(self._finish, began, post_messages(
+            self.cluster, self.messages, self.push_buf, self.pull_buf, self.tag_base,
+            labelled=True))
 
-    def _finish(self, works) -> None:
-        for work in works:
-            work.wait()
+    def _finish(self, began: float, works) -> None:
+        self.peer_seconds.append(wait_by_server(works, began, self.cluster.num_servers,
+                                                self._waiters))
         self._broadcast_local()
+
+    def close(self) -> None:
+        if self._waiters is not None:
+            self._waiters.shutdown(wait=False)
 
     def _reduce_local(self):
         replicas = self.replicas

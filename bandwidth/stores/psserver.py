@@ -30,6 +30,7 @@ from __future__ import annotations
 import collections
 import queue
 import threading
+import time
 
 import torch
 import torch.distributed as dist
@@ -62,10 +63,11 @@ def held_shares(sync: bool, optimizer: bool) -> int:
 
 
 def serve(shapes, cluster, server: int, *, devices: int, by_owner: bool, sync: bool,
-          optimizer, dtype: str, iterations: int, parts=None) -> None:
-    """Serve ``iterations`` steps of every worker, then return. ``parts``: the arrays of each
-    part of a schedule (bandwidth.schedules), in the order the workers push them (default: all
-    arrays in one part)."""
+          optimizer, dtype: str, iterations: int, parts=None) -> list[float]:
+    """Serve ``iterations`` steps of every worker, then return the seconds each step took
+    here (from its first receive posted to its last answer sent; async: the slowest worker's
+    thread). ``parts``: the arrays of each part of a schedule (bandwidth.schedules), in the
+    order the workers push them (default: all arrays in one part)."""
     # One summation thread: a server's adds are a small part of its time next to the transfers,
     # and several servers and workers share the host's cores, where a parallel region waits for
     # all of its threads to be scheduled (a several-ms stall per add on a busy host).
@@ -85,10 +87,9 @@ def serve(shapes, cluster, server: int, *, devices: int, by_owner: bool, sync: b
     if sync:
         total = store if optimizer is None else torch.zeros(size, dtype=torch_dtype)
         order = receive_order(mine, cluster, server)
-        _serve_sync(store, total, slots, order, optimizer, cluster.num_workers, iterations,
-                    groups, admit)
-    else:
-        _serve_async(store, slots, mine, optimizer, cluster.num_workers, iterations, groups)
+        return _serve_sync(store, total, slots, order, optimizer, cluster.num_workers,
+                           iterations, groups, admit)
+    return _serve_async(store, slots, mine, optimizer, cluster.num_workers, iterations, groups)
 
 
 def server_messages(parts, num_servers: int, server: int, devices: int, by_owner: bool,
@@ -135,9 +136,11 @@ def receive_order(mine, cluster, server: int) -> list[tuple[int, int, int, int, 
 
 
 def _serve_sync(store, total, slots, order, optimizer, workers: int, iterations: int,
-                groups, admit: int | None) -> None:
+                groups, admit: int | None) -> list[float]:
     push_group, pull_group = groups
+    seconds = []
     for _ in range(iterations):
+        began = time.perf_counter()
         free = collections.deque(slots)
         pending = collections.deque()           # (tag, s, e, last, slot or None, work)
         answers = []
@@ -156,6 +159,8 @@ def _serve_sync(store, total, slots, order, optimizer, workers: int, iterations:
                             for v in range(workers)]
         for work in answers:
             work.wait()
+        seconds.append(time.perf_counter() - began)
+    return seconds
 
 
 def _post_sync(order, posted: int, free, pending, total, group, admit: int | None) -> int:
@@ -176,8 +181,10 @@ def _post_sync(order, posted: int, free, pending, total, group, admit: int | Non
     return posted
 
 
-def _serve_async(store, slots, mine, optimizer, workers: int, iterations: int, groups) -> None:
+def _serve_async(store, slots, mine, optimizer, workers: int, iterations: int,
+                 groups) -> list[float]:
     push_group, pull_group = groups
+    seconds = [[0.0] * workers for _ in range(iterations)]     # per step, per worker's thread
     lock = threading.Lock()
     pool: queue.SimpleQueue = queue.SimpleQueue()
     for slot in slots:
@@ -191,8 +198,10 @@ def _serve_async(store, slots, mine, optimizer, workers: int, iterations: int, g
 
     def serve_worker(w: int) -> None:
         try:
-            for _ in range(iterations):
+            for i in range(iterations):
+                began = time.perf_counter()
                 _serve_async_step(w, store, pool, mine, optimizer, lock, push_group, pull_group)
+                seconds[i][w] = time.perf_counter() - began
                 step_done.wait()
         except threading.BrokenBarrierError:
             pass                              # another thread failed; its failure is reported
@@ -208,6 +217,7 @@ def _serve_async(store, slots, mine, optimizer, workers: int, iterations: int, g
         thread.join()
     if failures:
         raise failures[0]
+    return [max(step) for step in seconds]
 
 
 def _serve_async_step(w, store, pool, mine, optimizer, lock, push_group, pull_group) -> None:
