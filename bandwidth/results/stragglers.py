@@ -1,9 +1,9 @@
 """Which rank held a distributed run back, by one stated rule (``judge``), and the summary's line
 that names it (``straggler_line``); docs/formulas.md, "Stragglers", derives the rule.
 
-The rule, on one figure (in seconds) per rank and measured step: with m_r each rank's median over the steps,
-M the median of the m_r and D the median over the ranks of each rank's median absolute deviation
-from its own m_r (the spread between rounds), rank r stands out when
+The rule, on one figure (in seconds) per rank and measured step: with m_r each rank's median
+over the steps, M the median of the m_r and D the median over the ranks of each rank's median
+absolute deviation from its own m_r (the spread between rounds), rank r stands out when
 
     m_r >= K x M   and   m_r - M > NOISE x D.
 
@@ -13,13 +13,14 @@ straggler" with the rule. With one rank there is nothing to compare.
 The figures (``worker_figures``, ``server_figures``): a parameter-server worker's is the time
 its pushes took to leave (until its last push to any server had left): in a synchronous step
 every worker waits for the slowest one's pushes before its answers come, so the workers' own
-step times are alike, and a worker stopped half the time on loopback showed steps within 3 % of
-the others' but pushes 2.6 x theirs. A ``dist_nccl`` rank's is its own step time (every rank of
-an all-reduce ends together: a rank slow outside the step is what this names there). Each
-worker's wait in the barrier before each step is kept in its record, not judged: worker 0,
-which prints the lines, reached it last on loopback in clean runs. A server's is the median over the workers of their seconds per byte of pushes to it, so
-that a server whose link is slow stands out even though every worker then waits for it alike
-(servers holding less than half the median server's bytes are left out: their time is latency).
+step times are alike, and a worker stopped 3/4 of the time on loopback showed steps within 3 %
+of the others' but pushes 2.6 x theirs. A ``dist_nccl`` rank's is its own step time, which an
+all-reduce evens out (every rank ends together), so there the rule names only a rank whose own
+time differs. Each worker's wait in the barrier before each step is kept in its record, not
+judged: worker 0, which prints the lines, reached it last on loopback in clean runs. A server's
+is the median over the workers of their seconds per byte of pushes to it, so that a server whose
+link is slow stands out even though every worker then waits for it alike (servers holding less
+than half the median server's bytes are left out: their time is latency).
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ def pushes_seconds(record) -> tuple[float, ...]:
 
 def figure_word(records) -> str:
     """What the workers' figure is, in the line's words."""
-    return "pushes" if any(r.peers for r in records) else "step"
+    return "push time" if any(r.peers for r in records) else "step"
 
 
 def server_figures(records) -> dict[str, list[float]]:
@@ -107,7 +108,7 @@ def server_figures(records) -> dict[str, list[float]]:
 
 
 def rule_text(k: float = K, noise: float = NOISE, figure: str = "step") -> str:
-    return (f"a rank's median {figure} at least {k:g} x the median of the ranks' medians and "
+    return (f"a worker's median {figure} at least {k:g} x the median of the ranks' medians and "
             f"above it by more than {noise:g} x their spread between rounds")
 
 

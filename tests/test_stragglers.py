@@ -1,0 +1,228 @@
+"""The per-rank record of a distributed run and the straggler rule (issue 40, item 1): the rule on
+synthetic ranks (a slow one named, nothing on clean ranks, one worker, ties, a slow server), and
+real runs through the launcher on loopback: dist_sync's record with each worker's rate with each
+server, a worker really slowed (stopped and continued by this test) named, dist_nccl's record."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from conftest import ROOT
+from launch_support import pids_with
+
+from bandwidth.results.ranks import PeerRate, RankRecord
+from bandwidth.results.stragglers import K, judge, straggler_json, straggler_line
+
+LAUNCH = ROOT / "launch.py"
+MLP = ["--network", "mlp", "--image-shape", "1,28,28", "--num-classes", "10"]
+
+
+# --- the rule, on synthetic ranks ------------------------------------------------------------
+
+def steps(base: float, n: int = 9, jitter: float = 0.02) -> list[float]:
+    """``n`` step times around ``base``, +-jitter (relative), deterministic."""
+    return [base * (1 + jitter * ((i * 7) % 5 - 2) / 2) for i in range(n)]
+
+
+def test_the_slow_rank_is_named_against_the_median():
+    figures = {f"worker {w}": steps(0.010) for w in range(8)}
+    figures["worker 5"] = steps(0.018)
+    verdict = judge(figures)
+    assert verdict.named == "worker 5" and verdict.ratio == pytest.approx(1.8, rel=0.02)
+    assert verdict.also == ()
+
+
+def test_clean_ranks_name_nothing():
+    figures = {f"worker {w}": steps(0.010 * (1 + 0.03 * (w % 4))) for w in range(16)}
+    verdict = judge(figures)
+    assert verdict.named is None and verdict.slowest is not None
+    assert verdict.slowest_ratio < K
+
+
+def test_a_rank_above_k_but_within_the_spread_between_rounds_is_not_named():
+    """Noisy rounds: the rank is 1.3 x the median, but its rounds spread as widely as that."""
+    figures = {f"worker {w}": steps(0.010, jitter=0.8) for w in range(6)}
+    figures["worker 2"] = steps(0.013, jitter=0.8)
+    assert judge(figures).named is None
+
+
+def test_one_worker_has_nothing_to_compare_with():
+    verdict = judge({"worker 0": steps(0.01)})
+    assert verdict.named is None and verdict.alone == "1 rank"
+    record = RankRecord(0, "worker", 0, "10.0.0.1", tuple(steps(0.01)), (), 1e6, 1e6)
+    assert straggler_line([record]) == "no straggler (1 worker: nothing to compare with)"
+
+
+def test_ties_name_the_lowest_rank_and_the_other_as_standing_out():
+    figures = {f"worker {w}": steps(0.010) for w in range(6)}
+    figures["worker 4"] = steps(0.020)
+    figures["worker 1"] = steps(0.020)
+    verdict = judge(figures)
+    assert verdict.named == "worker 1" and verdict.also == ("worker 4",)
+
+
+def ps_records(push: dict[tuple[int, int], float], workers: int = 4, servers: int = 3,
+               nbytes: int = 4_000_000) -> list[RankRecord]:
+    """Parameter-server ranks: every worker's pushes to every server take 10 ms, except
+    ``push[(worker, server)]``."""
+    records = []
+    for w in range(workers):
+        peers = tuple(PeerRate("server", s, f"10.0.1.{s}", nbytes,
+                               tuple(steps(push.get((w, s), 0.010))), tuple(steps(0.030)))
+                      for s in range(servers))
+        records.append(RankRecord(w, "worker", w, f"10.0.0.{w}", tuple(steps(0.030)),
+                                  tuple(steps(0.001)), 3 * nbytes, 3 * nbytes, peers))
+    records += [RankRecord(workers + s, "server", s, f"10.0.1.{s}", tuple(steps(0.030)), (),
+                           workers * nbytes, workers * nbytes) for s in range(servers)]
+    return records
+
+
+def test_the_line_names_the_worker_and_its_slow_path_to_one_server():
+    records = ps_records({(2, 1): 0.025})
+    line = straggler_line(records)
+    assert line == ("straggler: worker 2 on 10.0.0.2, push time 2.50 x the median; its pushes "
+                    "to server 1 at 40 % of the others'")
+    doc = straggler_json(records)
+    assert doc["workers"]["named"] == "worker 2" and doc["workers"]["host"] == "10.0.0.2"
+    assert doc["line"] == line and "1.25 x" in doc["rule"]
+
+
+def test_a_slow_server_is_named_when_every_worker_waits_for_it():
+    records = ps_records({(w, 0): 0.021 for w in range(4)})
+    assert straggler_line(records) == (
+        "straggler: server 0 on 10.0.1.0, the workers' pushes to it 2.10 x the median "
+        "server's time per byte (48 % of the rate)")
+
+
+def test_clean_parameter_servers_say_no_straggler_with_the_rule():
+    line = straggler_line(ps_records({}))
+    assert line.startswith("no straggler (rule: a worker's median push time at least 1.25 x "
+                           "the median of the ranks' medians and above it by more than 3 x "
+                           "their spread between rounds; slowest worker ")
+
+
+# --- real runs on loopback ---------------------------------------------------------------------
+
+def launch(workers: int, servers: int, *measure_args: str, marker: str = "0"):
+    argv = [sys.executable, str(LAUNCH), "--launcher", "local", "-n", str(workers), "-s",
+            str(servers), "--timeout", "60", sys.executable, "bandwidth/measure.py",
+            "--cpus", "1", "--seed", marker, *measure_args]
+    return subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+@pytest.mark.timeout(60)
+def test_dist_sync_keeps_every_ranks_record(tmp_path):
+    out = tmp_path / "r.json"
+    proc = launch(3, 2, "--kv-store", "dist_sync", *MLP, "--num-batches", "4",
+                  "--json", str(out))
+    stdout, stderr = proc.communicate(timeout=50)
+    assert proc.returncode == 0, stderr[-3000:]
+    result = json.loads(out.read_text())["results"][0]
+    ranks = result["ranks"]
+    assert [(r["rank"], r["role"], r["index"]) for r in ranks] == [
+        (0, "worker", 0), (1, "worker", 1), (2, "worker", 2), (3, "server", 0), (4, "server", 1)]
+    assert all(r["host"] == "127.0.0.1" for r in ranks)
+    shares = result["workers"][0]["server_nbytes"]
+    for r in ranks:
+        assert len(r["step_seconds"]) == 4 and all(t > 0 for t in r["step_seconds"])
+        assert r["step_seconds_median"] > 0
+    for r in ranks[:3]:
+        assert len(r["wait_seconds"]) == 4
+        assert r["nbytes_sent"] == r["nbytes_received"] == result["network"]["bytes"]
+        assert [(p["role"], p["index"], p["host"], p["nbytes"]) for p in r["peers"]] == [
+            ("server", 0, "127.0.0.1", shares[0]), ("server", 1, "127.0.0.1", shares[1])]
+        for p in r["peers"]:
+            assert len(p["push_seconds"]) == len(p["pull_seconds"]) == 4
+            assert all(0 < t for t in p["push_seconds"] + p["pull_seconds"])
+            assert p["push_gbps"] > 0 and p["pull_gbps"] > 0
+    for s, r in enumerate(ranks[3:]):
+        assert r["peers"] == [] and r["nbytes_sent"] == 3 * shares[s]
+    # The workers' document keeps its keys; the line is the document's.
+    assert set(result["workers"][0]) == {"worker", "seconds_median", "busbw_median",
+                                         "network_nbytes", "server_nbytes", "own_seconds",
+                                         "errors"}
+    assert f"#   {result['straggler']['line']}" in stdout.splitlines()
+    assert "straggler" in result["straggler"]["line"]
+
+
+def env_of(pid: int) -> dict[bytes, bytes]:
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        return dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
+
+
+def worker_pid(marker: str, task: int, timeout_s: float = 30) -> int:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for pid in pids_with(marker, "worker"):
+            try:
+                if env_of(pid).get(b"DMLC_TASK_ID") == str(task).encode():
+                    return pid
+            except OSError:
+                pass
+        time.sleep(0.05)
+    raise AssertionError(f"worker {task} never started")
+
+
+@pytest.mark.timeout(90)
+def test_a_worker_stopped_three_quarters_of_the_time_is_named(tmp_path):
+    """Worker 1's process is stopped 30 ms and continued 10 ms in turn (SIGSTOP, SIGCONT) while
+    it measures; nothing in the product knows. Its pushes then take the longest."""
+    marker = "40401"
+    out = tmp_path / "r.json"
+    proc = launch(3, 1, "--kv-store", "dist_sync", "--network", "flat:2000000",
+                  "--num-batches", "30", "--json", str(out), marker=marker)
+    slow = worker_pid(marker, 1)
+    done = threading.Event()
+
+    def stop_and_continue():
+        while not done.is_set():
+            try:
+                os.kill(slow, signal.SIGSTOP)
+                time.sleep(0.03)
+                os.kill(slow, signal.SIGCONT)
+                time.sleep(0.01)
+            except ProcessLookupError:
+                return
+
+    thread = threading.Thread(target=stop_and_continue)
+    thread.start()
+    try:
+        stdout, stderr = proc.communicate(timeout=80)
+    finally:
+        done.set()
+        thread.join()
+        try:
+            os.kill(slow, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    assert proc.returncode == 0, stderr[-3000:]
+    line = json.loads(out.read_text())["results"][0]["straggler"]["line"]
+    assert line.startswith("straggler: worker 1 on 127.0.0.1, push time "), line
+    assert "its pushes to server 0 at " in line
+    assert f"#   {line}" in stdout
+
+
+@pytest.mark.timeout(60)
+def test_dist_nccl_keeps_every_ranks_record(tmp_path):
+    out = tmp_path / "r.json"
+    proc = launch(3, 0, "--kv-store", "dist_nccl", *MLP, "--num-batches", "4",
+                  "--json", str(out))
+    stdout, stderr = proc.communicate(timeout=50)
+    assert proc.returncode == 0, stderr[-3000:]
+    result = json.loads(out.read_text())["results"][0]
+    ranks = result["ranks"]
+    assert [(r["rank"], r["role"], r["index"], r["host"]) for r in ranks] == [
+        (w, "worker", w, "127.0.0.1") for w in range(3)]
+    per_worker = result["workers"][0]["network_nbytes"]
+    for r in ranks:
+        assert len(r["step_seconds"]) == len(r["wait_seconds"]) == 4
+        assert r["nbytes_sent"] == r["nbytes_received"] == per_worker > 0
+        assert r["peers"] == []
+    assert result["straggler"]["figure"] == "step"
+    assert f"#   {result['straggler']['line']}" in stdout.splitlines()
