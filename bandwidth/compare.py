@@ -153,7 +153,7 @@ def _compare(args: argparse.Namespace) -> int:
     for line in bl.write_gate_reports(result, gates, tool="python -m bandwidth.compare",
                                       junit_path=args.junit, summary_md=summary_md,
                                       json_path=args.json_path,
-                                      baseline_given=base_doc is not None):
+                                      baseline_given=base_doc is not None, rows=rows):
         print(line)
     return result.exit_code
 

@@ -226,3 +226,28 @@ def test_dist_nccl_keeps_every_ranks_record(tmp_path):
         assert r["peers"] == []
     assert result["straggler"]["figure"] == "step"
     assert f"#   {result['straggler']['line']}" in stdout.splitlines()
+
+
+# --- the gate reports name the straggler (issue 40, item 5) -----------------------------------
+
+def test_compare_gate_reports_name_the_straggler(tmp_path):
+    from resultdocs import make_document, make_result, write_document
+
+    line = ("straggler: worker 2 on 10.0.0.2, push time 2.50 x the median; its pushes to "
+            "server 1 at 40 % of the others'")
+    result = make_result("dist_sync", "mlp", n=4, busbw=1.0, kind="cpu")
+    result["straggler"] = {"line": line, "rule": "test"}
+    doc = write_document(tmp_path / "run.json", make_document([result]))
+    junit, md = tmp_path / "gate.xml", tmp_path / "summary.md"
+    proc = subprocess.run([sys.executable, "-m", "bandwidth.compare", str(doc), "--min-gbps",
+                           "0.5", "--junit", str(junit), "--summary-md", str(md)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert line in md.read_text()
+    assert "straggler: worker 2 on 10.0.0.2, push time 2.50 x the median" in junit.read_text()
+    result["straggler"]["line"] = "no straggler (rule: ...)"
+    doc = write_document(tmp_path / "clean.json", make_document([result]))
+    subprocess.run([sys.executable, "-m", "bandwidth.compare", str(doc), "--min-gbps", "0.5",
+                    "--summary-md", str(tmp_path / "clean.md")], cwd=ROOT, check=True,
+                   capture_output=True, timeout=60)
+    assert "straggler" not in (tmp_path / "clean.md").read_text()

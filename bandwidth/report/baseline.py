@@ -34,7 +34,7 @@ The figure compared is GB/s per GPU (busbw, median over iterations). ``check`` r
 
 from __future__ import annotations
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bandwidth.errors import ConfigError
@@ -142,6 +142,19 @@ def gate_records(result: Check, gates: Gates, baseline_given: bool):
                               gates.min_gbps, gates.min_pct_of_ceiling, gates.significance)
 
 
+def with_stragglers(records: list[GateRecord], result: Check, rows: list) -> list[GateRecord]:
+    """``records`` with each row's straggler line (bandwidth.results.stragglers) in the detail
+    of the gates of that row."""
+    lines = {row.key: row.straggler for row in rows if getattr(row, "straggler", None)}
+    out = []
+    for record, d in zip(records, result.diffs):
+        key = d.key[1:] if d.key and d.key[0] == "ceiling" else d.key
+        line = lines.get(key)
+        out.append(record if line is None else
+                   replace(record, detail="; ".join(x for x in (record.detail, line) if x)))
+    return out
+
+
 def records_from_diffs(diffs, tolerance_pct: float | None, min_gbps: float | None,
                        min_pct: float | None, significance: float) -> list[GateRecord]:
     """The regression check's Diffs as bandwidth.gates records."""
@@ -175,9 +188,12 @@ def records_from_diffs(diffs, tolerance_pct: float | None, min_gbps: float | Non
 
 def write_gate_reports(result: Check, gates: Gates, *, tool: str, junit_path: str | None,
                        summary_md: str | None, json_path: str | None = None,
-                       baseline_given: bool = True, seconds: float = 0.0) -> list[str]:
-    """--junit, --summary-md and --json of the regression check; returns ``# wrote`` lines."""
-    records = gate_records(result, gates, baseline_given)
+                       baseline_given: bool = True, seconds: float = 0.0,
+                       rows: list | None = None) -> list[str]:
+    """--junit, --summary-md and --json of the regression check; returns ``# wrote`` lines.
+    ``rows``: the rows judged; a distributed row that named a straggler adds that line to its
+    gates' detail, so that JUnit and the markdown summary name the rank and its host."""
+    records = with_stragglers(gate_records(result, gates, baseline_given), result, rows or [])
     verdict = result.lines[-1]
     wrote = write_reports(records, tool=tool, title=f"bandwidth: {tool}", verdict_line=verdict,
                           junit_path=junit_path, summary_md=summary_md, seconds=seconds)

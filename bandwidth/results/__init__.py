@@ -3,7 +3,10 @@ document that ``--json`` writes and the flat ``Row`` view every reader uses (``d
 the checks that make a document read from a file safe to use (``validate``).
 
 ``costs`` -- what a step cost (``--compute``), as figures of the document; ``gathered`` -- a
-distributed run's worker's Result, every worker's traffic gathered (both engines' workers).
+distributed run's worker's Result, every worker's traffic gathered (both engines' workers);
+``ranks`` -- every rank's record in a distributed run (host, role, step times, bytes, a
+worker's rate with each server); ``stragglers`` -- the rule that names the rank that held the
+run back, and the summary's line.
 Writing the tool's files is bandwidth.files, below every stage.
 
 May import: plan, measurement.protocol (samples and summaries) and measurement.tasks (the

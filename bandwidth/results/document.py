@@ -33,7 +33,17 @@ Document, schema version 1::
                      "server_nbytes", "own_seconds", "errors"}],   # distributed modes: one per
                                     # worker (own_seconds, errors: every iteration's), else []
         "memory": {"workers_peak_rss", "servers_peak_rss",
-                   "total_peak_rss"}}]}     # distributed modes: bytes (absent elsewhere)
+                   "total_peak_rss"},       # distributed modes: bytes (absent elsewhere)
+        "ranks": [{"rank", "role", "index", "host", "step_seconds", "step_seconds_median",
+                   "wait_seconds", "nbytes_sent", "nbytes_received",
+                   "peers": [{"role", "index", "host", "nbytes", "push_gbps", "pull_gbps",
+                              "push_seconds", "pull_seconds"}]}],
+                                    # distributed modes: one per rank, workers then servers
+                                    # (bandwidth.results.ranks; absent elsewhere)
+        "straggler": {"rule", "figure", "k", "noise", "line",
+                      "workers": {...}, "servers": {...}}}]}
+                                    # distributed modes: the verdict of
+                                    # bandwidth.results.stragglers (absent elsewhere)
 
 ``not_a_bound`` is set where the run beat its ceiling by more than 10 %
 (bandwidth.ceiling.bounds.judged):
@@ -74,6 +84,7 @@ class Row:
     ceiling_of: str = "busbw"   # the figure the ceiling bounds: "busbw", or "algbw" (one GPU)
     samples: tuple[float, ...] = ()     # every measured iteration's GB/s per GPU (busbw), in order
     cpu_threads: int | None = None      # CPU devices: the torch threads the steps ran with
+    straggler: str | None = None        # distributed: the line naming the straggler, if one
     schedule: str = "flat"      # --schedule, with ddp's caps: "backward", "ddp 25/1MiB"
     # --compute: what a step cost (results.costs.StepCosts; None without compute)
     batch_size: int | None = None
@@ -174,8 +185,16 @@ def rows_from_document(doc: dict, source: str) -> list[Row]:
             samples=iteration_gbps(result), schedule=schedule_label(config),
             cpu_threads=result.get("cpu_threads") if isinstance(result.get("cpu_threads"), int)
             and not isinstance(result.get("cpu_threads"), bool) else None,
+            straggler=named_straggler(result.get("straggler")),
             **step_cost_fields(result.get("step_costs"))))
     return rows
+
+
+def named_straggler(found) -> str | None:
+    """A distributed result's ``"straggler"`` line where it names a rank (None otherwise, and
+    for anything that is not the writer's shape)."""
+    line = found.get("line") if isinstance(found, dict) else None
+    return line if isinstance(line, str) and line.startswith("straggler:") else None
 
 
 STEP_COST_FIELDS = ("batch_size", "compute_s", "exchange_s", "step_s", "exposed_s", "overlap",
