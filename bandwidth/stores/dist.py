@@ -224,7 +224,7 @@ def server_traits(summary: str, summary_on_cpu: str | None = None, *, sync: bool
     return Traits(summary=summary, summary_on_cpu=summary_on_cpu,
                   bound="the network between workers and servers", bound_kind="network",
                   distributed=True, sync=sync, needs_optimizer=not sync,
-                  pulls_into_gradients=not on_gpus)
+                  pulls_into_gradients=not on_gpus, part_options={"time_peers": False})
 
 
 class ParameterServerStore(KVStore):
@@ -243,7 +243,7 @@ class ParameterServerStore(KVStore):
                          keys=cluster.server_keys)[0]
 
     def __init__(self, replicas, layout, optimizer, group, chunk_elements, cpu_threads=None,
-                 cluster: Cluster | None = None):
+                 cluster: Cluster | None = None, time_peers: bool = True):
         super().__init__(replicas, layout, optimizer, group, chunk_elements, cpu_threads)
         self.cluster = cluster
         first = replicas[0].grads
@@ -269,10 +269,11 @@ class ParameterServerStore(KVStore):
                             for _ in replicas]
         self.server_nbytes = [(b - a) * first.element_size() for a, b in self.server_ranges]
         # Per step, per server: (seconds until the last push had left, until the last answer
-        # was in), from the moment the messages are posted (``wait_by_server``).
+        # was in) from posting (``wait_by_server``); none for a schedule's parts (part_options).
         self.peer_seconds: list[list[tuple[float, float]]] = []
+        self.time_peers = time_peers
         self._waiters = (ThreadPoolExecutor(cluster.num_servers, "wait-server")
-                         if cluster.num_servers > 1 else None)
+                         if time_peers and cluster.num_servers > 1 else None)
 
     def notes(self):
         load = ", ".join(f"{s}: {nbytes / 1e6:.2f} MB" for s, nbytes
@@ -312,12 +313,12 @@ class ParameterServerStore(KVStore):
         self._reduce_local()
         began = time.perf_counter()
         return functools.partial(self._finish, began, post_messages(
-            self.cluster, self.messages, self.push_buf, self.pull_buf, self.tag_base,
-            labelled=True))
+            self.cluster, self.messages, self.push_buf, self.pull_buf, self.tag_base, True))
 
     def _finish(self, began: float, works) -> None:
-        self.peer_seconds.append(wait_by_server(works, began, self.cluster.num_servers,
-                                                self._waiters))
+        timed = wait_by_server(works, began, self.cluster.num_servers, self._waiters)
+        if self.time_peers:
+            self.peer_seconds.append(timed)
         self._broadcast_local()
 
     def close(self) -> None:
