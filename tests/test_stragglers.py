@@ -15,6 +15,7 @@ import pytest
 from conftest import ROOT
 from launch_support import pids_with
 
+from bandwidth.launch.preflight import PREFLIGHT_ENV
 from bandwidth.results.ranks import PeerRate, RankRecord
 from bandwidth.results.stragglers import K, judge, straggler_json, straggler_line
 
@@ -157,11 +158,15 @@ def env_of(pid: int) -> dict[bytes, bytes]:
 
 
 def worker_pid(marker: str, task: int, timeout_s: float = 30) -> int:
+    """Worker ``task``'s process (not launch.py's preflight check of the command line, which
+    runs the same command with the same role and ends at once)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         for pid in pids_with(marker, "worker"):
             try:
-                if env_of(pid).get(b"DMLC_TASK_ID") == str(task).encode():
+                env = env_of(pid)
+                if env.get(b"DMLC_TASK_ID") == str(task).encode() and \
+                        env.get(PREFLIGHT_ENV.encode()) != b"1":
                     return pid
             except OSError:
                 pass
@@ -178,12 +183,19 @@ def test_a_worker_stopped_three_quarters_of_the_time_is_named(tmp_path):
     proc = launch(3, 1, "--kv-store", "dist_sync", "--network", "flat:2000000",
                   "--num-batches", "30", "--json", str(out), marker=marker)
     slow = worker_pid(marker, 1)
+    seen = []                              # worker 0's lines, up to its first iteration's
+    for line in proc.stdout:               # (stopping it while torch loads only costs time)
+        seen.append(line)
+        if line.startswith("iter 1,"):
+            break
     done = threading.Event()
+    stopped = [0]
 
     def stop_and_continue():
         while not done.is_set():
             try:
                 os.kill(slow, signal.SIGSTOP)
+                stopped[0] += 1
                 time.sleep(0.03)
                 os.kill(slow, signal.SIGCONT)
                 time.sleep(0.01)
@@ -194,6 +206,7 @@ def test_a_worker_stopped_three_quarters_of_the_time_is_named(tmp_path):
     thread.start()
     try:
         stdout, stderr = proc.communicate(timeout=80)
+        stdout = "".join(seen) + stdout
     finally:
         done.set()
         thread.join()
@@ -202,7 +215,9 @@ def test_a_worker_stopped_three_quarters_of_the_time_is_named(tmp_path):
         except ProcessLookupError:
             pass
     assert proc.returncode == 0, stderr[-3000:]
-    line = json.loads(out.read_text())["results"][0]["straggler"]["line"]
+    result = json.loads(out.read_text())["results"][0]
+    line = result["straggler"]["line"]
+    assert stopped[0] > 10, f"worker 1 was stopped {stopped[0]} times"
     assert line.startswith("straggler: worker 1 on 127.0.0.1, push time "), line
     assert "its pushes to server 0 at " in line
     assert f"#   {line}" in stdout
