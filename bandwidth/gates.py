@@ -3,7 +3,8 @@
 One ``GateRecord`` per gated figure (a row against the baseline, the floor or its ceiling, a
 link against the baseline or against what NVML says it should carry) is made from the checks'
 results (``bandwidth.report.baseline.records_from_diffs``, ``bandwidth.ceiling.expect.link_gates``,
-``bandwidth.report.hostgate.records``), and every output is written from the same records, so
+``bandwidth.report.hostgate.records``,
+``bandwidth.report.gpugate.gpu_records``), and every output is written from the same records, so
 that a verdict reads the same in the text, JSON, JUnit and markdown. The records sit below every
 stage, as the vocabulary, since the gates of the ceiling and of the report share them:
 
@@ -27,7 +28,8 @@ from bandwidth.files import append_atomic, write_atomic
 SUITES = {"baseline": "regression against the baseline", "floor": "floor (--min-gbps)",
           "ceiling": "share of the ceiling (--min-percent-of-ceiling)",
           "link": "links against the baseline", "expect": "links against NVML (--expect-links)",
-          "host": "hosts of the host-to-host matrix"}
+          "host": "hosts of the host-to-host matrix",
+          "gpu": "GPUs of one host (--gpus-check)"}
 
 
 @dataclass(frozen=True)

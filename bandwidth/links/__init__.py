@@ -9,6 +9,9 @@ host's link per step (``host_bytes``), and the full-duplex bound of a step (``Li
 matrix (``RoundSearch``: rounds of disjoint pairs, re-pairing with healthy hosts; pure, so a job
 and a simulation drive the same code), and ``rounddoc`` -- its document (``--network --rounds
 --json``), written and read back checked for ``python -m bandwidth.hostgate``.
+``gpurounds`` -- the same rounds for the GPUs of one host (``GpuRounds``: every pair both ways at
+once, each GPU's host link, NVML's figure as a pair's reference where there is no median), and
+``gpudoc`` -- its document (``--gpus-check --json``).
 
 Config parses these flags, the launcher places by these bytes, the model predicts with them, the
 results hold them and the report prints them; so they sit below all of those, as vocabulary.

@@ -2,7 +2,7 @@
 fixed-width tables and CSV (``table``, their cells and the columns that name a row: ``cells``),
 plots (``plot``), progress on stderr (``progress``), and the gates: baselines and their records
 (``baseline``), their statistics (``stats``) and per-host gates (``hostgate``; on the host check
-in rounds, ``roundgate``). The gates'
+in rounds, ``roundgate``; on the GPU check in rounds, ``gpugate``). The gates'
 thresholds, records and JUnit / markdown reports are vocabulary (bandwidth.thresholds,
 bandwidth.gates), shared with the ceiling's gate.
 

@@ -23,7 +23,9 @@ The rules, on the matrix's data (every cell one direction of one pair, measured 
 
 The same command gates the host check in rounds (``python -m bandwidth.ceiling --network --rounds
 --json R.json``; bandwidth.report.roundgate): it names each slow host and slow path the rounds
-found, at the document's own threshold unless ``--min-percent`` is given.
+found, at the document's own threshold unless ``--min-percent`` is given. And the GPU check of one host
+(``python -m bandwidth.ceiling --gpus-check --json G.json``; bandwidth.report.gpugate): it names
+each slow GPU, slow host link and slow GPU pair.
 
 Exit status: 0 every pair passes, 1 a pair, host or path fails (named), 2 bad input.
 """
@@ -40,7 +42,9 @@ from bandwidth.cliparse import check_output_path
 from bandwidth.errors import BandwidthError, ConfigError
 from bandwidth.gates import GateRecord, summary_path, write_reports
 from bandwidth.links.hostmatrix import HostMatrix, load_matrix
+from bandwidth.links.gpudoc import load_gpu_rounds
 from bandwidth.links.rounddoc import load_rounds, read_document
+from bandwidth.report.gpugate import gpu_lines, gpu_records
 from bandwidth.report.roundgate import round_lines, round_records
 from bandwidth.thresholds import parse_min_percent
 
@@ -160,12 +164,15 @@ def main(argv: list[str] | None = None) -> int:
 
     p = Parser(prog="python -m bandwidth.hostgate",
                description="Per-pair and per-host gates on a host-to-host matrix, and the "
-                           "re-pairing pass that names the host at fault.")
+                           "re-pairing pass that names the host at fault; the same on the host "
+                           "check in rounds and on the GPU check of one host (slow GPU, GPU "
+                           "pair, host link).")
     p.add_argument("matrix", metavar="FILE.json", help="the --json of python -m "
-                   "bandwidth.ceiling --network (the matrix) or --network --rounds")
+                   "bandwidth.ceiling --network (the matrix), --network --rounds or "
+                   "--gpus-check")
     p.add_argument("--min-percent", default=None, metavar="P",
                    help="a pair fails below P %% of the median host's best pair (default 70; "
-                        "for rounds, the percent they were measured at)")
+                        "for rounds and the GPU check, the percent they were measured at)")
     p.add_argument("--junit", default=None, metavar="FILE.xml")
     p.add_argument("--summary-md", default=None, metavar="FILE.md")
     try:
@@ -180,6 +187,11 @@ def main(argv: list[str] | None = None) -> int:
             verdict = record.verdict(pct)
             text, gates, failed = (round_lines(record, verdict), round_records(record, verdict),
                                    verdict.failed)
+        elif isinstance(doc, dict) and "gpu_rounds" in doc:
+            gpu_record = load_gpu_rounds(args.matrix, doc)
+            verdict = gpu_record.verdict(pct)
+            text, gates, failed = (gpu_lines(gpu_record, verdict),
+                                   gpu_records(gpu_record, verdict), verdict.failed)
         else:
             pct = DEFAULT_PCT if pct is None else pct
             verdicts = judge(load_matrix(args.matrix), pct)

@@ -1,0 +1,103 @@
+"""The host gate on a GPU check's document (``python -m bandwidth.ceiling --gpus-check --json``):
+its measurements judged again by the check's own rules (bandwidth.links.gpurounds) at the gate's
+``--min-percent``, as text lines and one record per GPU, GPU pair and host link (gate "gpu").
+
+``SLOW GPU``: slow with at least two GPUs that reach the rate with others. ``SLOW HOST LINK``: a
+GPU's pinned copies to or from host memory below the rule's floor. ``SLOW PAIR``: slow three
+times in the same direction, neither GPU a slow GPU, with what the naming rests on (on two GPUs:
+both host links normal, the path and not a GPU). ``UNRESOLVED``: a slow pair measured too few
+times. Any of them fails the gate.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from bandwidth.gates import GateRecord
+from bandwidth.links.gpudoc import GpuRecord, verdict_line
+from bandwidth.links.gpurounds import GpuVerdict, pair_key, pair_name
+
+RULES = {"median": "slow below {pct:g} % of the upper median of the GPUs' best pair",
+         "expected": "slow below {expect:g} % of NVML's figure for its link (no median: two "
+                     "GPUs, or pairs of different kinds)",
+         "none": "one GPU: no pair"}
+
+
+def _pair_rates(record: GpuRecord) -> dict[tuple[str, str], float]:
+    """Each measured pair's median of its slower direction."""
+    rates: dict[tuple[str, str], list[float]] = {}
+    for m in record.measurements:
+        rates.setdefault(pair_key(m.a, m.b), []).append(min(m.gbps_ab, m.gbps_ba))
+    return {k: statistics.median(v) for k, v in rates.items()}
+
+
+def gpu_records(record: GpuRecord, v: GpuVerdict) -> list[GateRecord]:
+    """One record per GPU (its host link, and whether it is slow with every peer), one per
+    measured pair, one per unresolved pair."""
+    rule = RULES[v.rule].format(pct=v.min_percent, expect=v.expect_percent)
+    slow = {s.host: s for s in v.slow_gpus}
+    links = {h.gpu: h for h in record.host_links}
+    slow_links = {s.gpu: s for s in v.slow_host_links}
+    out = []
+    for gpu in record.gpus:
+        link, notes, verdicts = links.get(gpu), [], []
+        if gpu in slow:
+            s = slow[gpu]
+            verdicts.append("SLOW GPU")
+            notes.append(f"slow with {s.partners} GPUs that reach the rate with others (sends "
+                         f"{s.out_gbps:.2f}, receives {s.in_gbps:.2f} GB/s)")
+        if gpu in slow_links:
+            verdicts.append("SLOW HOST LINK")
+            notes.append(slow_links[gpu].why)
+        elif link is not None:
+            notes.append(f"host->device {link.h2d_gbps:.2f}, device->host {link.d2h_gbps:.2f} "
+                         "GB/s")
+        reference = slow_links[gpu].threshold_gbps if gpu in slow_links else (
+            v.host_reference_gbps * v.min_percent / 100 if v.host_reference_gbps else None)
+        out.append(GateRecord("gpu", gpu, " and ".join(verdicts) or "ok", bool(verdicts),
+                              link.gbps if link else None, reference,
+                              f"host link: slow below {v.min_percent:g} % of the GPUs' upper "
+                              "median (and, with fewer than 3 GPUs, below "
+                              f"{v.expect_percent:g} % of NVML's PCIe figure)",
+                              "; ".join(notes)))
+    named = {pair_key(p.path.src, p.path.dst): p for p in v.slow_pairs}
+    unresolved = dict(v.unresolved)
+    for key, gbps in sorted(_pair_rates(record).items()):
+        name = pair_name(*key)
+        p = named.get(key)
+        verdict = "SLOW PAIR" if p else "UNRESOLVED" if name in unresolved else "ok"
+        detail = (f"{p.path.name} {p.path.gbps:.2f} GB/s, the other way "
+                  f"{p.path.reverse_gbps:.2f}; {p.conclusion}" if p else unresolved.get(name, ""))
+        if set(key) & set(slow):
+            detail = "; ".join(filter(None, [detail, "slow with a slow GPU (named above)"]))
+        if key in record.no_peer:
+            detail = "; ".join(filter(None, [detail, "peer access off by request (--no-peer)"]))
+        out.append(GateRecord("gpu", f"pair {name}", verdict, verdict != "ok", gbps,
+                              p.threshold_gbps if p else None, rule, detail))
+    return out
+
+
+def gpu_lines(record: GpuRecord, v: GpuVerdict) -> list[str]:
+    seconds = f" in {record.seconds:.2f} s" if record.seconds else ""
+    out = [f"# GPU gate: {len(record.gpus)} GPUs, {v.rounds} rounds{seconds}, "
+           f"{v.pairs_measured} of {v.pairs_total} pairs measured; rule {v.rule}: "
+           + RULES[v.rule].format(pct=v.min_percent, expect=v.expect_percent)]
+    if v.pair_reference_gbps:
+        out.append(f"# reference {v.pair_reference_gbps:.2f} GB/s (the upper median of the "
+                   "GPUs' best pair)")
+    for s in v.slow_gpus:
+        out.append(f"# SLOW GPU {s.host}: slow with {s.partners} GPUs that reach the rate with "
+                   f"others (sends {s.out_gbps:.2f}, receives {s.in_gbps:.2f} GB/s)")
+    for s in v.slow_host_links:
+        out.append(f"# SLOW HOST LINK {s.gpu}: {s.why}")
+    for p in v.slow_pairs:
+        out.append(f"# SLOW PAIR {p.path.name}: {p.path.gbps:.2f} GB/s (the other way "
+                   f"{p.path.reverse_gbps:.2f}; slow below {p.threshold_gbps:.2f}): "
+                   f"{p.conclusion}")
+    for name, reason in v.unresolved:
+        out.append(f"# UNRESOLVED {name}: {reason}")
+    if v.transient:
+        out.append(f"# {len(v.transient)} pairs slow once and fast again (transient, not named)")
+    out += [f"# note: {n}" for n in v.notes]
+    out.append(verdict_line(v))
+    return out
