@@ -2,6 +2,7 @@
 
     python -m bandwidth.ceiling [--gpus 0,1 | --cpus N] [-b 1M] [-e 1G] [-f 2] [--mb 256]
                                 [--json FILE] [--skip nccl,p2p,...]
+    python -m bandwidth.ceiling --gpus-check [--gpus 0,1] [--min-percent P] [--json G.json]
 
 Prints, as a reader of cuda-samples' p2pBandwidthLatencyTest and of nccl-tests recognises them:
 the unidirectional and bidirectional P2P bandwidth matrices with peer access disabled and enabled,
@@ -28,7 +29,9 @@ carry, ``--expect-links``). The distributed modes' ceilings (the host-to-host ma
 ``network`` -- the host-to-host matrix, the distributed modes' ceiling, through torch.distributed
 with Gloo over TCP. ``netrounds`` -- the host check in rounds (``--network --rounds``): rank 0
 drives bandwidth.links.rounds' search, every pair of a round measures at once, and the slow host
-and the slow path are named without the full matrix.
+and the slow path are named without the full matrix. ``gpucheck`` -- the GPUs of this host in
+rounds (``--gpus-check``): every GPU pair both ways at once and each GPU's host link, judged by
+bandwidth.links.gpurounds, so a slow GPU, GPU pair or host link is named.
 
 May import: hardware, config.values (the sweep's sizes and flags' values), processes and
 launch.contract (Gloo ranks on CPU devices, the host-to-host matrix's roles), the vocabulary

@@ -46,6 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
                        f"  python launch.py -H hosts -n N {PROG} --network --rounds --json R.json"
                        "\n      # the slow host, the slow path: then python -m bandwidth.hostgate "
                        "R.json\n"
+                       f"  {PROG} --gpus-check --json G.json  # the slow GPU, GPU pair or host "
+                       "link (exit 1)\n"
                        "parts for --skip: " + ", ".join(PARTS))
     p.add_argument("--gpus", default=None, help="comma list of GPU ids (default: every visible "
                    "GPU; CPU devices when there is none)")
@@ -85,8 +87,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --network: find the slow host and the slow path in rounds of "
                         "disjoint pairs instead of the full matrix (bandwidth.links.rounds); "
                         "judge its --json with python -m bandwidth.hostgate")
+    p.add_argument("--gpus-check", action="store_true",
+                   help="check this host's GPUs in rounds of disjoint pairs (every pair, both "
+                        "ways at once) and each GPU's host link; name a slow GPU, GPU pair or "
+                        "host link and exit 1 (bandwidth.links.gpurounds); with two GPUs the "
+                        "pair is held against NVML's figure (--expect-links P, default 60 %%); "
+                        "judge its --json with python -m bandwidth.hostgate")
+    p.add_argument("--no-peer", default=None, metavar="PAIRS",
+                   help="with --gpus-check: peer access off for these GPU pairs (0-1,2-3 or "
+                        "all), so their copies are staged through host memory: what a lost "
+                        "NVLink path reads, for trying the check")
     p.add_argument("--min-percent", default=None, metavar="P",
-                   help="with --rounds: a pair is slow below P %% of the reference (default 70)")
+                   help="with --rounds or --gpus-check: a pair is slow below P %% of the "
+                        "reference (default 70)")
     p.add_argument("--screen-rounds", default=None, metavar="K|all",
                    help="with --rounds: rounds of the round robin before re-pairing (default "
                         "ceil(log2 N)); 'all' measures every pair, which finds every slow path")
@@ -147,11 +160,12 @@ def rounds_options(args) -> tuple[float, int | str | None]:
     """--min-percent and --screen-rounds, which only --network --rounds takes."""
     if not args.rounds:
         given = [flag for flag, value in (("--min-percent", args.min_percent),
-                                          ("--screen-rounds", args.screen_rounds)) if value]
+                                          ("--screen-rounds", args.screen_rounds))
+                 if value and not (args.gpus_check and flag == "--min-percent")]
         if given:
             raise ConfigError(f"{' and '.join(given)} set the host check in rounds: add "
                               "--network --rounds")
-        return 70.0, None
+        return parse_min_percent(args.min_percent or "70"), None
     if not args.network:
         raise ConfigError("--rounds is a way of measuring --network: add --network (under "
                           "launch.py)")
@@ -193,6 +207,22 @@ def rounds_main(args) -> int:
                          "the host check's rounds")
             print(f"# wrote {args.json_path}")
     return 0
+
+
+def gpus_check(args, min_percent: float) -> int:
+    """--gpus-check (bandwidth.ceiling.gpucheck): its flags checked, then the check."""
+    from bandwidth.ceiling.gpucheck import gpus_main
+
+    if args.network or args.rounds:
+        raise ConfigError("--gpus-check checks the GPUs of this host; --network checks hosts: "
+                          "one at a time")
+    if args.junit or args.summary_md:
+        raise ConfigError("the GPU check's JUnit and markdown come from the gate on its JSON: "
+                          "python -m bandwidth.hostgate G.json --junit FILE.xml")
+    expect = parse_min_percent(args.expect_links) if args.expect_links is not None else 60.0
+    options = options_from_args(args, True)
+    return gpus_main(args, options, min_percent, expect,
+                     lambda m: print(f"# {m}", file=sys.stderr, flush=True))
 
 
 def _expect_args(args, devices, options) -> tuple[float | None, str | None]:
@@ -262,7 +292,11 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError("--gpus and --cpus exclude each other")
         if args.cpus is not None and args.cpus < 1:
             raise ConfigError(f"--cpus must be at least 1; got {args.cpus}")
-        rounds_options(args)
+        min_percent, _ = rounds_options(args)
+        if args.gpus_check:
+            return gpus_check(args, min_percent)
+        if args.no_peer is not None:
+            raise ConfigError("--no-peer sets the GPU check's pairs: add --gpus-check")
         if args.network:
             check_numbers(args)
             return network_main(args)

@@ -174,7 +174,7 @@ def load_gpu_rounds(path: str, doc: object) -> GpuRecord:
         raise ConfigError(f"{path}: measurement {measurements.index(None)} is not {{\"round\": "
                           f"R, \"pair\": [GPU, other GPU], \"gbps\": [positive, positive]}} of "
                           f"listed GPUs; {HOW}")
-    no_peer = tuple(tuple(p) for p in body.get("no_peer", []) if _pair(p, known))
+    no_peer = tuple(pair_key(*p) for p in body.get("no_peer", []) if _pair(p, known))
     seconds = body.get("seconds")
     return GpuRecord(path, tuple(body["gpus"]), float(body["min_percent"]),
                      float(body["expect_percent"]), tuple(links), expected,
