@@ -321,3 +321,47 @@ def test_without_a_gpu_the_check_is_waived_in_one_line(tmp_path):
     assert proc.stdout.splitlines() == [
         f"# GPU check waived: no CUDA GPU is visible here (CPU devices have no GPU links); "
         f"nothing measured, {tmp_path / 'g.json'} not written"]
+
+
+def test_the_measurement_flow_with_the_gpu_calls_replaced_by_a_model(monkeypatch, tmp_path):
+    """measure_gpus and the command line's --gpus-check on 4 'GPUs' whose copies are a model: a
+    pair with peer access off (--no-peer 1-3) reads at the staging rate and is named."""
+    from bandwidth.ceiling import cli, gpucheck
+
+    topo = {"gpus": [{"gpu": g, "name": "H200", "pcie_gen_max": 5, "pcie_width": 16,
+                      "pcie_width_max": 16, "nvlink_generation": 4} for g in gpus(4)],
+            "matrix": [["X" if a == b else "NV18" for b in gpus(4)] for a in gpus(4)]}
+
+    class Topology:
+        def to_dict(self):
+            return topo
+
+    measure = model()
+
+    class Copies:
+        def __init__(self, ids, nbytes, repeats, burst):
+            assert ids == gpus(4) and (nbytes, repeats, burst) == (64_000_000, 3, 5)
+
+        def measure(self, pairs):
+            return {k: STAGED if frozenset(k) == {1, 3} else v
+                    for k, v in measure(pairs).items()}
+
+    monkeypatch.setattr(gpucheck.rawcopy, "available", lambda: True)
+    monkeypatch.setattr(gpucheck.rawcopy, "pci_bus_id", lambda g: None)
+    monkeypatch.setattr(gpucheck, "read_topology", lambda ids, bus: (Topology(), None))
+    monkeypatch.setattr(gpucheck, "visible_gpus", lambda: 4)
+    monkeypatch.setattr(gpucheck, "set_peer_access", lambda ids, off: set())
+    monkeypatch.setattr(gpucheck.host, "host_link_gbps",
+                        lambda g, nbytes, pinned, to_device, repeats, burst: HOST)
+    monkeypatch.setattr(gpucheck, "PairCopies", Copies)
+    monkeypatch.setattr(gpucheck.torch.cuda, "get_device_name", lambda g: "NVIDIA H200")
+    monkeypatch.setattr(gpucheck.torch.cuda, "empty_cache", lambda: None)
+    path = tmp_path / "g.json"
+    status = cli.main(["--gpus-check", "--no-peer", "3-1", "--p2p-mb", "64", "--repeats", "3",
+                       "--json", str(path)])
+    doc = json.loads(path.read_text())["gpu_rounds"]
+    assert status == 1 and doc["no_peer"] == [["GPU 1", "GPU 3"]]
+    assert [p["name"] for p in doc["verdict"]["slow_pairs"]] == ["GPU 1<->GPU 3"]
+    assert doc["rule"] == "median" and len(doc["expected_pairs"]) == 6
+    assert doc["host_links"][0]["expected_gbps"] == pytest.approx(63.0, rel=0.01)
+    assert gate(path).returncode == 1

@@ -104,10 +104,11 @@ class PairCopies:
         copies = {(s, d): rawcopy.PeerCopy(self.dst[d], self.src[s], self.stream[s])
                   for a, b in pairs for s, d in ((a, b), (b, a))}
         seconds = {k: [] for k in copies}
-        for i in range(self.repeats + 1):                # the first sample is a warm-up
-            for k, value in self._sample(copies).items():
-                if i:
-                    seconds[k].append(value)
+        with rawcopy.keep_device(torch.cuda.current_device()):   # a copy sets its own device
+            for i in range(self.repeats + 1):            # the first sample is a warm-up
+                for k, value in self._sample(copies).items():
+                    if i:
+                        seconds[k].append(value)
         return {k: self.nbytes * self.burst / statistics.median(v) / 1e9
                 for k, v in seconds.items()}
 
@@ -177,17 +178,17 @@ def measure_gpus(gpus: list[int], options, no_peer, min_percent: float, expect_p
                           "library torch loaded was not found")
     progress("reading the link topology (NVML)")
     topology, reason = read_topology(gpus, [rawcopy.pci_bus_id(g) for g in gpus])
+    rates = []
+    for g in gpus:                     # first, so that every GPU has its context for the next
+        progress(f"host link of GPU {g}: pinned copies of {options.nbytes / 1e6:g} MB each way")
+        rates.append([host.host_link_gbps(g, options.nbytes, True, to_device, options.repeats,
+                                          options.burst) for to_device in (True, False)])
+    torch.cuda.empty_cache()
     unpeered = set_peer_access(gpus, no_peer) if len(gpus) > 1 else set()
     pairs, basis, hosts = expected_figures(topology.to_dict() if topology else None, gpus,
                                            unpeered)
-    links = []
-    for g in gpus:
-        progress(f"host link of GPU {g}: pinned copies of {options.nbytes / 1e6:g} MB each way")
-        h2d, d2h = (host.host_link_gbps(g, options.nbytes, True, to_device, options.repeats,
-                                        options.burst) for to_device in (True, False))
-        figure, why = hosts.get(label(g), (None, ""))
-        links.append(HostLink(label(g), h2d, d2h, figure, why))
-    torch.cuda.empty_cache()
+    links = [HostLink(label(g), h2d, d2h, *hosts.get(label(g), (None, "")))
+             for g, (h2d, d2h) in zip(gpus, rates)]
     check = GpuRounds([label(g) for g in gpus], links, pairs, min_percent, expect_percent)
     copies = PairCopies(gpus, options.p2p_nbytes, options.repeats, options.p2p_burst) \
         if len(gpus) > 1 else None
