@@ -32,6 +32,33 @@ class _Parser(argparse.ArgumentParser):
         raise ConfigError(message if len(message) <= 300 else message[:300] + "...")
 
 
+def add_check_flags(p: argparse.ArgumentParser) -> None:
+    """The checks that name a slow part: hosts (--network, --rounds) and this host's GPUs."""
+    p.add_argument("--network", action="store_true",
+                   help="under launch.py: the host-to-host bandwidth matrix between the launched "
+                        "processes (the ceiling of the distributed modes)")
+    p.add_argument("--rounds", action="store_true",
+                   help="with --network: find the slow host and the slow path in rounds of "
+                        "disjoint pairs instead of the full matrix (bandwidth.links.rounds); "
+                        "judge its --json with python -m bandwidth.hostgate")
+    p.add_argument("--gpus-check", action="store_true",
+                   help="check this host's GPUs in rounds of disjoint pairs (every pair, both "
+                        "ways at once) and each GPU's host link; name a slow GPU, GPU pair or "
+                        "host link and exit 1 (bandwidth.links.gpurounds); with two GPUs the "
+                        "pair is held against NVML's figure (--expect-links P, default 60 %%); "
+                        "judge its --json with python -m bandwidth.hostgate")
+    p.add_argument("--no-peer", default=None, metavar="PAIRS",
+                   help="with --gpus-check: peer access off for these GPU pairs (0-1,2-3 or "
+                        "all), so their copies are staged through host memory: what a lost "
+                        "NVLink path reads, for trying the check")
+    p.add_argument("--min-percent", default=None, metavar="P",
+                   help="with --rounds or --gpus-check: a pair is slow below P %% of the "
+                        "reference (default 70)")
+    p.add_argument("--screen-rounds", default=None, metavar="K|all",
+                   help="with --rounds: rounds of the round robin before re-pairing (default "
+                        "ceil(log2 N)); 'all' measures every pair, which finds every slow path")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog=PROG, formatter_class=argparse.RawDescriptionHelpFormatter,
                 description="Measure this host's communication ceilings: peer-to-peer bandwidth "
@@ -80,37 +107,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--skip", default="", help="comma list of parts not to measure")
     p.add_argument("--timeout", type=float, default=600.0,
                    help="seconds allowed to each child process (default 600)")
-    p.add_argument("--network", action="store_true",
-                   help="under launch.py: the host-to-host bandwidth matrix between the launched "
-                        "processes (the ceiling of the distributed modes)")
-    p.add_argument("--rounds", action="store_true",
-                   help="with --network: find the slow host and the slow path in rounds of "
-                        "disjoint pairs instead of the full matrix (bandwidth.links.rounds); "
-                        "judge its --json with python -m bandwidth.hostgate")
-    p.add_argument("--gpus-check", action="store_true",
-                   help="check this host's GPUs in rounds of disjoint pairs (every pair, both "
-                        "ways at once) and each GPU's host link; name a slow GPU, GPU pair or "
-                        "host link and exit 1 (bandwidth.links.gpurounds); with two GPUs the "
-                        "pair is held against NVML's figure (--expect-links P, default 60 %%); "
-                        "judge its --json with python -m bandwidth.hostgate")
-    p.add_argument("--no-peer", default=None, metavar="PAIRS",
-                   help="with --gpus-check: peer access off for these GPU pairs (0-1,2-3 or "
-                        "all), so their copies are staged through host memory: what a lost "
-                        "NVLink path reads, for trying the check")
-    p.add_argument("--min-percent", default=None, metavar="P",
-                   help="with --rounds or --gpus-check: a pair is slow below P %% of the "
-                        "reference (default 70)")
-    p.add_argument("--screen-rounds", default=None, metavar="K|all",
-                   help="with --rounds: rounds of the round robin before re-pairing (default "
-                        "ceil(log2 N)); 'all' measures every pair, which finds every slow path")
+    add_check_flags(p)
     p.add_argument("--json", dest="json_path", default=None,
                    help='also write the results to this file as JSON: {"ceilings": ...}, '
                         'or {"network": ...} with --network (the file --network-ceiling reads), '
-                        'or {"rounds": ...} with --network --rounds (what hostgate reads)')
+                        'or {"rounds": ...} with --network --rounds, or {"gpu_rounds": ...} '
+                        'with --gpus-check (both what hostgate reads)')
     p.add_argument("--expect-links", nargs="?", const="60", default=None, metavar="P",
                    help="fail (exit 1) any link below P %% (default 60) of what NVML says it "
                         "carries: NVLinks x the rate of their generation, PCIe generation x "
-                        "lanes; and any link NVML shows degraded")
+                        "lanes; and any link NVML shows degraded (with --gpus-check: the "
+                        "percent of NVML's figure a pair is held to where there is no median)")
     p.add_argument("--junit", default=None, metavar="FILE.xml",
                    help="write the --expect-links verdicts as JUnit XML (one test case per link)")
     p.add_argument("--summary-md", default=None, metavar="FILE.md",
