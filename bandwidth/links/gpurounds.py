@@ -353,11 +353,12 @@ def verdict_of(gpus, host_links: list[HostLink], expected: dict,
     if n == 1:
         notes.append("one GPU: no pair to measure; only its host link is checked")
     elif rule == "expected":
-        notes.append("two GPUs: one pair, no median to hold it against; held against NVML's "
-                     "figure for its link" if n == 2 else
-                     "pairs of different kinds (NVML): each held against NVML's figure for "
-                     "its own link")
-        missing = [pair_name(*k) for k in counts if not expected.get(k)]
+        missing = [pair_name(*k) for k in sorted(counts) if not expected.get(k)]
+        notes.append("two GPUs: one pair, no median to hold it against" if n == 2 else
+                     "pairs of different kinds (NVML): no one median for them")
+        if len(missing) < len(counts):
+            notes.append(f"each pair held against {expect_percent:g} % of NVML's figure for "
+                         "its own link")
         if missing:
             notes.append(f"NVML gives no figure for {', '.join(missing)}: only one direction "
                          f"below {min_percent:g} % of the other can call it slow")
