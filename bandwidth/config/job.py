@@ -68,6 +68,7 @@ class Config:
     server_admit: int | None = None        # PS modes: pushes a server accepts at once (None: slots)
     server_keys: str = "auto"              # PS modes: "auto" | "mxnet" | "balanced" (see below)
     server_takes: str = "auto"             # PS sync: "auto" | "message" | "worker" (server_settings)
+    probe: bool = True                     # dist_nccl: the neighbour probe after the steps
 
     def to_dict(self) -> dict:
         return asdict(self)

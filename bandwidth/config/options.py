@@ -175,7 +175,8 @@ def parse_job(args: argparse.Namespace, modes: list[str]) -> Job:
                   owners=args.owners, graph_steps=parse_graph_steps(args.graph_steps),
                   max_in_flight=args.max_in_flight, server_order=args.server_order,
                   server_admit=args.server_admit, server_keys=args.server_keys,
-                  server_takes=args.server_takes, framework=framework, **compute)
+                  server_takes=args.server_takes, framework=framework,
+                  probe=args.probe, **compute)
     # The backend varies fastest, so that the rows of a comparison sit side by side.
     configs = tuple(Config(network=network, kv_store=mode, gpus=gpus, cpus=cpus, backend=backend,
                            schedule=schedule, bucket_mb=bucket_mb, first_bucket_mb=first,

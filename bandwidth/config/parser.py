@@ -214,6 +214,11 @@ FLAGS: tuple[Flag, ...] = (
          help="distributed modes, with --link-rate: print the model's step for this "
               "job's hosts and rate (python -m bandwidth.predict), its binding "
               "resource and its error against the run"),
+    flag(HOSTS, "--no-probe", dest="probe", action="store_false",
+         help="dist_nccl: skip the neighbour probe after the measured steps (each worker "
+              "exchanges a few MB with its neighbours at distance 1, 2, 4, ..., both ways, "
+              "untimed in the figures; the straggler line uses it to name a worker whose link "
+              "is slow, or a slow path)"),
     flag(HOSTS, "--all-worker-lines", action="store_true",
          help="distributed modes: every worker prints its iteration lines (default: "
               "worker 0's only; every worker's are in --json under 'workers' either "

@@ -17,7 +17,8 @@ import os
 import sys
 from datetime import timedelta
 
-from bandwidth.launch.supervision.lifeline import die_with_parent, read_line, watch_lifeline
+from bandwidth.launch.supervision.lifeline import (Watchdog, die_with_parent, read_line,
+                                                   watch_lifeline)
 
 if __name__ == "__main__":
     # Before the slow imports: a parent that dies while torch loads must not leave this rank.
@@ -32,6 +33,7 @@ from bandwidth.config.options import Config  # noqa: E402
 from bandwidth.errors import BandwidthError  # noqa: E402
 from bandwidth.launch.contract.environment import job_store  # noqa: E402
 from bandwidth.launch.contract.storegate import connect  # noqa: E402
+from bandwidth.measurement.probe import probe_task  # noqa: E402
 from bandwidth.measurement.tasks import measure_task, reference_task, say  # noqa: E402
 from bandwidth.plan.plan import make_plan  # noqa: E402
 from bandwidth.processes.group import DistGroup  # noqa: E402
@@ -116,6 +118,11 @@ def run_tasks(plan, tasks: list[str], rank: int, group: DistGroup, on_report, fi
     if "reference" in tasks:
         result["reference"] = reference_task(plan, [rank], group, replicas=world_size,
                                              say=say if on_report is not None else None)
+    if "probe" in tasks:
+        # dist_nccl: each rank with its neighbours, untimed in the figures above.
+        with Watchdog(plan.config.timeout_s, "the neighbour probe") as dog:
+            result["probe"] = probe_task(plan.devices.torch_device(rank), group, first + rank,
+                                         plan.devices.n, world_size, kick=dog.kick)
     return result
 
 

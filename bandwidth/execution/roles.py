@@ -38,7 +38,7 @@ from bandwidth.plan.plan import Plan, make_plan
 from bandwidth.processes.group import DistGroup, all_gather_json
 from bandwidth.processes.spawn import run_ranks
 from bandwidth.results.gathered import worker_result
-from bandwidth.results.ranks import rank_records
+from bandwidth.results.ranks import probe_neighbours, probe_summary, rank_records
 from bandwidth.results.result import Result
 from bandwidth.hardware import linkcounters
 from bandwidth.stores.dist import Cluster, messages, post_messages, ps_layout
@@ -258,6 +258,9 @@ def _dist_nccl(plan: Plan, role: Role, on_report) -> Result | None:
         replicas = role.job.num_workers * per_worker
         # The reference: one flat all-reduce of the same bytes over the same world, same run.
         tasks = ["measure"] + (["reference"] if c.reference and replicas > 1 else [])
+        # Each worker with its neighbours, after the steps: where a slow link hides from the
+        # step times, which an all-reduce evens out (bandwidth.measurement.probe).
+        tasks += ["probe"] if c.probe and role.job.num_workers > 1 else []
         counters_before = linkcounters.snapshot()
         if per_worker == 1 and not plan.devices.is_cuda:
             # One CPU device per worker: the workers' Gloo group is the ranks' world (the same
@@ -284,7 +287,10 @@ def _dist_nccl(plan: Plan, role: Role, on_report) -> Result | None:
         result = worker_result(plan, out["measure"], DistGroup(torch.device("cpu")), replicas,
                                reference=out.get("reference"))
         result.worker_hosts = hosts               # dist_nccl's servers take no part
-        result.ranks = rank_records(result.workers, hosts)
+        probe = out.get("probe")
+        result.probe = probe_summary(probe)
+        result.ranks = rank_records(result.workers, hosts,
+                                    neighbours=probe_neighbours(probe, hosts) if probe else None)
         result.link_counters = counters
         # A worker and its device ranks, if any (each rank's peak taken as the largest one's).
         peaks = all_gather_json(peak_rss_bytes() + per_worker * peak_rss_bytes(True),

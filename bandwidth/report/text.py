@@ -16,6 +16,7 @@ from bandwidth.links.hostmatrix import ceiling_line
 from bandwidth.plan.plan import Plan
 from bandwidth.report.cells import ONE_DEVICE, gbps_3
 from bandwidth.results.document import fingerprint
+from bandwidth.results.probepaths import probe_line
 from bandwidth.results.result import Result
 from bandwidth.results.stragglers import straggler_json, straggler_line
 from bandwidth.results.validate import SCHEMA_VERSION
@@ -293,6 +294,8 @@ def worker_lines(result: Result) -> list[str]:
                      f"{slow.worker}), the slowest "
                      f"{100 * (slow.seconds_median / fast.seconds_median - 1):.1f} % above the "
                      "fastest")
+    if result.probe is not None:
+        lines.append(f"#   {probe_line(result.probe)}")
     if result.ranks:
         lines.append(f"#   {straggler_line(result.ranks)}")
     if result.memory is not None:
@@ -360,6 +363,7 @@ def result_json(result: Result) -> dict:
         # Distributed: every rank's record, and the straggler by the stated rule.
         **({"ranks": [r.to_dict() for r in result.ranks],
             "straggler": straggler_json(result.ranks)} if result.ranks else {}),
+        **({"probe": result.probe} if result.probe is not None else {}),
         **({"host_ceiling": result.host_ceiling.to_dict()}
            if result.host_ceiling is not None else {}),
         **({"link_bound": result.link_bound.to_dict()}

@@ -44,6 +44,36 @@ class PeerRate:
 
 
 @dataclass(frozen=True)
+class NeighbourRate:
+    """A ``dist_nccl`` worker's probe with one neighbour (bandwidth.measurement.probe), per
+    exchange of ``nbytes`` each way: the seconds until this worker's bytes were in at the
+    neighbour (``send_seconds``, timed there) and until the neighbour's were in here
+    (``recv_seconds``, timed here). A worker of several devices: its devices' bytes together,
+    until the last of them was in."""
+
+    role: str
+    index: int
+    host: str
+    nbytes: int
+    send_seconds: tuple[float, ...]
+    recv_seconds: tuple[float, ...]
+
+    @property
+    def send_gbps(self) -> float | None:
+        return _gbps(self.nbytes, self.send_seconds)
+
+    @property
+    def recv_gbps(self) -> float | None:
+        return _gbps(self.nbytes, self.recv_seconds)
+
+    def to_dict(self) -> dict:
+        return {"role": self.role, "index": self.index, "host": self.host, "nbytes": self.nbytes,
+                "send_gbps": self.send_gbps, "recv_gbps": self.recv_gbps,
+                "send_seconds": list(self.send_seconds),
+                "recv_seconds": list(self.recv_seconds)}
+
+
+@dataclass(frozen=True)
 class RankRecord:
     rank: int                          # in the job's world: the workers, then the servers
     role: str                          # "worker" or "server"
@@ -53,7 +83,9 @@ class RankRecord:
     wait_seconds: tuple[float, ...]    # workers: its wait in the barrier before each step
     nbytes_sent: float                 # per step
     nbytes_received: float
-    peers: tuple[PeerRate, ...] = ()   # parameter-server workers: one per server
+    # Parameter-server workers: a PeerRate per server; dist_nccl's with the probe: a
+    # NeighbourRate per neighbour.
+    peers: tuple = ()
 
     @property
     def label(self) -> str:
@@ -78,14 +110,16 @@ def _gbps(nbytes: float, seconds: tuple[float, ...]) -> float | None:
 
 
 def rank_records(workers, worker_hosts: list[str], server_hosts: list[str] | None = None,
-                 server_steps: list[list[float]] | None = None) -> list[RankRecord]:
+                 server_steps: list[list[float]] | None = None,
+                 neighbours: list[tuple[NeighbourRate, ...]] | None = None) -> list[RankRecord]:
     """The job's records: ``workers`` (WorkerTraffic, gathered, in worker order) on
     ``worker_hosts``; the servers on ``server_hosts`` with their own step times
-    (``server_steps``, one list per server; empty where none)."""
+    (``server_steps``, one list per server; empty where none); ``dist_nccl``'s probe, each
+    worker's ``neighbours`` (``probe_neighbours``)."""
     server_hosts = server_hosts or []
     out = []
     for w, traffic in enumerate(workers):
-        peers = tuple(
+        peers = neighbours[w] if neighbours and w < len(neighbours) else tuple(
             PeerRate(SERVER, s, server_hosts[s] if s < len(server_hosts) else "",
                      int(nbytes), tuple(step[s][0] for step in traffic.peer_seconds),
                      tuple(step[s][1] for step in traffic.peer_seconds))
@@ -100,3 +134,40 @@ def rank_records(workers, worker_hosts: list[str], server_hosts: list[str] | Non
         steps = tuple((server_steps or [])[s]) if s < len(server_steps or []) else ()
         out.append(RankRecord(len(workers) + s, SERVER, s, host, steps, (), carried, carried))
     return out
+
+
+def probe_neighbours(probe: dict, hosts: list[str]) -> list[tuple[NeighbourRate, ...]]:
+    """Each worker's NeighbourRate with each neighbour, from the probe's gathered table
+    (bandwidth.measurement.probe.probe_task's ``"ranks"``): the directed path a -> b is what
+    worker b's devices timed receiving from worker a, exchange by exchange, the slowest device's
+    time where a worker has several (their bytes cross the host's link together)."""
+    ranks = probe.get("ranks") or []
+    if not ranks:
+        return []
+    per_worker = 1 + max(int(r["local"]) for r in ranks)
+    paths: dict[tuple[int, int], tuple[float, ...]] = {}
+    for r in ranks:
+        for source, seconds in r["recv_seconds"].items():
+            key = (int(source), int(r["worker"]))
+            old = paths.get(key)
+            paths[key] = (tuple(seconds) if old is None
+                          else tuple(max(a, b) for a, b in zip(old, seconds)))
+    nbytes = int(probe["nbytes"]) * per_worker
+    out = []
+    for w in range(len(ranks) // per_worker):
+        peers = sorted({a for a, b in paths if b == w} | {b for a, b in paths if a == w})
+        out.append(tuple(NeighbourRate(WORKER, p, hosts[p] if p < len(hosts) else "", nbytes,
+                                       paths.get((w, p), ()), paths.get((p, w), ()))
+                         for p in peers))
+    return out
+
+
+def probe_summary(probe: dict | None) -> dict | None:
+    """The document's ``"probe"``: how the probe ran (its per-rank table is in the records)."""
+    if not probe:
+        return None
+    ranks = probe.get("ranks") or []
+    per_worker = 1 + max((int(r["local"]) for r in ranks), default=0)
+    return {"seconds": probe["seconds"], "nbytes": probe["nbytes"], "repeats": probe["repeats"],
+            "shifts": list(probe["shifts"]), "backend": probe["backend"],
+            "workers": len(ranks) // per_worker, "ranks_per_worker": per_worker}

@@ -60,6 +60,7 @@ class Result:
     costs: StepCosts | None = None     # --compute: what the step cost (bandwidth.results.costs)
     memory: dict | None = None         # distributed: every process's peak RSS (hardware.memory)
     ranks: list = field(default_factory=list)   # distributed: a results.ranks.RankRecord each
+    probe: dict | None = None          # dist_nccl: how its neighbour probe ran (ranks.py)
 
     @property
     def pct_of_ceiling(self) -> float | None:

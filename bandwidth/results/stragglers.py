@@ -16,7 +16,9 @@ every worker waits for the slowest one's pushes before its answers come, so the 
 step times are alike, and a worker stopped 3/4 of the time on loopback showed steps within 3 %
 of the others' but pushes 2.6 x theirs. A ``dist_nccl`` rank's is its own step time, which an
 all-reduce evens out (every rank ends together), so there the rule names only a rank whose own
-time differs. Each worker's wait in the barrier before each step is kept in its record, not
+time differs; its neighbour probe (bandwidth.measurement.probe, judged by
+bandwidth.results.probepaths) names the worker whose link is slow, or the slow path, which the
+line puts first (a slow link), or after the ranks' and servers' verdicts (a path). Each worker's wait in the barrier before each step is kept in its record, not
 judged: worker 0, which prints the lines, reached it last on loopback in clean runs. A server's
 is the median over the workers of their seconds per byte of pushes to it, so that a server whose
 link is slow stands out even though every worker then waits for it alike (servers holding less
@@ -26,43 +28,10 @@ than half the median server's bytes are left out: their time is latency).
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
 
-K = 1.25          # a rank's median at least K x the median of the ranks' medians ...
-NOISE = 3.0       # ... and above it by more than NOISE x the ranks' spread between rounds
-
-
-@dataclass(frozen=True)
-class Verdict:
-    named: str | None                 # the straggler, or None
-    ratio: float | None               # its median over the median of the ranks' medians
-    slowest: str | None               # the slowest rank, standing out or not
-    slowest_ratio: float | None
-    median: float | None              # M
-    spread: float | None              # D
-    also: tuple[str, ...] = ()        # other ranks that stand out, slowest first
-    alone: str = ""                   # why nothing was compared ("1 worker")
-
-
-def judge(figures: dict[str, list[float]], k: float = K, noise: float = NOISE) -> Verdict:
-    """The rule (module docstring) on ``figures``: each rank's figure per step, in rank order."""
-    medians = {r: statistics.median(xs) for r, xs in figures.items() if xs}
-    if len(medians) < 2:
-        return Verdict(None, None, None, None, None, None,
-                       alone=f"{len(medians)} rank{'s' if len(medians) != 1 else ''}")
-    big = statistics.median(medians.values())
-    spread = statistics.median(statistics.median(abs(x - medians[r]) for x in figures[r])
-                               for r in medians)
-    order = sorted(medians, key=lambda r: -medians[r])     # stable: ties keep rank order
-    slowest = order[0]
-
-    def ratio(r: str) -> float:
-        return medians[r] / big if big > 0 else float("inf")
-
-    out = [r for r in order if medians[r] >= k * big and medians[r] - big > noise * spread
-           and medians[r] > big]
-    return Verdict(out[0] if out else None, ratio(out[0]) if out else None, slowest,
-                   ratio(slowest), big, spread, tuple(out[1:]))
+from bandwidth.results.probepaths import (also_words, judge_probe, link_words, path_figures,
+                                          path_words, probe_json, probe_rule_text)
+from bandwidth.results.rule import K, NOISE, Verdict, judge
 
 
 def worker_figures(records) -> dict[str, list[float]]:
@@ -72,37 +41,43 @@ def worker_figures(records) -> dict[str, list[float]]:
             for r in records if r.role == "worker" and r.step_seconds}
 
 
+def server_peers(record) -> tuple:
+    """A parameter-server worker's rate with each server (not dist_nccl's probe neighbours)."""
+    return tuple(p for p in record.peers if p.role == "server")
+
+
 def pushes_seconds(record) -> tuple[float, ...]:
     """Per measured step, the seconds until a worker's last push to any server had left (empty
     where it did not time its peers)."""
-    if not record.peers:
+    peers = server_peers(record)
+    if not peers:
         return ()
-    return tuple(max(times) for times in zip(*(p.push_seconds for p in record.peers)))
+    return tuple(max(times) for times in zip(*(p.push_seconds for p in peers)))
 
 
 def figure_word(records) -> str:
     """What the workers' figure is, in the line's words."""
-    return "push time" if any(r.peers for r in records) else "step"
+    return "push time" if any(server_peers(r) for r in records) else "step"
 
 
 def server_figures(records) -> dict[str, list[float]]:
     """Each server's figure per measured step: the median over the workers of their seconds per
     byte of pushes to it (empty where the workers did not time their peers; a server that holds
     less than half the median server's share has none)."""
-    workers = [r for r in records if r.role == "worker" and r.peers]
+    workers = [server_peers(r) for r in records if r.role == "worker" and server_peers(r)]
     if not workers:
         return {}
-    shares = [peer.nbytes for peer in workers[0].peers]
+    shares = [peer.nbytes for peer in workers[0]]
     typical = statistics.median(shares) if shares else 0
     out = {}
-    for s, peer in enumerate(workers[0].peers):
+    for s, peer in enumerate(workers[0]):
         # A share well below the others' is timed by its latency, not its bytes (MXNet's key
         # rule can leave a server a few hundred bytes): it is left out of the comparison.
         if peer.nbytes <= 0 or peer.nbytes < typical / 2:
             continue
-        steps = min(len(w.peers[s].push_seconds) for w in workers)
+        steps = min(len(w[s].push_seconds) for w in workers)
         out[f"{peer.role} {peer.index}"] = [
-            statistics.median(w.peers[s].push_seconds[i] / w.peers[s].nbytes for w in workers)
+            statistics.median(w[s].push_seconds[i] / w[s].nbytes for w in workers)
             for i in range(steps)]
     return out
 
@@ -115,13 +90,14 @@ def rule_text(k: float = K, noise: float = NOISE, figure: str = "step") -> str:
 def peer_clause(records, label: str) -> str:
     """``its pushes to server 3 at 41 % of the others'``: the named worker's push rate to the
     server where it falls furthest below the other workers' median rate to that server."""
-    mine = next((r for r in records if r.label == label), None)
-    others = [r for r in records if r.role == "worker" and r.label != label and r.peers]
-    if mine is None or not mine.peers or not others:
+    mine = next((server_peers(r) for r in records if r.label == label), ())
+    others = [server_peers(r) for r in records
+              if r.role == "worker" and r.label != label and server_peers(r)]
+    if not mine or not others:
         return ""
     worst = None
-    for s, peer in enumerate(mine.peers):
-        rates = [o.peers[s].push_gbps for o in others if o.peers[s].push_gbps]
+    for s, peer in enumerate(mine):
+        rates = [o[s].push_gbps for o in others if o[s].push_gbps]
         if not rates or not peer.push_gbps:
             continue
         pct = 100 * peer.push_gbps / statistics.median(rates)
@@ -139,7 +115,12 @@ def straggler_line(records) -> str:
     """The summary's line: the straggler named against the median, or "no straggler" with the
     rule (and the slowest rank, for scale)."""
     workers, servers = straggler(records)
+    probe = judge_probe(records)
     host = {r.label: r.host for r in records}
+    if probe is not None and probe.links:
+        link = probe.links[0]
+        return (f"straggler: {link.worker} on {host.get(link.worker, '?')}, "
+                f"{link_words(link)}{also_words(probe, host, skip_link=link.worker)}")
     if workers.named and (not servers.named or workers.ratio >= servers.ratio):
         clause = peer_clause(records, workers.named)
         also = (f" (also standing out: {', '.join(workers.also)})" if workers.also else "")
@@ -149,8 +130,15 @@ def straggler_line(records) -> str:
         return (f"straggler: {servers.named} on {host.get(servers.named, '?')}, the workers' "
                 f"pushes to it {servers.ratio:.2f} x the median server's time per byte "
                 f"({100 / servers.ratio:.0f} % of the rate)")
+    if probe is not None and probe.paths:
+        return f"straggler: {path_words(probe.paths[0], host)}{also_words(probe, host, None, 0)}"
     if workers.alone:
         return f"no straggler ({workers.alone.replace('rank', 'worker')}: nothing to compare with)"
+    if probe is not None and not probe.alone:
+        a, b = probe.slowest
+        return (f"no straggler (rule: {probe_rule_text()}; slowest path {a} -> {b}, "
+                f"{host.get(a, '?')} -> {host.get(b, '?')}, {probe.slowest_ratio:.2f} x the "
+                "median)")
     return (f"no straggler (rule: {rule_text(figure=figure_word(records))}; slowest "
             f"{workers.slowest} on "
             f"{host[workers.slowest]}, {workers.slowest_ratio:.2f} x the median)")
@@ -167,4 +155,6 @@ def straggler_json(records) -> dict:
                 "median": v.median, "spread": v.spread, "also": list(v.also)}
     return {"rule": rule_text(figure=figure_word(records)), "figure": figure_word(records),
             "k": K, "noise": NOISE, "line": straggler_line(records),
-            "workers": of(workers), "servers": of(servers)}
+            "workers": of(workers), "servers": of(servers),
+            **({"probe": probe_json(judge_probe(records), host)}
+               if path_figures(records) else {})}
