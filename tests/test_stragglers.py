@@ -224,23 +224,75 @@ def test_a_worker_stopped_three_quarters_of_the_time_is_named(tmp_path):
 
 
 @pytest.mark.timeout(60)
-def test_dist_nccl_keeps_every_ranks_record(tmp_path):
+def test_dist_nccl_keeps_every_ranks_record_and_its_probe(tmp_path):
+    """4 workers: each rank's record holds its probe with each of its 3 neighbours (distance
+    1, -1 and 2), both directions, every exchange; the summary says how long the probe took."""
     out = tmp_path / "r.json"
-    proc = launch(3, 0, "--kv-store", "dist_nccl", *MLP, "--num-batches", "4",
+    proc = launch(4, 0, "--kv-store", "dist_nccl", *MLP, "--num-batches", "4",
                   "--json", str(out))
     stdout, stderr = proc.communicate(timeout=50)
     assert proc.returncode == 0, stderr[-3000:]
     result = json.loads(out.read_text())["results"][0]
     ranks = result["ranks"]
     assert [(r["rank"], r["role"], r["index"], r["host"]) for r in ranks] == [
-        (w, "worker", w, "127.0.0.1") for w in range(3)]
+        (w, "worker", w, "127.0.0.1") for w in range(4)]
     per_worker = result["workers"][0]["network_nbytes"]
+    probe = result["probe"]
+    assert probe["shifts"] == [1, -1, 2] and probe["backend"] == "gloo"
+    assert (probe["workers"], probe["ranks_per_worker"], probe["repeats"]) == (4, 1, 3)
+    assert probe["nbytes"] == 2 << 20 and 0 < probe["seconds"] < 20
     for r in ranks:
         assert len(r["step_seconds"]) == len(r["wait_seconds"]) == 4
         assert r["nbytes_sent"] == r["nbytes_received"] == per_worker > 0
-        assert r["peers"] == []
-    assert result["straggler"]["figure"] == "step"
-    assert f"#   {result['straggler']['line']}" in stdout.splitlines()
+        assert [p["index"] for p in r["peers"]] == [w for w in range(4) if w != r["index"]]
+        for p in r["peers"]:
+            assert (p["role"], p["host"], p["nbytes"]) == ("worker", "127.0.0.1", 2 << 20)
+            assert len(p["send_seconds"]) == len(p["recv_seconds"]) == 3
+            assert all(t > 0 for t in p["send_seconds"] + p["recv_seconds"])
+            assert p["send_gbps"] > 0 and p["recv_gbps"] > 0
+    # A path is timed once, by its receiver: a's send to b is b's receive from a.
+    by = {(r["index"], p["index"]): p for r in ranks for p in r["peers"]}
+    assert all(by[(a, b)]["send_seconds"] == by[(b, a)]["recv_seconds"] for a, b in by)
+    straggler = result["straggler"]
+    assert straggler["figure"] == "step" and straggler["probe"]["alone"] is None
+    assert "a probe path stands out" in straggler["probe"]["rule"]
+    lines = stdout.splitlines()
+    assert f"#   {straggler['line']}" in lines
+    assert any(line.startswith("#   probe: 3 rounds (worker distance 1, -1, 2) of 3 x 2 MiB "
+                               "each way between neighbours, gloo send/recv, ") for line in lines)
+
+
+@pytest.mark.timeout(60)
+def test_dist_nccl_probe_of_workers_of_two_devices(tmp_path):
+    """2 workers of 2 CPU devices each (one process per device): device i of one worker
+    exchanges with device i of the other, and the worker's rate counts both devices' bytes."""
+    out = tmp_path / "r.json"
+    proc = launch(2, 0, "--kv-store", "dist_nccl", *MLP, "--num-batches", "2",
+                  "--cpus", "2", "--no-reference", "--json", str(out))
+    stdout, stderr = proc.communicate(timeout=55)
+    assert proc.returncode == 0, stderr[-3000:]
+    result = json.loads(out.read_text())["results"][0]
+    assert (result["probe"]["workers"], result["probe"]["ranks_per_worker"]) == (2, 2)
+    assert result["probe"]["shifts"] == [1]
+    for r in result["ranks"]:
+        (peer,) = r["peers"]
+        assert peer["index"] == 1 - r["index"] and peer["nbytes"] == 2 * (2 << 20)
+        assert len(peer["recv_seconds"]) == 3 and peer["recv_gbps"] > 0
+    # Two workers: no third to tell a slow link from a slow path; the steps are judged.
+    assert result["straggler"]["probe"]["alone"] == "2 workers"
+
+
+@pytest.mark.timeout(45)
+def test_no_probe_leaves_it_out(tmp_path):
+    out = tmp_path / "r.json"
+    proc = launch(2, 0, "--kv-store", "dist_nccl", *MLP, "--num-batches", "2",
+                  "--no-reference", "--no-probe", "--json", str(out))
+    stdout, stderr = proc.communicate(timeout=40)
+    assert proc.returncode == 0, stderr[-3000:]
+    result = json.loads(out.read_text())["results"][0]
+    assert "probe" not in result and "probe" not in result["straggler"]
+    assert all(r["peers"] == [] for r in result["ranks"])
+    assert "#   probe:" not in stdout
 
 
 # --- the gate reports name the straggler (issue 40, item 5) -----------------------------------
