@@ -39,9 +39,15 @@ Document, schema version 1::
                    "peers": [{"role", "index", "host", "nbytes", "push_gbps", "pull_gbps",
                               "push_seconds", "pull_seconds"}]}],
                                     # distributed modes: one per rank, workers then servers
-                                    # (bandwidth.results.ranks; absent elsewhere)
+                                    # (bandwidth.results.ranks; absent elsewhere); a dist_nccl
+                                    # worker's peers: its probe neighbours, {"role", "index",
+                                    # "host", "nbytes", "send_gbps", "recv_gbps",
+                                    # "send_seconds", "recv_seconds"}
+        "probe": {"seconds", "nbytes", "repeats", "shifts", "backend", "workers",
+                  "ranks_per_worker"},   # dist_nccl's neighbour probe (absent elsewhere)
         "straggler": {"rule", "figure", "k", "noise", "line",
-                      "workers": {...}, "servers": {...}}}]}
+                      "workers": {...}, "servers": {...},
+                      "probe": {...}}}]}    # probe: bandwidth.results.probepaths.probe_json
                                     # distributed modes: the verdict of
                                     # bandwidth.results.stragglers (absent elsewhere)
 
