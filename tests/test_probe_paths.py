@@ -91,15 +91,37 @@ def test_two_slow_paths_of_one_worker_are_paths_not_its_link():
         "path's probe rate (also: path worker 3 -> worker 4 at 50 %)")
 
 
+def test_a_path_slow_in_one_exchange_of_three_is_not_named():
+    """A delay only adds time: a path's best exchange is what it carries."""
+    records = probe_records(16)
+    hit = records[4]
+    peers = list(hit.peers)
+    i = next(i for i, p in enumerate(peers) if p.index == 3)
+    p = peers[i]
+    peers[i] = NeighbourRate(p.role, p.index, p.host, p.nbytes, p.send_seconds,
+                             (p.recv_seconds[0] * 5, p.recv_seconds[1] * 4, p.recv_seconds[2]))
+    records[4] = RankRecord(hit.rank, hit.role, hit.index, hit.host, hit.step_seconds, (),
+                            1e6, 1e6, tuple(peers))
+    assert straggler_line(records).startswith("no straggler (rule: a probe path")
+
+
+def test_the_also_list_is_cut_short():
+    records = probe_records(16, {(a, (a + 1) % 16): 2.0 + 0.01 * a for a in range(0, 12, 2)})
+    line = straggler_line(records)
+    assert line.endswith("path worker 4 -> worker 5 at 49 %; 2 more in --json)"), line
+    assert len(judge_probe(records).paths) == 6
+
+
 def test_a_clean_probe_says_no_straggler_with_the_rule():
     records = probe_records(16, {(a, b): 1 + 0.05 * ((a * 5 + b) % 4)
                                  for a in range(16) for b in range(16)})
     line = straggler_line(records)
-    assert line.startswith("no straggler (rule: a probe path stands out at a median seconds "
-                           "per byte at least 1.25 x the median path's and above it by more "
-                           "than 3 x their spread between exchanges; a worker's link named when "
-                           "its paths to or from 3/4 of its neighbours (at least 2) stand out, "
-                           "a path alone at 1.5 x; slowest path "), line
+    assert line.startswith("no straggler (rule: a probe path stands out where its best "
+                           "exchange's seconds per byte are at least 1.25 x the median path's "
+                           "and above it by more than 3 x their spread between exchanges; a "
+                           "worker's link named when its paths to or from 3/4 of its "
+                           "neighbours (at least 2) stand out, a path alone at 1.5 x; slowest "
+                           "path "), line
 
 
 def test_a_path_above_k_but_below_the_path_multiple_is_not_named():

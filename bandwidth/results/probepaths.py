@@ -4,8 +4,11 @@ that names it; docs/formulas.md, "Stragglers", derives the rule.
 
 The figure of a directed path a -> b and exchange i is its seconds per byte: worker a's bytes
 into worker b, timed by b (``path_figures``, from the records' NeighbourRates). The rule of
-bandwidth.results.rule on these figures tells which paths stand out (m_p >= K x M and
-m_p - M > NOISE x D, M the median path's, D the paths' spread between exchanges). Then:
+bandwidth.results.rule on these figures, with each path's best exchange as its m_p (a delay
+only adds time, and a slow link is slow in every exchange; 16 workers on loopback, a 2-core
+host at load 9: 27 paths stood out by their median, 10 by their best), tells which paths
+stand out (m_p >= K x M and m_p - M > NOISE x D, M the median path's, D the median over the
+paths of their exchanges' median distance from their best). Then:
 
 * a worker's link is named when the paths out of it, or the paths into it, to at least
   ``SHARE`` (3/4) of its neighbours, and to at least 2, stand out: a slow link is slow with
@@ -29,6 +32,7 @@ from bandwidth.results.rule import K, NOISE, judge
 
 SHARE = 0.75          # a link is named when at least this share of its neighbours' paths is slow
 PATH_K = 1.5          # a lone path is named only at this multiple of the median path's figure
+ALSO_SHOWN = 3        # the line's "also:" shows this many more links and paths
 
 
 @dataclass(frozen=True)
@@ -80,9 +84,9 @@ def judge_probe(records, k: float = K, noise: float = NOISE, share: float = SHAR
     workers = sorted({w for pair in figures for w in pair}, key=lambda w: int(w.split()[-1]))
     if len(workers) < 3:
         return ProbeVerdict((), (), None, None, None, None, alone=f"{len(workers)} workers")
-    verdict = judge(figures, k, noise)
+    verdict = judge(figures, k, noise, centre=min)
     standing = [verdict.named, *verdict.also] if verdict.named else []
-    medians = {p: statistics.median(xs) for p, xs in figures.items()}
+    medians = {p: min(xs) for p, xs in figures.items()}
     big = verdict.median
 
     def ratio(path) -> float:
@@ -113,8 +117,9 @@ def judge_probe(records, k: float = K, noise: float = NOISE, share: float = SHAR
 
 def probe_rule_text(k: float = K, noise: float = NOISE, share: float = SHARE,
                     path_k: float = PATH_K) -> str:
-    return (f"a probe path stands out at a median seconds per byte at least {k:g} x the median "
-            f"path's and above it by more than {noise:g} x their spread between exchanges; a "
+    return (f"a probe path stands out where its best exchange's seconds per byte are at least "
+            f"{k:g} x the median path's and above it by more than {noise:g} x their spread "
+            f"between exchanges; a "
             f"worker's link named when its paths to or from {_fraction(share)} of its "
             f"neighbours (at least 2) stand out, a path alone at {path_k:g} x")
 
@@ -159,6 +164,8 @@ def also_words(verdict: ProbeVerdict, host: dict, skip_link: str | None = None,
              if f.worker != skip_link]
     items += [f"path {a} -> {b} at {_pct(r)}" for i, (a, b, r) in enumerate(verdict.paths)
               if i != skip_path]
+    if len(items) > ALSO_SHOWN:            # --json's "straggler"."probe" holds them all
+        items = items[:ALSO_SHOWN] + [f"{len(items) - ALSO_SHOWN} more in --json"]
     return f" (also: {'; '.join(items)})" if items else ""
 
 

@@ -30,10 +30,11 @@ class Verdict:
     alone: str = ""                   # why nothing was compared ("1 worker")
 
 
-def judge(figures: dict, k: float = K, noise: float = NOISE) -> Verdict:
+def judge(figures: dict, k: float = K, noise: float = NOISE, centre=statistics.median) -> Verdict:
     """The rule (module docstring) on ``figures``: each rank's (or path's) figure per round,
-    in rank order (ties: the first named)."""
-    medians = {r: statistics.median(xs) for r, xs in figures.items() if xs}
+    in rank order (ties: the first named). ``centre``: what stands for one's rounds, the median
+    (the probe's paths: ``min``, their best exchange), and D's deviations are taken from it."""
+    medians = {r: centre(xs) for r, xs in figures.items() if xs}
     if len(medians) < 2:
         return Verdict(None, None, None, None, None, None,
                        alone=f"{len(medians)} rank{'s' if len(medians) != 1 else ''}")

@@ -10,19 +10,19 @@ absolute deviation from its own m_r (the spread between rounds), rank r stands o
 The slowest rank that stands out is named (ties: the lowest rank); none, and the line says "no
 straggler" with the rule. With one rank there is nothing to compare.
 
-The figures (``worker_figures``, ``server_figures``): a parameter-server worker's is the time
-its pushes took to leave (until its last push to any server had left): in a synchronous step
-every worker waits for the slowest one's pushes before its answers come, so the workers' own
-step times are alike, and a worker stopped 3/4 of the time on loopback showed steps within 3 %
-of the others' but pushes 2.6 x theirs. A ``dist_nccl`` rank's is its own step time, which an
-all-reduce evens out (every rank ends together), so there the rule names only a rank whose own
-time differs; its neighbour probe (bandwidth.measurement.probe, judged by
-bandwidth.results.probepaths) names the worker whose link is slow, or the slow path, which the
-line puts first (a slow link), or after the ranks' and servers' verdicts (a path). Each worker's wait in the barrier before each step is kept in its record, not
-judged: worker 0, which prints the lines, reached it last on loopback in clean runs. A server's
-is the median over the workers of their seconds per byte of pushes to it, so that a server whose
-link is slow stands out even though every worker then waits for it alike (servers holding less
-than half the median server's bytes are left out: their time is latency).
+The figures (``worker_figures``, ``server_figures``): a parameter-server worker's is the time its
+pushes took to leave (until its last push to any server had left): in a synchronous step every
+worker waits for the slowest one's pushes before its answers come, so the workers' own step times
+are alike, and a worker stopped 3/4 of the time on loopback showed steps within 3 % of the others'
+but pushes 2.6 x theirs. A ``dist_nccl`` rank's is its own step time, which an all-reduce evens out
+(every rank ends together), so there the rule names only a rank whose own time differs; its
+neighbour probe (bandwidth.measurement.probe, judged by bandwidth.results.probepaths) names the
+worker whose link is slow, or the slow path, which the line puts first (a slow link), or after the
+ranks' and servers' verdicts (a path). Each worker's wait in the barrier before each step is kept
+in its record, not judged: worker 0, which prints the lines, reached it last on loopback in clean
+runs. A server's is the median over the workers of their seconds per byte of pushes to it, so that
+a server whose link is slow stands out even though every worker then waits for it alike (servers
+holding less than half the median server's bytes are left out: their time is latency).
 """
 
 from __future__ import annotations
