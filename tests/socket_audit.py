@@ -5,6 +5,7 @@ together for a job on this host (tests/test_job_listeners.py, the ps-lite audit)
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -172,10 +173,13 @@ def read_on(proc: subprocess.Popen) -> None:
 
 def stop_group(proc: subprocess.Popen) -> None:
     """SIGTERM to the process group of ``proc`` (started in a session of its own), SIGKILL if it
-    has not ended within 30 s."""
-    os.killpg(proc.pid, signal.SIGTERM)
+    has not ended within 30 s (a job that ended already: its end is what the caller reports)."""
     try:
+        os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)
+    except ProcessLookupError:
+        proc.wait()
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()

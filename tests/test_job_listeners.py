@@ -25,11 +25,11 @@ def local_job(mode: str, servers: str) -> list[str]:
 
 
 # Each kind of listener a one-host job opens: parameter servers (dist_sync; dist_async's are the
-# same), per-device ranks behind a worker with servers (dist_async_device; dist_sync_device's are
+# same), per-device ranks behind a worker with servers (dist_sync_device; dist_async_device's are
 # the same) and without (dist_nccl), and measure.py's own per-device ranks.
 JOBS = {
     "launch.py local dist_sync": local_job("dist_sync", "1"),
-    "launch.py local dist_async_device": local_job("dist_async_device", "1"),
+    "launch.py local dist_sync_device": local_job("dist_sync_device", "1"),
     "launch.py local dist_nccl": local_job("dist_nccl", "0"),
     "measure.py nccl ranks": [sys.executable, "bandwidth/measure.py", "--kv-store", "nccl",
                               "--cpus", "2", *SMALL, "--num-batches", "100000"],
