@@ -26,7 +26,7 @@ vocabulary every stage may import and that imports none of them: ``errors``, ``f
 silently lost and nothing blocks), ``thresholds`` (the gates' flags' values: --tolerance,
 --min-gbps, --min-percent-of-ceiling, --repeat), ``gates`` (one record per gated figure, and the
 JUnit and markdown reports CI systems show), ``textformat`` (byte counts and fixed-width tables
-as text); and the package ``links`` (the host-to-host matrix and the link bound of the
+as text), ``progress`` (a sweep's bar and a long wait's stages on stderr); and the package ``links`` (the host-to-host matrix and the link bound of the
 distributed modes). No module imports another that imports it back, directly or not
 (tests/test_architecture.py checks it); package ``__init__`` files hold only their rule.
 

@@ -3,7 +3,7 @@ logs), a bar rewritten in place with \\r on a terminal."""
 
 import io
 
-from bandwidth.report.progress import Progress, bar
+from bandwidth.progress import Progress, bar
 
 
 def test_the_bar_fills_from_an_arrow_to_full():

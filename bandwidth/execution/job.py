@@ -24,7 +24,7 @@ from bandwidth.gates import summary_path
 from bandwidth.hardware.environment import describe as describe_environment
 from bandwidth.plan.plan import Plan, make_plan, size_line
 from bandwidth.report import baseline, table
-from bandwidth.report.progress import Progress
+from bandwidth.progress import Progress
 from bandwidth.report.stats import ci_width_pct
 from bandwidth.report.text import array_table, document, preamble, write_document
 from bandwidth.results.document import fingerprint, rows_from_document

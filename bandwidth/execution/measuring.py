@@ -10,7 +10,7 @@ from bandwidth.ceiling.bounds import BoundCache
 from bandwidth.config.job import Job
 from bandwidth.measurement.protocol import Summary
 from bandwidth.plan.plan import Plan, size_line
-from bandwidth.report.progress import Progress
+from bandwidth.progress import Progress
 from bandwidth.report.text import algbw_text, summary_lines
 from bandwidth.results.document import devices_label
 from bandwidth.results.result import Result

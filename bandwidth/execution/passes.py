@@ -14,7 +14,7 @@ from bandwidth.execution.measuring import measure_one, merged, plan_label
 from bandwidth.measurement.fresh import fresh_pass
 from bandwidth.plan.plan import Plan
 from bandwidth.report import baseline
-from bandwidth.report.progress import Progress
+from bandwidth.progress import Progress
 from bandwidth.report.stats import ci_width_pct
 from bandwidth.report.text import document
 from bandwidth.results.document import Row, devices_label, fingerprint, rows_from_document

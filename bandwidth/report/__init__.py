@@ -1,10 +1,11 @@
 """Everything that renders or judges results: text (preamble, MXNet's lines, summary: ``text``),
 fixed-width tables and CSV (``table``, their cells and the columns that name a row: ``cells``),
-plots (``plot``), progress on stderr (``progress``), and the gates: baselines and their records
+plots (``plot``), and the gates: baselines and their records
 (``baseline``), their statistics (``stats``) and per-host gates (``hostgate``; on the host check
 in rounds, ``roundgate``; on the GPU check in rounds, ``gpugate``). The gates'
 thresholds, records and JUnit / markdown reports are vocabulary (bandwidth.thresholds,
-bandwidth.gates), shared with the ceiling's gate.
+bandwidth.gates), shared with the ceiling's gate; so is progress on stderr (bandwidth.progress),
+which the launcher and a distributed job's set-up show too.
 
 The regression check's parts: ``fingerprints`` (the hardware against the baseline's),
 ``rowcompare`` (rows against the baseline, the floor and the ceiling), ``verdicts`` (the names the
