@@ -97,6 +97,11 @@ class Stages:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
+    @classmethod
+    def quiet(cls) -> "Stages":
+        """Stages that never say anything (a process that does not print)."""
+        return cls(after_s=float("inf"))
+
     def enter(self, stage: str | Callable[[], str] | None, done: int | None = None,
               total: int | None = None) -> None:
         """From now on the process is in ``stage`` (None: in none worth saying), step ``done``

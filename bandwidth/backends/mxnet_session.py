@@ -212,9 +212,10 @@ def check_role(kv_store: str, role: Role | None, servers_needed: bool = True) ->
                                f"the launcher starts with --scheduler: {example}")
 
 
-def run_distributed(plan: Plan, role: Role, on_report) -> Result | None:
+def run_distributed(plan: Plan, role: Role, on_report, stages=None) -> Result | None:
     """This process's part of a dist_* job: the Result on workers, None on servers and the
-    scheduler (after MXNet's loop ends)."""
+    scheduler (after MXNet's loop ends). ``stages``: unused (ps-lite's set-up happens inside
+    ``import mxnet``, where nothing can say it)."""
     c = plan.config
     check_role(c.kv_store, role)
     if role.name == SCHEDULER:

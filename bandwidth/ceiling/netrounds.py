@@ -25,6 +25,7 @@ from bandwidth.ceiling.network import join_processes
 from bandwidth.links.rounddoc import rounds_document
 from bandwidth.links.rounds import RoundSearch
 from bandwidth.processes.group import all_gather_json
+from bandwidth.progress import Stages
 
 
 def broadcast_pairs(pairs: list[tuple[int, int]] | None) -> list[tuple[int, int]]:
@@ -82,6 +83,8 @@ def measure_rounds(nbytes: int, repeats: int, timeout_s: float, min_percent: flo
     role = join_processes(timeout_s)
     if role is None:
         return None                           # a ps-lite scheduler takes no part
+    # Rank 0 says which round a silence of 10 s is in (the rounds print at the end).
+    stages = Stages().watching() if role.rank == 0 else Stages.quiet()
     try:
         labels = all_gather_json(f"{role.rank}@{role.node_host}", role.world_size)
         # Every rank builds the planner, so a setting it refuses stops every rank alike.
@@ -97,6 +100,8 @@ def measure_rounds(nbytes: int, repeats: int, timeout_s: float, min_percent: flo
             pairs = broadcast_pairs(asked)
             if not pairs:
                 break
+            stages.enter(f"the host check: round {len(round_seconds) + 1}, {len(pairs)} pairs "
+                         "at once")
             peer, gbps = measure_round(role.rank, pairs, payload, ack, repeats)
             rates = gather_rates(peer, gbps, role.world_size)
             if role.rank == 0:
@@ -105,6 +110,7 @@ def measure_rounds(nbytes: int, repeats: int, timeout_s: float, min_percent: flo
                 round_seconds.append(time.perf_counter() - started)
         dist.barrier()
     finally:
+        stages.close()
         dist.destroy_process_group()
     if role.rank != 0:
         return None

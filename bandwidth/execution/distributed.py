@@ -15,6 +15,7 @@ from bandwidth.hardware.environment import describe as describe_environment
 from bandwidth.hardware.memory import return_freed_memory
 from bandwidth.launch.preflight import PREFLIGHT_ENV
 from bandwidth.plan.plan import make_plan, size_line
+from bandwidth.progress import Stages
 from bandwidth.report.text import document, preamble, summary_lines, worker_lines, write_document
 from bandwidth.results.result import Result
 
@@ -54,8 +55,17 @@ def execute_distributed(job: Job, role) -> int:
     # 100 workers' lines would flood the terminal: worker 0's by default (every worker's
     # iterations are in the JSON's 'workers').
     prints = on_worker and (role.task_id == 0 or job.all_worker_lines)
-    result = roles.run_distributed(
-        plan, role, on_report=(lambda report: print(report.line(), flush=True)) if prints else None)
+    # The worker that prints says what a wait of more than 10 s is doing (the set-up, a slow
+    # iteration); only worker 0, so that 100 workers do not say it 100 times.
+    stages = Stages().watching() if on_worker and role.task_id == 0 else Stages.quiet()
+
+    def report_line(report) -> None:
+        stages.said()
+        print(report.line(), flush=True)
+
+    with stages:
+        result = roles.run_distributed(plan, role, on_report=report_line if prints else None,
+                                       stages=stages)
     if result is None or role.task_id != 0:
         return 0                           # the first worker prints the gathered summary
     if job.network_ceiling is not None:

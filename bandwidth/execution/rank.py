@@ -108,13 +108,15 @@ def execute(payload: dict, rank: int, world_size: int, port: int, timeout_s: flo
 
 
 def run_tasks(plan, tasks: list[str], rank: int, group: DistGroup, on_report, first: int,
-              world_size: int) -> dict:
+              world_size: int, stages=None) -> dict:
     """A rank's tasks over ``group`` (this process's default group): device ``rank`` of the
-    plan, replica ``first + rank`` of ``world_size``."""
+    plan, replica ``first + rank`` of ``world_size``; ``stages``: where a long wait is said
+    (bandwidth.progress.Stages)."""
     result = {}
     if "measure" in tasks:
         result["measure"] = measure_task(plan, [rank], group, on_report,
-                                         first_replica=first, replicas=world_size)
+                                         first_replica=first, replicas=world_size,
+                                         stages=stages)
     if "reference" in tasks:
         result["reference"] = reference_task(plan, [rank], group, replicas=world_size,
                                              say=say if on_report is not None else None)

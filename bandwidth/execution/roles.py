@@ -37,6 +37,7 @@ from bandwidth.measurement.tasks import measure_task
 from bandwidth.plan.plan import Plan, make_plan
 from bandwidth.processes.group import DistGroup, all_gather_json
 from bandwidth.processes.spawn import run_ranks
+from bandwidth.progress import Stages
 from bandwidth.results.gathered import worker_result
 from bandwidth.results.ranks import probe_neighbours, probe_summary, rank_records
 from bandwidth.results.result import Result
@@ -99,20 +100,25 @@ def check_single_host(kv_stores: list[str], role: Role | None) -> None:
                       "without launch.py, or with launch.py -s 0 and no --scheduler")
 
 
-def run_distributed(plan: Plan, role: Role, on_report) -> Result | None:
-    """This process's part; the Result on workers, None on servers and the scheduler."""
+def run_distributed(plan: Plan, role: Role, on_report, stages: Stages | None = None
+                    ) -> Result | None:
+    """This process's part; the Result on workers, None on servers and the scheduler.
+    ``stages``: where worker 0 says what a long wait is doing (bandwidth.progress)."""
+    stages = stages or Stages.quiet()
     store_cls = plan.store_cls
     check_role(plan.config.kv_store, role, servers_needed=not store_cls.traits.process_per_device)
     if role.name not in (WORKER, SERVER):
         return None                      # the toolkit's engine needs no scheduler
     if store_cls.traits.process_per_device:
-        return _dist_nccl(plan, role, on_report)
-    return _parameter_server(plan, role, on_report)
+        return _dist_nccl(plan, role, on_report, stages)
+    return _parameter_server(plan, role, on_report, stages)
 
 
-def _parameter_server(plan: Plan, role: Role, on_report) -> Result | None:
+def _parameter_server(plan: Plan, role: Role, on_report, stages: Stages) -> Result | None:
     c = plan.config
     timeout = timedelta(seconds=c.timeout_s)
+    stages.enter(f"setting up: the Gloo group of {role.job.num_workers} workers and "
+                 f"{role.job.num_servers} servers")
     dist.init_process_group("gloo", store=join_store(role, c.timeout_s), rank=role.rank,
                             world_size=role.world_size, timeout=timeout)
     try:
@@ -129,6 +135,8 @@ def _parameter_server(plan: Plan, role: Role, on_report) -> Result | None:
                           push_group=dist.new_group(everyone), pull_group=dist.new_group(everyone),
                           max_in_flight=c.max_in_flight, server_order=c.server_order,
                           server_admit=c.server_admit, server_keys=keys, server_takes=takes)
+        stages.enter("setting up: the raw exchange between workers and servers (the ceiling), "
+                     "4 rounds")
         raw = _raw_exchange(plan, cluster, role) if c.reference else None
         counters_before = linkcounters.snapshot()
         served: list[float] = []                  # a server's time of each measured step
@@ -143,7 +151,8 @@ def _parameter_server(plan: Plan, role: Role, on_report) -> Result | None:
             per_worker = plan.devices.n
             measured = measure_task(plan, list(range(per_worker)), group, on_report,
                                     cluster=cluster, first_replica=role.task_id * per_worker,
-                                    replicas=role.job.num_workers * per_worker)
+                                    replicas=role.job.num_workers * per_worker, stages=stages)
+            stages.enter("gathering every worker's and server's figures")
             result = worker_result(plan, measured, group, role.job.num_workers * per_worker)
             result.worker_hosts = hosts[:role.job.num_workers]
             result.server_takes = cluster.server_takes
@@ -240,11 +249,12 @@ def _raw_exchange(plan: Plan, cluster: Cluster, role: Role, repeats: int = 3) ->
     return statistics.median(seconds) if role.name == WORKER else None
 
 
-def _dist_nccl(plan: Plan, role: Role, on_report) -> Result | None:
+def _dist_nccl(plan: Plan, role: Role, on_report, stages: Stages) -> Result | None:
     c = plan.config
     store = join_store(role, c.timeout_s)        # registers this rank with the launcher
     if role.name != WORKER:
         return None
+    stages.enter(f"setting up: the Gloo group of {role.job.num_workers} workers")
     # The workers themselves (one process each, not one per device) form a small Gloo group of
     # their own, through which the first worker gathers the summary.
     dist.init_process_group("gloo", store=dist.PrefixStore(DIST_NCCL_WORKERS_PREFIX, store),
@@ -268,8 +278,9 @@ def _dist_nccl(plan: Plan, role: Role, on_report) -> Result | None:
             # device: 100 ranks are 100 processes, not 200 (about 150 MB each before any work).
             from bandwidth.execution.rank import run_tasks
             out = run_tasks(plan, tasks, 0, DistGroup(torch.device("cpu")), on_report,
-                            role.task_id, replicas)
+                            role.task_id, replicas, stages=stages)
         else:
+            stages.enter(f"measuring in {per_worker} processes, one per device")
             out = run_ranks({"config": c.to_dict(), "tasks": tasks,
                              "print_reports": on_report is not None,
                              "rendezvous": {"host": role.master_addr, "port": role.master_port,
@@ -282,6 +293,7 @@ def _dist_nccl(plan: Plan, role: Role, on_report) -> Result | None:
         # bytes as a step, so the figures stay per step).
         all_reduces = exchange_steps(plan) + (c.warmup + c.num_batches if "reference" in tasks
                                               else 0)
+        stages.enter("gathering every worker's figures")
         counters = gather_counters(counters_before, all_reduces, hosts, role.job.num_workers,
                                    role.job.num_workers)
         result = worker_result(plan, out["measure"], DistGroup(torch.device("cpu")), replicas,

@@ -30,6 +30,7 @@ from bandwidth.launch.supervision.rankends import SaidWatch
 from bandwidth.launch.rendezvous import (JoinWatch, address_towards, bind_address, free_port,
                                          open_store)
 from bandwidth.launch.supervision.supervisor import Failure, LaunchFailed, Supervisor
+from bandwidth.progress import Stages
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +86,7 @@ def _run(config: LaunchConfig, launcher, hosts, master_addr: str, hosted, secret
                       join_s, f"{master_addr}:{hosted.port}",
                       advice="raise launch.py --timeout" if config.timeout_given else
                       "the default grew with the job; give launch.py --timeout for more",
-                      patient=not config.timeout_given)
+                      patient=not config.timeout_given, stages=Stages())
     beats = HeartbeatWatch(job_store(store, job.secret), range(job.world_size),
                            config.heartbeat_s, crowded_misses(config.heartbeat_misses,
                                                               job.world_size, os.cpu_count())) \

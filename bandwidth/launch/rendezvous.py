@@ -146,17 +146,26 @@ class JoinWatch:
     ``PATIENCE`` x ``timeout_s``): start-up on a crowded machine is slow but steady (100 ranks
     over ssh into 25 lab hosts on 2 cores joined for more than 159 s, the default for 100
     processes), and a rank that is really missing still fails the launch soon after the others
-    are in."""
+    are in.
+
+    ``stages`` (bandwidth.progress.Stages): once some ranks joined, a wait for the rest longer
+    than its silence says how many are in (``# joining: 3 of 4 processes in the rendezvous ...
+    12 s``; on a terminal, the count and seconds in place until all are in)."""
 
     STALL_S = 20.0
     PATIENCE = 3.0
 
     def __init__(self, store, labels: Sequence[str], timeout_s: float, where: str,
-                 advice: str = "raise launch.py --timeout", patient: bool = False):
+                 advice: str = "raise launch.py --timeout", patient: bool = False,
+                 stages=None):
         self.store, self.labels, self.timeout_s, self.where = store, list(labels), timeout_s, where
         self.advice, self.patient = advice, patient
         self.done = not labels
         self.last_count, self.last_join_s = 0, 0.0
+        self.stages = stages
+        if stages is not None:
+            stages.enter(lambda: f"joining: {self.last_count} of {len(self.labels)} processes "
+                                 "in the rendezvous")
 
     def __call__(self, elapsed_s: float) -> Failure | None:
         if self.done:
@@ -164,9 +173,13 @@ class JoinWatch:
         joined = self.store.add(JOINED_COUNT_KEY, 0)
         if joined >= len(self.labels):
             self.done = True
+            if self.stages is not None:
+                self.stages.close()
             return None
         if joined > self.last_count:
             self.last_count, self.last_join_s = joined, elapsed_s
+        if joined and self.stages is not None:   # a program that never joins is not watched
+            self.stages.tick()
         if joined == 0 or elapsed_s < self.timeout_s:
             return None
         if (self.patient and elapsed_s - self.last_join_s < self.STALL_S

@@ -14,6 +14,8 @@ from bandwidth.measurement.protocol import Report, Sample, Summary
 from bandwidth.measurement.session import Session
 from bandwidth.plan.launching import launch_of, schedule_launch_note
 from bandwidth.plan.plan import Plan
+from bandwidth.progress import Stages
+from bandwidth.textformat import format_bytes
 from bandwidth.launch.supervision.lifeline import Watchdog
 from bandwidth.stores.registry import KVSTORES
 
@@ -25,13 +27,22 @@ def say(message: str) -> None:
 
 def measure_task(plan: Plan, indices: list[int], group,
                  on_report: Callable[[Report], None] | None, *, cluster=None,
-                 first_replica: int = 0, replicas: int | None = None) -> dict:
-    """Measure this process's replicas (``first_replica`` onwards, of ``replicas`` in the job)."""
+                 first_replica: int = 0, replicas: int | None = None,
+                 stages: Stages | None = None) -> dict:
+    """Measure this process's replicas (``first_replica`` onwards, of ``replicas`` in the job).
+    ``stages``: where a long wait says what it is doing (the fill, the warm-up, an iteration)."""
+    if stages is not None:
+        stages.enter(f"setting up: filling {format_bytes(plan.nbytes * len(indices))} of "
+                     f"arrays on {len(indices)} device{'s' if len(indices) > 1 else ''}")
     session, notes = open_session(plan, indices, group, cluster=cluster,
                                   first_replica=first_replica, replicas=replicas)
     try:
-        measured = measure_session(plan, session, on_report, replicas, notes,
+        c = plan.config
+        staged = session if stages is None else Staged(session, stages, c.warmup, c.num_batches)
+        measured = measure_session(plan, staged, on_report, replicas, notes,
                                    session.store.server_nbytes)
+        if stages is not None:
+            stages.enter(None)          # what follows (--compute, the reference) says itself
         measured["launch"] = session.launch
         measured["graph_steps"] = session.graph_steps        # 1 unless replays are queued
         measured["cpu_threads"] = session.cpu_threads_used
@@ -87,6 +98,34 @@ def measure_session(plan: Plan, session, on_report: Callable[[Report], None] | N
                 plan.store_cls.costs.counted_devices(plan.devices.n, replicas or plan.devices.n)))
     return {"samples": [asdict(s) for s in samples], "reports": [asdict(r) for r in reports],
             "notes": notes, "server_nbytes": list(server_nbytes or [])}
+
+
+class Staged:
+    """``session`` whose untimed ``prepare`` and ``error`` tell ``stages`` (bandwidth.progress)
+    what the iteration is doing: on CPU devices a warm-up or an error check of a large network
+    takes seconds, and the set-up before ``iter 1`` tens of them. The timed step is untouched."""
+
+    def __init__(self, session, stages: Stages, warmup: int, iterations: int):
+        self._session, self._stages = session, stages
+        self._warmup, self._iterations, self._done = warmup, iterations, 0
+
+    def prepare(self) -> None:
+        self._done += 1
+        self._say("the step")
+        self._session.prepare()
+
+    def error(self) -> float:
+        self._say("checking the result")
+        return self._session.error()
+
+    def _say(self, what: str) -> None:
+        i, warmup = self._done, self._warmup
+        name = (f"warming up ({i} of {warmup})" if i <= warmup
+                else f"iteration {i - warmup} of {self._iterations}")
+        self._stages.enter(f"{name}: {what}", i - 1, warmup + self._iterations)
+
+    def __getattr__(self, name: str):
+        return getattr(self._session, name)
 
 
 class Kicking:
