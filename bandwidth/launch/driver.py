@@ -80,13 +80,14 @@ def _run(config: LaunchConfig, launcher, hosts, master_addr: str, hosted, secret
     # A host that ssh cannot reach is named by its ssh child (255, "connection timed out") at the
     # start timeout; the rendezvous watch waits that long and a second more, so that it does not
     # name the same missing rank first as one that never joined (a coin flip at 17 s on the lab).
+    joining = Stages()             # the rendezvous's count, once a wait for it passes 10 s
     start_s = launcher.start_timeout_s(config.timeout_s)
     join_s = config.timeout_s if start_s <= config.timeout_s else start_s + 1.0
     watch = JoinWatch(job_store(store, job.secret), [role.label for role, _ in plan.world],
                       join_s, f"{master_addr}:{hosted.port}",
                       advice="raise launch.py --timeout" if config.timeout_given else
                       "the default grew with the job; give launch.py --timeout for more",
-                      patient=not config.timeout_given, stages=Stages())
+                      patient=not config.timeout_given, stages=joining)
     beats = HeartbeatWatch(job_store(store, job.secret), range(job.world_size),
                            config.heartbeat_s, crowded_misses(config.heartbeat_misses,
                                                               job.world_size, os.cpu_count())) \
@@ -116,6 +117,7 @@ def _run(config: LaunchConfig, launcher, hosts, master_addr: str, hosted, secret
         raise LaunchFailed(cause, cause.report() + "\n  then, as a consequence: "
                            f"{failed.failure.subject} {failed.failure.what}") from None
     finally:
+        joining.close()            # a terminal's bar line blanked before any report
         if config.report_path:
             _write_report(config.report_path, supervisor)
 
