@@ -44,7 +44,8 @@ from dataclasses import dataclass, field
 
 from bandwidth.errors import ConfigError
 from bandwidth.links.rounds import (NEED_HOST, NEED_PATH, RESOLVE_ROUNDS, Measurement, SlowHost,
-                                    SlowPath, full_round_robin, screen_pairs)
+                                    SlowPath, directed, full_round_robin, screen_pairs,
+                                    slow_path)
 
 DEFAULT_PCT = 70.0
 EXPECT_PCT = 60.0
@@ -118,10 +119,6 @@ def choose_rule(n: int, expected_pairs: dict) -> str:
         return "none"
     known = {v for v in expected_pairs.values() if v}
     return "expected" if n == 2 or len(known) > 1 else "median"
-
-
-def _directed(m: Measurement, src: str) -> tuple[float, float]:
-    return (m.gbps_ab, m.gbps_ba) if m.a == src else (m.gbps_ba, m.gbps_ab)
 
 
 def thresholds(rule: str, measurements: list[Measurement], expected: dict, min_pct: float,
@@ -199,7 +196,7 @@ def judge(gpus: tuple[str, ...], measurements: list[Measurement], rule: str, exp
         mine = [m for m in slow_with.get(g, ()) if (m.b if m.a == g else m.a) in healthy]
         partners = {m.b if m.a == g else m.a for m in mine}
         if g not in healthy and len(partners) >= NEED_HOST:
-            rates = [_directed(m, g) for m in mine]
+            rates = [directed(m, g) for m in mine]
             slow_gpus.append(SlowHost(g, statistics.median(o for o, _ in rates),
                                       statistics.median(i for _, i in rates), len(partners)))
     blamed = {s.host for s in slow_gpus}
@@ -209,25 +206,16 @@ def judge(gpus: tuple[str, ...], measurements: list[Measurement], rule: str, exp
         limit = limits[key]
         if set(key) & blamed or all(min(m.gbps_ab, m.gbps_ba) >= limit for m in ms):
             continue
-        if not (all(_directed(m, a)[0] < limit for m in ms)
-                or all(_directed(m, b)[0] < limit for m in ms)):
+        if not (all(directed(m, a)[0] < limit for m in ms)
+                or all(directed(m, b)[0] < limit for m in ms)):
             transient.append(key)
         elif len(ms) < NEED_PATH:
             pending.append(key)
         else:
-            named.append(NamedPair(_slow_path(key, ms, limit), limit,
+            named.append(NamedPair(slow_path(key, ms, limit), limit,
                                    _conclusion(key, healthy, host_slow, host_known)))
     return _Judgment(reference, limits, frozenset(healthy), tuple(slow_gpus), tuple(named),
                      tuple(pending), tuple(transient))
-
-
-def _slow_path(key: tuple[str, str], ms: list[Measurement], limit: float) -> SlowPath:
-    a, b = key
-    ab = statistics.median(_directed(m, a)[0] for m in ms)
-    ba = statistics.median(_directed(m, b)[0] for m in ms)
-    if ba < ab:
-        a, b, ab, ba = b, a, ba, ab
-    return SlowPath(a, b, ab, ba, ba < limit)
 
 
 def _conclusion(key, healthy: set, host_slow: set, host_known: set) -> str:

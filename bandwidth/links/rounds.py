@@ -145,7 +145,7 @@ def _pair_key(a: str, b: str) -> tuple[str, str]:
     return (a, b) if a < b else (b, a)
 
 
-def _directed(m: Measurement, src: str) -> tuple[float, float]:
+def directed(m: Measurement, src: str) -> tuple[float, float]:
     """(from src, to src) of a measurement that src is in."""
     return (m.gbps_ab, m.gbps_ba) if m.a == src else (m.gbps_ba, m.gbps_ab)
 
@@ -180,7 +180,7 @@ def judge(hosts: tuple[str, ...], measurements: list[Measurement],
         mine = [m for m in slow_of.get(h, ()) if (m.b if m.a == h else m.a) in healthy]
         partners = {m.b if m.a == h else m.a for m in mine}
         if len(partners) >= NEED_HOST:
-            rates = [_directed(m, h) for m in mine]
+            rates = [directed(m, h) for m in mine]
             slow_hosts.append(SlowHost(h, statistics.median(o for o, _ in rates),
                                        statistics.median(i for _, i in rates), len(partners)))
         else:
@@ -194,23 +194,23 @@ def judge(hosts: tuple[str, ...], measurements: list[Measurement],
     slow_paths, pending_paths, transient = [], [], []
     for key, ms in sorted(by_pair.items(), key=lambda item: (-len(item[1]), item[0])):
         a, b = key
-        if not (all(_directed(m, a)[0] < threshold for m in ms)
-                or all(_directed(m, b)[0] < threshold for m in ms)):
+        if not (all(directed(m, a)[0] < threshold for m in ms)
+                or all(directed(m, b)[0] < threshold for m in ms)):
             transient.append(key)          # fast once, or slow in changing directions
         elif len(ms) < NEED_PATH:
             pending_paths.append(key)      # the ones measured most first: closest to a verdict
         else:
-            slow_paths.append(_slow_path(key, ms, threshold))
+            slow_paths.append(slow_path(key, ms, threshold))
     return Judgment(reference, threshold, healthy, tuple(slow_hosts), tuple(sorted(slow_paths,
                     key=lambda p: (p.src, p.dst))), tuple(pending_hosts), tuple(pending_paths),
                     tuple(sorted(transient)))
 
 
-def _slow_path(key: tuple[str, str], ms: list[Measurement], threshold: float) -> SlowPath:
+def slow_path(key: tuple[str, str], ms: list[Measurement], threshold: float) -> SlowPath:
     """The pair's slower direction as src -> dst (by medians), and whether the other is slow."""
     a, b = key
-    ab = statistics.median(_directed(m, a)[0] for m in ms)
-    ba = statistics.median(_directed(m, b)[0] for m in ms)
+    ab = statistics.median(directed(m, a)[0] for m in ms)
+    ba = statistics.median(directed(m, b)[0] for m in ms)
     if ba < ab:
         a, b, ab, ba = b, a, ba, ab
     return SlowPath(a, b, ab, ba, ba < threshold)
