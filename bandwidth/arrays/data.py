@@ -21,18 +21,26 @@ _MASK = 0xFFFFFFFF
 
 def _base_delta(start: int, stop: int, seed: int, device: torch.device):
     # One 32-bit multiplicative hash of (index, seed) per element: its low 16 bits give base, its
-    # high 16 bits delta. int64 products wrap, which keeps the low 32 bits exact. Each 16-bit
-    # half x is mapped onto [0, m) as (x * m) >> 16, in int32: a remainder (integer division)
-    # took two thirds of the time, and the fill runs before every step of a parameter-server
-    # worker.
-    h = torch.arange(start, stop, dtype=torch.int64, device=device)
-    h.add_(seed * 0x9E3779B1 + 1).mul_(2654435761).bitwise_and_(_MASK)
-    h.bitwise_xor_(h >> 15)
-    low = (h & 0xFFFF).to(torch.int32)
-    high = h.bitwise_right_shift_(16).to(torch.int32)
-    base = low.mul_(65).bitwise_right_shift_(16).sub_(32)
+    # high 16 bits delta. Computed in int32, whose additions and products wrap modulo 2**32 as
+    # the hash wants (the offset and the multiplier are taken as their signed 32-bit values);
+    # the right shifts are arithmetic in int32, so each is masked to the bits a logical shift
+    # keeps. Each 16-bit half x is mapped onto [0, m) as (x * m) >> 16. Half the bytes of int64
+    # and no remainder: the fill runs before every step of a parameter-server worker, whose
+    # pull overwrote its gradients (60 M elements of resnet-152 took 1.07 s in int64, 0.27 in
+    # int32, one thread).
+    h = torch.arange(0, stop - start, dtype=torch.int32, device=device)
+    h.add_(_signed32(start + seed * 0x9E3779B1 + 1)).mul_(_signed32(2654435761))
+    h.bitwise_xor_(h.bitwise_right_shift(15).bitwise_and_(0x1FFFF))
+    high = h.bitwise_right_shift(16).bitwise_and_(0xFFFF)
+    base = h.bitwise_and_(0xFFFF).mul_(65).bitwise_right_shift_(16).sub_(32)
     delta = high.mul_(3).bitwise_right_shift_(16).sub_(1)
     return base, delta
+
+
+def _signed32(value: int) -> int:
+    """``value`` modulo 2**32 as a signed 32-bit integer."""
+    value &= _MASK
+    return value - (1 << 32) if value >= 1 << 31 else value
 
 
 def _chunks(numel: int):
@@ -51,7 +59,7 @@ def _fill(view: torch.Tensor, base: torch.Tensor, delta: torch.Tensor, rank: int
     values = base.add_(delta, alpha=rank) if abs(rank) < 1 << 20 else \
         base.long().add_(delta, alpha=rank)
     if view.dtype == torch.float32:         # integers and their 64ths are exact in float32
-        view.copy_(values).div_(SCALE)
+        torch.mul(values, 1.0 / SCALE, out=view)
     else:
         view.copy_((values.to(torch.float32) / SCALE).to(view.dtype))
 

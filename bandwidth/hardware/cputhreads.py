@@ -21,10 +21,11 @@ torch.get_num_threads(): a process that imported mxnet reads 1 there.)
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import time
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 
@@ -79,3 +80,31 @@ def choose(step: Callable[[], None], devices: int, trial_steps: int = TRIAL_STEP
     shown = ", ".join(f"{t}: {1e3 * means[t]:.2f} ms" for t in tried)
     return best, (f"CPU threads auto: {round_ - 1} trial steps each, mean {shown}: {best} "
                   "(--cpu-threads N to fix it)")
+
+
+@contextlib.contextmanager
+def threads(count: int | None) -> Iterator[None]:
+    """torch on ``count`` threads inside the block, as before after it (None: unchanged)."""
+    if count is None:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def data_threads(is_cuda: bool, cpu_threads: int | None, talks_to_others: bool) -> int | None:
+    """The threads of the untimed passes over the test data on CPU devices (the fill, a
+    parameter-server worker's refill, the error check) in a process whose steps talk to other
+    processes, where no trial chose its threads: one (None: torch's as they are). Such a process
+    may share its cores with the job's others (several ranks on one host, a lab's hosts on one
+    machine), and every 1M-element chunk is a parallel region that waits for all its threads:
+    resnet-152's check and refill (60 M elements) took 0.6-1.2 s with one thread in each of two
+    processes on the 2-core VM, and 6-21 s with torch's two (2026-11-29). ``--cpu-threads N``
+    keeps N."""
+    if is_cuda or cpu_threads is not None or not talks_to_others:
+        return None
+    return 1

@@ -104,6 +104,9 @@ class Session:
         # A step consumes what ``prepare`` wrote (Traits.prepared_steps); a part's store of a
         # scheduled step may (nccl's bucket): one step per prepare.
         self.prepared_steps = schedule is not None or store_cls.traits.prepared_steps
+        self.data_threads = cputhreads.data_threads(
+            devices.is_cuda, cpu_threads,
+            store_cls.traits.distributed or store_cls.traits.process_per_device)
 
         def new_set():
             """One set of buffers: every replica's gradients and outputs, and a store on them."""
@@ -111,7 +114,8 @@ class Session:
             for index in indices:
                 device = devices.torch_device(index)
                 grads = torch.empty(numel, dtype=TORCH_DTYPES[dtype], device=device)
-                fill_gradient(grads, rank=first_replica + index, seed=seed)
+                with cputhreads.threads(self.data_threads):
+                    fill_gradient(grads, rank=first_replica + index, seed=seed)
                 outputs = grads if self.refill else torch.zeros_like(grads)
                 replicas_of_set.append(Replica(first_replica + index, device, grads, outputs))
             if schedule is not None:
@@ -129,7 +133,8 @@ class Session:
         self.more_sets: list[tuple[list[Replica], object, object]] = []
         self.turns = 1                          # replays of every set per iteration
         self.graph_note = None
-        self.references = self._expected_sums(keep=cluster is None) if check else {}
+        with cputhreads.threads(self.data_threads):
+            self.references = self._expected_sums(keep=cluster is None) if check else {}
         self.steps = 0
         self.synchronize()
         # CPU devices: the torch threads of the steps (bandwidth.hardware.cputhreads).
@@ -289,8 +294,9 @@ class Session:
 
     def prepare(self) -> None:
         if self._pulled:               # the last step's pull overwrote the gradients
-            for replica in self.replicas:
-                fill_gradient(replica.grads, rank=replica.rank, seed=self.seed)
+            with cputhreads.threads(self.data_threads):
+                for replica in self.replicas:
+                    fill_gradient(replica.grads, rank=replica.rank, seed=self.seed)
             self._pulled = False
         self.store.prepare()
         for _, store, _ in self.more_sets:
@@ -320,6 +326,10 @@ class Session:
             torch.cuda.synchronize(device)
 
     def error(self) -> float:
+        with cputhreads.threads(self.data_threads):
+            return self._error()
+
+    def _error(self) -> float:
         settle = getattr(self.store, "settle", None)
         if settle is not None:              # fsdp: the reduced shards gathered, untimed
             settle()

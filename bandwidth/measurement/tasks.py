@@ -111,7 +111,7 @@ class Staged:
 
     def prepare(self) -> None:
         self._done += 1
-        self._say("the step")
+        self._say("the step and its untimed set-up")     # a worker refills what the pull overwrote
         self._session.prepare()
 
     def error(self) -> float:
