@@ -12,8 +12,9 @@ import pytest
 from conftest import ROOT
 
 from bandwidth.errors import ConfigError
+from bandwidth.links.roundbook import full_round_robin, screen_pairs
 from bandwidth.links.rounddoc import load_rounds, rounds_document
-from bandwidth.links.rounds import RoundSearch, full_round_robin, screen_pairs
+from bandwidth.links.rounds import RoundSearch
 
 GBPS = 10.0
 

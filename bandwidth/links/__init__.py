@@ -11,7 +11,9 @@ and a simulation drive the same code), and ``rounddoc`` -- its document (``--net
 --json``), written and read back checked for ``python -m bandwidth.hostgate``.
 ``gpurounds`` -- the same rounds for the GPUs of one host (``GpuRounds``: every pair both ways at
 once, each GPU's host link, NVML's figure as a pair's reference where there is no median), and
-``gpudoc`` -- its document (``--gpus-check --json``).
+``gpudoc`` -- its document (``--gpus-check --json``). ``roundbook`` -- what both keep alike:
+the round robin that screens, a round's ``Measurement``, and ``RoundBook``, the rounds handed out
+and their rates recorded checked.
 
 Config parses these flags, the launcher places by these bytes, the model predicts with them, the
 results hold them and the report prints them; so they sit below all of those, as vocabulary.

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from bandwidth.errors import ConfigError
 from bandwidth.links.gpurounds import GpuRounds, GpuVerdict, HostLink, pair_key, verdict_of
-from bandwidth.links.rounds import Measurement
+from bandwidth.links.roundbook import Measurement
 
 SCHEMA = 1
 HOW = "write one with: python -m bandwidth.ceiling --gpus-check --json FILE"

@@ -38,14 +38,13 @@ The host check of bandwidth.links.rounds, made for the GPUs of one host. Its rou
 
 from __future__ import annotations
 
-import math
 import statistics
 from dataclasses import dataclass, field
 
 from bandwidth.errors import ConfigError
-from bandwidth.links.rounds import (NEED_HOST, NEED_PATH, RESOLVE_ROUNDS, Measurement, SlowHost,
-                                    SlowPath, directed, full_round_robin, screen_pairs,
-                                    slow_path)
+from bandwidth.links.roundbook import Measurement, RoundBook, check_percent, full_round_robin
+from bandwidth.links.rounds import (NEED_HOST, NEED_PATH, RESOLVE_ROUNDS, SlowHost, SlowPath,
+                                    directed, slow_path)
 
 DEFAULT_PCT = 70.0
 EXPECT_PCT = 60.0
@@ -232,7 +231,7 @@ def _conclusion(key, healthy: set, host_slow: set, host_known: set) -> str:
     return "no other measurement of these GPUs: the path or either GPU"
 
 
-class GpuRounds:
+class GpuRounds(RoundBook):
     """The planner: ``next_round()``, ``record()``, ``verdict()`` (as bandwidth.links.rounds'
     RoundSearch); ``host_links`` measured before, ``expected_pairs`` {(a, b) sorted: GB/s}."""
 
@@ -244,11 +243,8 @@ class GpuRounds:
                               f"{list(gpus)!r}")
         if len(set(gpus)) < len(gpus):
             raise ConfigError(f"each GPU must be named once; got {', '.join(gpus)}")
-        for name, value in (("min_percent", min_percent), ("expect_percent", expect_percent)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                    or not 0 < value <= 100:
-                raise ConfigError(f"{name} must be a percentage above 0 and at most 100; got "
-                                  f"{value!r}")
+        check_percent("min_percent", min_percent)
+        check_percent("expect_percent", expect_percent)
         self.gpus, self.host_links = gpus, tuple(host_links)
         unknown = sorted({link.gpu for link in self.host_links} - set(gpus))
         if unknown:
@@ -257,19 +253,8 @@ class GpuRounds:
                          if v and set(k) <= set(gpus)}
         self.min_percent, self.expect_percent = float(min_percent), float(expect_percent)
         self.rule = choose_rule(len(gpus), self.expected)
-        self.screen_rounds = full_round_robin(len(gpus)) if len(gpus) > 1 else 0
-        self.max_rounds = self.screen_rounds + RESOLVE_ROUNDS if len(gpus) > 1 else 0
-        self._measurements: list[Measurement] = []
-        self._round_pairs: list[int] = []
-        self._awaiting: list[tuple[str, str]] | None = None
-
-    @property
-    def rounds(self) -> int:
-        return len(self._round_pairs)
-
-    @property
-    def measurements(self) -> tuple[Measurement, ...]:
-        return tuple(self._measurements)
+        screen = full_round_robin(len(gpus)) if len(gpus) > 1 else 0
+        super().__init__(list(gpus), screen, screen + RESOLVE_ROUNDS if len(gpus) > 1 else 0)
 
     def _judge(self) -> _Judgment:
         _, slow = host_link_verdicts(list(self.host_links), self.min_percent,
@@ -278,43 +263,14 @@ class GpuRounds:
                      {s.gpu for s in slow}, {link.gpu for link in self.host_links},
                      self.min_percent, self.expect_percent)
 
-    def next_round(self) -> list[tuple[str, str]]:
-        """The disjoint pairs of the next round, each to be measured both ways; [] when done."""
-        if self._awaiting is not None:
-            raise ConfigError("record() the rates of the round before asking for the next")
-        if self.rounds < self.screen_rounds:
-            pairs = screen_pairs(list(self.gpus), self.rounds)
-        elif self.rounds >= self.max_rounds:
-            pairs = []
-        else:
-            busy, pairs = set(), []
-            for a, b in self._judge().pending:          # measured again, disjoint
-                if a not in busy and b not in busy:
-                    pairs.append((a, b))
-                    busy.update((a, b))
-        self._awaiting = pairs or None
-        return list(pairs)
-
-    def record(self, rates: dict) -> None:
-        """The round's rates: ``{(src, dst): GB/s}`` for both directions of each of its pairs."""
-        if self._awaiting is None:
-            raise ConfigError("record() takes the rates of the round next_round() gave; there "
-                              "is none waiting")
-        wanted = {p for a, b in self._awaiting for p in ((a, b), (b, a))}
-        given = set(rates) if isinstance(rates, dict) else set()
-        if given != wanted:
-            raise ConfigError(f"record() needs GB/s for both directions of every pair of the "
-                              f"round and nothing else; missing {sorted(wanted - given)[:3]}, "
-                              f"not asked {sorted(given - wanted, key=str)[:3]}")
-        for key, value in rates.items():
-            if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                    or not math.isfinite(value) or value <= 0:
-                raise ConfigError(f"record(): {key[0]} -> {key[1]} must be a positive number "
-                                  f"of GB/s; got {value!r}")
-        self._measurements += [Measurement(self.rounds, a, b, float(rates[(a, b)]),
-                                           float(rates[(b, a)])) for a, b in self._awaiting]
-        self._round_pairs.append(len(self._awaiting))
-        self._awaiting = None
+    def _again(self) -> list[tuple[str, str]]:
+        """Each slow pair not yet decided, measured again: disjoint pairs a round."""
+        busy, pairs = set(), []
+        for a, b in self._judge().pending:
+            if a not in busy and b not in busy:
+                pairs.append((a, b))
+                busy.update((a, b))
+        return pairs
 
     def verdict(self) -> GpuVerdict:
         return verdict_of(self.gpus, list(self.host_links), self.expected, self._measurements,

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from bandwidth.errors import ConfigError
 from bandwidth.files import check_regular_file
-from bandwidth.links.rounds import (Measurement, RoundSearch, RoundVerdict, full_round_robin,
-                                    verdict_of)
+from bandwidth.links.roundbook import Measurement, full_round_robin
+from bandwidth.links.rounds import RoundSearch, RoundVerdict, verdict_of
 
 SCHEMA = 1
 HOW = ("write one with: python launch.py -H hosts -n N python -m bandwidth.ceiling --network "

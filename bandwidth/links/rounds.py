@@ -46,26 +46,12 @@ import statistics
 from dataclasses import dataclass, field
 
 from bandwidth.errors import ConfigError
+from bandwidth.links.roundbook import Measurement, RoundBook, check_percent, full_round_robin
 
 DEFAULT_PCT = 70.0
 NEED_HOST = 2           # healthy partners a slow host must be slow with
 NEED_PATH = 3           # measurements a slow path must be slow in (all of them)
 RESOLVE_ROUNDS = 3      # rounds of re-pairing after the screening, at most
-
-
-@dataclass(frozen=True)
-class Measurement:
-    """One pair in one round: ``gbps_ab`` from ``a`` to ``b``, ``gbps_ba`` back."""
-
-    round: int
-    a: str
-    b: str
-    gbps_ab: float
-    gbps_ba: float
-
-    def to_dict(self) -> dict:
-        return {"round": self.round, "pair": [self.a, self.b],
-                "gbps": [self.gbps_ab, self.gbps_ba]}
 
 
 @dataclass(frozen=True)
@@ -122,23 +108,6 @@ class RoundVerdict:
     @property
     def failed(self) -> bool:
         return bool(self.slow_hosts or self.slow_paths or self.unresolved)
-
-
-def full_round_robin(n: int) -> int:
-    """Rounds of the whole round robin of n hosts: every pair once."""
-    return n - 1 if n % 2 == 0 else n
-
-
-def screen_pairs(order: list[str], index: int) -> list[tuple[str, str]]:
-    """Round ``index`` of the circle method: the first host fixed, the others rotated by one each
-    round; with an odd count a gap (the host facing it sits out)."""
-    ring = list(order) + ([None] if len(order) % 2 else [])
-    m = len(ring)
-    rest = ring[1:]
-    shift = index % (m - 1)
-    turned = [ring[0]] + rest[shift:] + rest[:shift]
-    pairs = [(turned[i], turned[m - 1 - i]) for i in range(m // 2)]
-    return [(a, b) for a, b in pairs if a is not None and b is not None]
 
 
 def _pair_key(a: str, b: str) -> tuple[str, str]:
@@ -216,7 +185,7 @@ def slow_path(key: tuple[str, str], ms: list[Measurement], threshold: float) -> 
     return SlowPath(a, b, ab, ba, ba < threshold)
 
 
-class RoundSearch:
+class RoundSearch(RoundBook):
     """The planner: ``next_round()`` the pairs to measure (empty when done), ``record()`` their
     rates, ``verdict()`` what they say. Hosts are any distinct names (``rank@host`` in a job)."""
 
@@ -234,25 +203,18 @@ class RoundSearch:
         if twice:
             raise ConfigError(f"each host must be named once; named more than once: "
                               f"{', '.join(twice[:5])}")
-        if isinstance(min_percent, bool) or not isinstance(min_percent, (int, float)) \
-                or not 0 < min_percent <= 100:
-            raise ConfigError(f"min_percent must be a percentage above 0 and at most 100; got "
-                              f"{min_percent!r}")
+        check_percent("min_percent", min_percent)
         self.hosts = hosts
         self.min_percent = float(min_percent)
-        self.screen_rounds = self._screen(screen_rounds, len(hosts))
+        screen = self._screen(screen_rounds, len(hosts))
         # A long screening meets more bursts, each a slow pair to measure again, and a host in
         # several of them takes one a round: log2 N more rounds of re-pairing, as many as the
         # default screening has rounds, where the screening is longer than the default's.
         default = self._screen(None, len(hosts))
-        extra = math.ceil(math.log2(len(hosts))) if self.screen_rounds > default else 0
-        self.max_rounds = self.screen_rounds + RESOLVE_ROUNDS + extra
-        self._order = list(hosts)
-        random.Random(seed).shuffle(self._order)
-        self._measurements: list[Measurement] = []
-        self._round_pairs: list[int] = []
-        self._awaiting: list[tuple[str, str]] | None = None
-        self._done = False
+        extra = math.ceil(math.log2(len(hosts))) if screen > default else 0
+        order = list(hosts)
+        random.Random(seed).shuffle(order)
+        super().__init__(order, screen, screen + RESOLVE_ROUNDS + extra)
 
     @staticmethod
     def _screen(value, n: int) -> int:
@@ -266,33 +228,10 @@ class RoundSearch:
                               f"round robin of {n} hosts) or 'all'; got {value!r}")
         return value
 
-    @property
-    def rounds(self) -> int:
-        return len(self._round_pairs)
-
-    @property
-    def measurements(self) -> tuple[Measurement, ...]:
-        return tuple(self._measurements)
-
-    def next_round(self) -> list[tuple[str, str]]:
-        """The disjoint pairs of the next round, each to be measured both ways; [] when done."""
-        if self._awaiting is not None:
-            raise ConfigError("record() the rates of the round before asking for the next")
-        if self._done:
-            return []
-        if self.rounds < self.screen_rounds:
-            pairs = screen_pairs(self._order, self.rounds)
-        elif self.rounds >= self.max_rounds:
-            pairs = []
-        else:
-            pairs = self._repairing(judge(self.hosts, self._measurements, self.min_percent))
-        self._done = not pairs
-        self._awaiting = pairs or None
-        return list(pairs)
-
-    def _repairing(self, j: Judgment) -> list[tuple[str, str]]:
+    def _again(self) -> list[tuple[str, str]]:
         """Pairs that can decide something: pending paths measured again, each pending host with
         a healthy host it has not met (spread over the healthy hosts)."""
+        j = judge(self.hosts, self._measurements, self.min_percent)
         busy: set[str] = set()
         pairs = []
         for a, b in j.pending_paths:
@@ -319,29 +258,6 @@ class RoundSearch:
                     start += k + 1
                     break
         return pairs
-
-    def record(self, rates: dict) -> None:
-        """The round's rates: ``{(src, dst): GB/s}`` for both directions of each of its pairs."""
-        if self._awaiting is None:
-            raise ConfigError("record() takes the rates of the round next_round() gave; there "
-                              "is none waiting")
-        wanted = {(a, b) for a, b in self._awaiting} | {(b, a) for a, b in self._awaiting}
-        given = set(rates) if isinstance(rates, dict) else set()
-        if given != wanted:
-            missing = sorted(wanted - given)[:3]
-            extra = sorted(given - wanted, key=str)[:3]
-            raise ConfigError(f"record() needs GB/s for both directions of every pair of the "
-                              f"round and nothing else; missing {missing}, not asked {extra}")
-        for key, value in rates.items():
-            if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                    or not math.isfinite(value) or value <= 0:
-                raise ConfigError(f"record(): {key[0]} -> {key[1]} must be a positive number "
-                                  f"of GB/s; got {value!r}")
-        index = self.rounds
-        self._measurements += [Measurement(index, a, b, float(rates[(a, b)]),
-                                           float(rates[(b, a)])) for a, b in self._awaiting]
-        self._round_pairs.append(len(self._awaiting))
-        self._awaiting = None
 
     def verdict(self) -> RoundVerdict:
         if not self._measurements:

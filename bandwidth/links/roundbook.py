@@ -1,0 +1,118 @@
+"""The bookkeeping both round checks share: the host search (``rounds.RoundSearch``) and the
+GPUs of one host (``gpurounds.GpuRounds``) measure in the same rounds of disjoint pairs and keep
+them the same way; only their rules of which pairs to measure again, and their verdicts, differ.
+
+``Measurement`` -- one pair in one round, both directions. ``full_round_robin`` and
+``screen_pairs`` -- the round robin (the circle method) that screens every host or GPU.
+``RoundBook`` -- a planner's rounds: the screening, then pairs chosen by its ``_again()``, up to
+``max_rounds``; the round awaiting its rates, and ``record()``, which takes them checked.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from bandwidth.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One pair in one round: ``gbps_ab`` from ``a`` to ``b``, ``gbps_ba`` back."""
+
+    round: int
+    a: str
+    b: str
+    gbps_ab: float
+    gbps_ba: float
+
+    def to_dict(self) -> dict:
+        return {"round": self.round, "pair": [self.a, self.b],
+                "gbps": [self.gbps_ab, self.gbps_ba]}
+
+
+def full_round_robin(n: int) -> int:
+    """Rounds of the whole round robin of n hosts: every pair once."""
+    return n - 1 if n % 2 == 0 else n
+
+
+def screen_pairs(order: list[str], index: int) -> list[tuple[str, str]]:
+    """Round ``index`` of the circle method: the first host fixed, the others rotated by one each
+    round; with an odd count a gap (the host facing it sits out)."""
+    ring = list(order) + ([None] if len(order) % 2 else [])
+    m = len(ring)
+    rest = ring[1:]
+    shift = index % (m - 1)
+    turned = [ring[0]] + rest[shift:] + rest[:shift]
+    pairs = [(turned[i], turned[m - 1 - i]) for i in range(m // 2)]
+    return [(a, b) for a, b in pairs if a is not None and b is not None]
+
+
+def check_percent(name: str, value) -> None:
+    """A threshold in percent: above 0 and at most 100, a number (not a bool)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 100:
+        raise ConfigError(f"{name} must be a percentage above 0 and at most 100; got {value!r}")
+
+
+class RoundBook:
+    """A planner's rounds: ``next_round()`` the pairs to measure (empty when done), ``record()``
+    their rates. ``order`` is screened first (``screen_rounds`` rounds of its round robin), then
+    each round is what ``_again()`` chooses, until it chooses none or ``max_rounds`` is reached."""
+
+    def __init__(self, order: list[str], screen_rounds: int, max_rounds: int):
+        self._order = order
+        self.screen_rounds = screen_rounds
+        self.max_rounds = max_rounds
+        self._measurements: list[Measurement] = []
+        self._round_pairs: list[int] = []
+        self._awaiting: list[tuple[str, str]] | None = None
+        self._done = False
+
+    @property
+    def rounds(self) -> int:
+        return len(self._round_pairs)
+
+    @property
+    def measurements(self) -> tuple[Measurement, ...]:
+        return tuple(self._measurements)
+
+    def _again(self) -> list[tuple[str, str]]:
+        """The disjoint pairs of a round after the screening: what can decide something."""
+        raise NotImplementedError
+
+    def next_round(self) -> list[tuple[str, str]]:
+        """The disjoint pairs of the next round, each to be measured both ways; [] when done."""
+        if self._awaiting is not None:
+            raise ConfigError("record() the rates of the round before asking for the next")
+        if self._done:
+            return []
+        if self.rounds < self.screen_rounds:
+            pairs = screen_pairs(self._order, self.rounds)
+        elif self.rounds >= self.max_rounds:
+            pairs = []
+        else:
+            pairs = self._again()
+        self._done = not pairs
+        self._awaiting = pairs or None
+        return list(pairs)
+
+    def record(self, rates: dict) -> None:
+        """The round's rates: ``{(src, dst): GB/s}`` for both directions of each of its pairs."""
+        if self._awaiting is None:
+            raise ConfigError("record() takes the rates of the round next_round() gave; there "
+                              "is none waiting")
+        wanted = {p for a, b in self._awaiting for p in ((a, b), (b, a))}
+        given = set(rates) if isinstance(rates, dict) else set()
+        if given != wanted:
+            raise ConfigError(f"record() needs GB/s for both directions of every pair of the "
+                              f"round and nothing else; missing {sorted(wanted - given)[:3]}, "
+                              f"not asked {sorted(given - wanted, key=str)[:3]}")
+        for key, value in rates.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                    or not math.isfinite(value) or value <= 0:
+                raise ConfigError(f"record(): {key[0]} -> {key[1]} must be a positive number "
+                                  f"of GB/s; got {value!r}")
+        self._measurements += [Measurement(self.rounds, a, b, float(rates[(a, b)]),
+                                           float(rates[(b, a)])) for a, b in self._awaiting]
+        self._round_pairs.append(len(self._awaiting))
+        self._awaiting = None
