@@ -7,12 +7,12 @@ figures, so a reader judges them again by the same rules (``verdict_of``) at its
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from bandwidth.errors import ConfigError
 from bandwidth.links.gpurounds import GpuRounds, GpuVerdict, HostLink, pair_key, verdict_of
-from bandwidth.links.roundbook import Measurement
+from bandwidth.links.roundbook import (Measurement, known_pair, percent, positive,
+                                       read_measurement)
 
 SCHEMA = 1
 HOW = "write one with: python -m bandwidth.ceiling --gpus-check --json FILE"
@@ -92,40 +92,20 @@ class GpuRecord:
                           self.expect_percent)
 
 
-def _rate(value) -> bool:
-    return (isinstance(value, (int, float)) and not isinstance(value, bool)
-            and math.isfinite(value) and value > 0)
-
-
 def _count(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
-def _pair(value, known: set) -> bool:
-    return (isinstance(value, list) and len(value) == 2 and all(p in known for p in value)
-            and value[0] != value[1])
-
-
 def _host_link(item, known: set) -> HostLink | None:
-    if not (isinstance(item, dict) and item.get("gpu") in known and _rate(item.get("h2d_gbps"))
-            and _rate(item.get("d2h_gbps"))):
+    if not (isinstance(item, dict) and item.get("gpu") in known
+            and positive(item.get("h2d_gbps")) and positive(item.get("d2h_gbps"))):
         return None
     expected = item.get("expected_gbps")
-    if expected is not None and not _rate(expected):
+    if expected is not None and not positive(expected):
         return None
     basis = item.get("basis") if isinstance(item.get("basis"), str) else ""
     return HostLink(item["gpu"], float(item["h2d_gbps"]), float(item["d2h_gbps"]),
                     None if expected is None else float(expected), basis)
-
-
-def _measurement(item, known: set, rounds: int) -> Measurement | None:
-    if not isinstance(item, dict):
-        return None
-    pair, gbps, index = item.get("pair"), item.get("gbps"), item.get("round")
-    ok = (_pair(pair, known) and isinstance(gbps, list) and len(gbps) == 2
-          and all(_rate(g) for g in gbps) and isinstance(index, int)
-          and not isinstance(index, bool) and 0 <= index < rounds)
-    return Measurement(index, pair[0], pair[1], float(gbps[0]), float(gbps[1])) if ok else None
 
 
 def _body_problem(body: dict) -> str:
@@ -135,7 +115,7 @@ def _body_problem(body: dict) -> str:
             and len(set(gpus)) == len(gpus)):
         return "gpus: a list of different names, at least one"
     for key in ("min_percent", "expect_percent"):
-        if not (_rate(body.get(key)) and body[key] <= 100):
+        if not percent(body.get(key)):
             return f"{key}: a percentage above 0, at most 100"
     if not (isinstance(pairs, list) and all(_count(k) for k in pairs)
             and (pairs or len(gpus) == 1)):
@@ -163,20 +143,20 @@ def load_gpu_rounds(path: str, doc: object) -> GpuRecord:
                           f"\"d2h_gbps\": positive}}; {HOW}")
     expected = {}
     for k, item in enumerate(body.get("expected_pairs", [])):
-        if not (isinstance(item, dict) and _pair(item.get("pair"), known)
-                and _rate(item.get("gbps"))):
+        if not (isinstance(item, dict) and known_pair(item.get("pair"), known)
+                and positive(item.get("gbps"))):
             raise ConfigError(f"{path}: expected_pairs[{k}] is not {{\"pair\": [GPU, other GPU],"
                               f" \"gbps\": positive}}; {HOW}")
         expected[pair_key(*item["pair"])] = float(item["gbps"])
-    measurements = [_measurement(item, known, len(body["round_pairs"]))
+    measurements = [read_measurement(item, known, len(body["round_pairs"]))
                     for item in body["measurements"]]
     if None in measurements:
         raise ConfigError(f"{path}: measurement {measurements.index(None)} is not {{\"round\": "
                           f"R, \"pair\": [GPU, other GPU], \"gbps\": [positive, positive]}} of "
                           f"listed GPUs; {HOW}")
-    no_peer = tuple(pair_key(*p) for p in body.get("no_peer", []) if _pair(p, known))
+    no_peer = tuple(pair_key(*p) for p in body.get("no_peer", []) if known_pair(p, known))
     seconds = body.get("seconds")
     return GpuRecord(path, tuple(body["gpus"]), float(body["min_percent"]),
                      float(body["expect_percent"]), tuple(links), expected,
                      tuple(body["round_pairs"]), tuple(measurements), no_peer,
-                     float(seconds) if _rate(seconds) else None)
+                     float(seconds) if positive(seconds) else None)

@@ -6,6 +6,8 @@ them the same way; only their rules of which pairs to measure again, and their v
 ``screen_pairs`` -- the round robin (the circle method) that screens every host or GPU.
 ``RoundBook`` -- a planner's rounds: the screening, then pairs chosen by its ``_again()``, up to
 ``max_rounds``; the round awaiting its rates, and ``record()``, which takes them checked.
+``read_measurement`` -- a measurement read back from its document (``rounddoc``, ``gpudoc``),
+with the checks both documents make (``positive``, ``percent``, ``known_pair``).
 """
 
 from __future__ import annotations
@@ -48,10 +50,38 @@ def screen_pairs(order: list[str], index: int) -> list[tuple[str, str]]:
     return [(a, b) for a, b in pairs if a is not None and b is not None]
 
 
+def positive(value) -> bool:
+    """A finite number above 0, not a bool: a rate in GB/s, a count of seconds."""
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value) and value > 0)
+
+
+def percent(value) -> bool:
+    """A threshold in percent: above 0 and at most 100."""
+    return positive(value) and value <= 100
+
+
 def check_percent(name: str, value) -> None:
-    """A threshold in percent: above 0 and at most 100, a number (not a bool)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 100:
+    if not percent(value):
         raise ConfigError(f"{name} must be a percentage above 0 and at most 100; got {value!r}")
+
+
+def known_pair(value, known: set) -> bool:
+    """``[a, b]`` of two different names of ``known``."""
+    return (isinstance(value, list) and len(value) == 2 and all(p in known for p in value)
+            and value[0] != value[1])
+
+
+def read_measurement(item, known: set, rounds: int) -> Measurement | None:
+    """``Measurement.to_dict()`` read back: a pair of ``known``, two rates, a round below
+    ``rounds``; None where it is not one."""
+    if not isinstance(item, dict):
+        return None
+    pair, gbps, index = item.get("pair"), item.get("gbps"), item.get("round")
+    ok = (known_pair(pair, known) and isinstance(gbps, list) and len(gbps) == 2
+          and all(positive(g) for g in gbps) and isinstance(index, int)
+          and not isinstance(index, bool) and 0 <= index < rounds)
+    return Measurement(index, pair[0], pair[1], float(gbps[0]), float(gbps[1])) if ok else None
 
 
 class RoundBook:
@@ -108,8 +138,7 @@ class RoundBook:
                               f"round and nothing else; missing {sorted(wanted - given)[:3]}, "
                               f"not asked {sorted(given - wanted, key=str)[:3]}")
         for key, value in rates.items():
-            if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                    or not math.isfinite(value) or value <= 0:
+            if not positive(value):
                 raise ConfigError(f"record(): {key[0]} -> {key[1]} must be a positive number "
                                   f"of GB/s; got {value!r}")
         self._measurements += [Measurement(self.rounds, a, b, float(rates[(a, b)]),

@@ -7,12 +7,12 @@ reads back. It holds every measurement, so a reader judges them again by the sam
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 
 from bandwidth.errors import ConfigError
 from bandwidth.files import check_regular_file
-from bandwidth.links.roundbook import Measurement, full_round_robin
+from bandwidth.links.roundbook import (Measurement, full_round_robin, percent, positive,
+                                       read_measurement)
 from bandwidth.links.rounds import RoundSearch, RoundVerdict, verdict_of
 
 SCHEMA = 1
@@ -91,22 +91,6 @@ def read_document(path: str, what: str) -> object:
         raise ConfigError(f"{what} {path}: not JSON ({str(exc).splitlines()[0]})") from None
 
 
-def _rate(value) -> bool:
-    return (isinstance(value, (int, float)) and not isinstance(value, bool)
-            and math.isfinite(value) and value > 0)
-
-
-def _measurement(item, known: set[str], rounds: int) -> Measurement | None:
-    if not isinstance(item, dict):
-        return None
-    pair, gbps, index = item.get("pair"), item.get("gbps"), item.get("round")
-    ok = (isinstance(pair, list) and len(pair) == 2 and all(p in known for p in pair)
-          and pair[0] != pair[1] and isinstance(gbps, list) and len(gbps) == 2
-          and all(_rate(g) for g in gbps) and isinstance(index, int)
-          and not isinstance(index, bool) and 0 <= index < rounds)
-    return Measurement(index, pair[0], pair[1], float(gbps[0]), float(gbps[1])) if ok else None
-
-
 def load_rounds(path: str, doc: object | None = None) -> RoundsRecord:
     """Read and check a round search's document (``doc``: its JSON, already read)."""
     doc = read_document(path, "host check") if doc is None else doc
@@ -118,7 +102,7 @@ def load_rounds(path: str, doc: object | None = None) -> RoundsRecord:
     if not (isinstance(hosts, list) and len(hosts) >= 2
             and all(isinstance(h, str) and h for h in hosts) and len(set(hosts)) == len(hosts)):
         bad = "hosts: a list of at least two different names"
-    elif not (_rate(pct) and pct <= 100):
+    elif not percent(pct):
         bad = "min_percent: a percentage above 0, at most 100"
     elif not (isinstance(screen, int) and not isinstance(screen, bool)
               and 1 <= screen <= full_round_robin(len(hosts))):
@@ -131,11 +115,11 @@ def load_rounds(path: str, doc: object | None = None) -> RoundsRecord:
     if bad:
         raise ConfigError(f"{path}: not a round search's document ({bad}); {HOW}")
     known = set(hosts)
-    measurements = [_measurement(item, known, len(pairs)) for item in items]
+    measurements = [read_measurement(item, known, len(pairs)) for item in items]
     if None in measurements:
         k = measurements.index(None)
         raise ConfigError(f"{path}: measurement {k} is not {{\"round\": R, \"pair\": [host, "
                           f"other host], \"gbps\": [positive, positive]}} of a listed host; {HOW}")
     seconds = body.get("seconds")
     return RoundsRecord(path, tuple(hosts), float(pct), screen, tuple(pairs),
-                        tuple(measurements), float(seconds) if _rate(seconds) else None)
+                        tuple(measurements), float(seconds) if positive(seconds) else None)
