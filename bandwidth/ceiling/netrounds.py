@@ -15,13 +15,12 @@ until the planner has nothing left to decide.
 
 from __future__ import annotations
 
-import statistics
 import time
 
 import torch
 import torch.distributed as dist
 
-from bandwidth.ceiling.network import join_processes
+from bandwidth.ceiling.network import join_processes, median_gbps, timed_sends
 from bandwidth.links.rounddoc import rounds_document
 from bandwidth.links.rounds import RoundSearch
 from bandwidth.processes.group import all_gather_json
@@ -51,22 +50,10 @@ def measure_round(rank: int, pairs: list[tuple[int, int]], payload: torch.Tensor
     peer, my_phase = partner.get(rank, (-1, -1))
     seconds = []
     for phase in (0, 1):
-        for i in range(repeats + 1):                    # the first one is a warm-up
-            dist.barrier()
-            if peer < 0:
-                continue
-            if phase == my_phase:
-                start = time.perf_counter()
-                dist.send(payload, dst=peer)
-                dist.recv(ack, src=peer)
-                if i:
-                    seconds.append(time.perf_counter() - start)
-            else:
-                dist.recv(payload, src=peer)
-                dist.send(ack, dst=peer)
+        seconds += timed_sends(payload, ack, peer, phase == my_phase, repeats)
     if peer < 0:
         return -1, 0.0
-    return peer, payload.numel() * 4 / statistics.median(seconds) / 1e9
+    return peer, median_gbps(payload, seconds)
 
 
 def gather_rates(peer: int, gbps: float, size: int) -> list[tuple[int, float]]:

@@ -74,19 +74,36 @@ def measure_network(nbytes: int, repeats: int, timeout_s: float) -> dict | None:
 
 def _cell(payload, ack, src: int, dst: int, rank: int, repeats: int) -> float | None:
     """One cell, GB/s from ``src`` to ``dst``, on the source (None elsewhere)."""
+    peer = dst if rank == src else src if rank == dst else -1
+    seconds = timed_sends(payload, ack, peer, rank == src, repeats)
+    return median_gbps(payload, seconds) if rank == src else None
+
+
+def timed_sends(payload, ack, peer: int, sends: bool, repeats: int) -> list[float]:
+    """A warm-up and ``repeats`` sends of ``payload`` between this rank and ``peer``, each
+    answered with the one byte of ``ack``, every rank at a barrier before each: the seconds of
+    the timed ones on the sender (``sends``), [] on the receiver. A rank with no ``peer`` (< 0)
+    keeps the barriers only."""
     seconds = []
     for i in range(repeats + 1):        # the first one is a warm-up
         dist.barrier()
-        if rank == src:
+        if peer < 0:
+            continue
+        if sends:
             start = time.perf_counter()
-            dist.send(payload, dst=dst)
-            dist.recv(ack, src=dst)
+            dist.send(payload, dst=peer)
+            dist.recv(ack, src=peer)
             if i:
                 seconds.append(time.perf_counter() - start)
-        elif rank == dst:
-            dist.recv(payload, src=src)
-            dist.send(ack, dst=src)
-    return payload.numel() * 4 / statistics.median(seconds) / 1e9 if rank == src else None
+        else:
+            dist.recv(payload, src=peer)
+            dist.send(ack, dst=peer)
+    return seconds
+
+
+def median_gbps(payload, seconds: list[float]) -> float:
+    """GB/s of sending the float32 ``payload``, by the median of ``seconds``."""
+    return payload.numel() * 4 / statistics.median(seconds) / 1e9
 
 
 def render(matrix: dict) -> list[str]:
