@@ -192,11 +192,7 @@ def network_main(args) -> int:
         return rounds_main(args)
     matrix = measure_network(int(args.mb * 1e6), args.repeats, args.timeout)
     if matrix is not None:
-        print("\n".join(render(matrix)), flush=True)
-        if args.json_path:
-            write_atomic(args.json_path, json.dumps({"network": matrix}, indent=1) + "\n",
-                         "the network matrix")
-            print(f"# wrote {args.json_path}")
+        _show(render(matrix), args.json_path, {"network": matrix}, "the network matrix")
     return 0
 
 
@@ -208,12 +204,17 @@ def rounds_main(args) -> int:
     pct, screen = rounds_options(args)
     doc = measure_rounds(int(args.mb * 1e6), args.repeats, args.timeout, pct, screen)
     if doc is not None:
-        print("\n".join(render(doc)), flush=True)
-        if args.json_path:
-            write_atomic(args.json_path, json.dumps({"rounds": doc}, indent=1) + "\n",
-                         "the host check's rounds")
-            print(f"# wrote {args.json_path}")
+        _show(render(doc), args.json_path, {"rounds": doc}, "the host check's rounds")
     return 0
+
+
+def _show(lines: list[str], json_path: str | None, doc: dict, what: str) -> None:
+    """Rank 0's lines printed, and ``doc`` written to ``--json``'s file where one is named
+    (``what`` names it in an error)."""
+    print("\n".join(lines), flush=True)
+    if json_path:
+        write_atomic(json_path, json.dumps(doc, indent=1) + "\n", what)
+        print(f"# wrote {json_path}")
 
 
 def gpus_check(args, min_percent: float) -> int:
