@@ -15,17 +15,15 @@ the same caps.
 """
 
 import math
-import queue
-import socket
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 import networks
 from bandwidth.schedules.ddp import MIB, Ddp
 from bandwidth.schedules.realddp import run_pair
+from gloo_pair import gloo_pair, received
 
 REAL_DDP_BYTES = 300 * 10**6       # float16 parameters: vgg-16 (277 MB) is the largest CNN
 CI_REAL_DDP_BYTES = 60 * 10**6     # what CI runs through real DDP (the rest: -m slow)
@@ -44,12 +42,6 @@ def planned(shapes, cap_mb, element_bytes=4):
     options = ({} if cap_mb is None else {"bucket_mb": cap_mb, "first_bucket_mb": cap_mb})
     parts = list(reversed(Ddp(shapes, element_bytes, **options).parts))
     return [p.nbytes for p in parts], [sorted(p.keys, reverse=True) for p in parts]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_plans_match_the_reducers_own_assignment_for_every_network():
@@ -81,25 +73,11 @@ def test_plans_equal_real_ddp_rebuilt_buckets(sizes):
             jobs += [((name, cap), shapes, cap) for cap in CAPS]
     # The CNNs, bert-base, gpt2, vit-b16 in all: 6 of at most 60 MB, the rest above.
     assert len({label[0] for label, _, _ in jobs}) >= 6
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    port = _free_port()
-    procs = [ctx.Process(target=run_pair, args=(r, port, jobs, results)) for r in range(2)]
-    for p in procs:
-        p.start()
     got = {}
-    try:
-        for _ in jobs:
-            label, sizes, members = results.get(timeout=300)
+    with gloo_pair(run_pair, lambda r, port, q: (r, port, jobs, q), join_s=60) as results:
+        for label, sizes, members in received(results, len(jobs), timeout_s=300):
             assert label != "failed", sizes
             got[label] = (sizes, members)
-    except queue.Empty:
-        pass
-    finally:
-        for p in procs:
-            p.join(timeout=60)
-            if p.is_alive():
-                p.kill()
     assert len(got) == len(jobs), sorted(set(j[0] for j in jobs) - set(got))
     for label, shapes, cap in jobs:
         assert got[label] == planned(shapes, cap, element_bytes=2), label

@@ -5,15 +5,13 @@ the summary, the table and the JSON, bad input refused in one line; on GPUs (mar
 same through measure.py's pipeline on every GPU there is."""
 
 import json
-import queue
 import re
-import socket
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 from conftest import requires_cuda
 from framework_ranks import run_cases
+from gloo_pair import gloo_pair, received
 
 from bandwidth.formulas import framework_split
 from bandwidth.results.costs import FrameworkCosts
@@ -34,12 +32,6 @@ def network(tmp_path_factory):
     path = tmp_path_factory.mktemp("framework") / "tiny.json"
     path.write_text(json.dumps(SHAPES))
     return str(path)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 # -- the module and the figures, in this process ------------------------------------------------
@@ -108,25 +100,10 @@ def test_ddp_and_fsdp2_are_exact_on_cpu_devices_and_a_wrong_gradient_is_caught(n
     with one rank's gradients wrong."""
     cases = [(name, dtype, False) for name in ("ddp", "fsdp") for dtype in DTYPES]
     cases += [("ddp", "float32", True), ("fsdp", "float32", True)]
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    port = _free_port()
-    procs = [ctx.Process(target=run_cases, args=(r, 2, port, network, cases, results))
-             for r in range(2)]
-    for p in procs:
-        p.start()
     got = {}
-    try:
-        for _ in cases:
-            case, errors = results.get(timeout=100)
+    with gloo_pair(run_cases, lambda r, port, q: (r, 2, port, network, cases, q)) as results:
+        for case, errors in received(results, len(cases), timeout_s=100):
             got[case] = errors
-    except queue.Empty:
-        pass
-    finally:
-        for p in procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
     assert len(got) == len(cases), got
     for (name, dtype, fault), errors in got.items():
         assert all(isinstance(e, float) for e in errors), (name, dtype, errors)

@@ -2,12 +2,9 @@
 schedule under every mode that runs it and every dtype, faults caught, and bad input refused."""
 
 import math
-import queue
-import socket
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 import networks
 from bandwidth.arrays.data import expected_sum
@@ -21,6 +18,7 @@ from bandwidth.schedules.base import (
 from bandwidth.schedules.ddp import MIB, ddp_buckets
 from bandwidth.schedules.fsdp import block_name
 from bandwidth.schedules.registry import SCHEDULES
+from gloo_pair import gloo_pair, received
 from schedule_ranks import run_cases
 
 SHAPES = [("fc1_weight", (64, 100)), ("fc1_bias", (64,)), ("fc2_weight", (300, 64)),
@@ -127,37 +125,16 @@ def test_a_part_exchanged_twice_with_sgd_is_caught():
     assert min(errors(s, iterations=2)) > 0.01
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.mark.timeout(240)
 def test_every_schedule_is_exact_under_nccl_in_every_dtype():
     """One pair of Gloo processes runs backward, ddp and fsdp x 3 dtypes (and sgd)."""
     cases = [(schedule(name, dtype), dtype, "none") for name in ("backward", "ddp", "fsdp")
              for dtype, _ in DTYPES]
     cases += [(schedule(name), "float32", "sgd") for name in ("ddp", "fsdp")]
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    port = _free_port()
-    procs = [ctx.Process(target=run_cases, args=(r, 2, port, SHAPES, cases, results))
-             for r in range(2)]
-    for p in procs:
-        p.start()
     got = {}
-    try:
-        for _ in cases:
-            case, errs, exact = results.get(timeout=200)
+    with gloo_pair(run_cases, lambda r, port, q: (r, 2, port, SHAPES, cases, q)) as results:
+        for case, errs, exact in received(results, len(cases), timeout_s=200):
             got[case] = (errs, exact)
-    except queue.Empty:
-        pass
-    finally:
-        for p in procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
     assert len(got) == len(cases), got
     bounds = dict(DTYPES)
     for (name, dtype, optimizer), (errs, exact) in got.items():
