@@ -117,14 +117,20 @@ def launch(workers: int, servers: int, *measure_args: str, marker: str = "0"):
                             text=True)
 
 
+def run_to_end(tmp_path, workers: int, servers: int, *measure_args: str,
+               timeout_s: float = 50) -> tuple[str, dict]:
+    """A run that must succeed: its stdout and the first result of its --json document."""
+    out = tmp_path / "r.json"
+    proc = launch(workers, servers, *measure_args, "--json", str(out))
+    stdout, stderr = proc.communicate(timeout=timeout_s)
+    assert proc.returncode == 0, stderr[-3000:]
+    return stdout, json.loads(out.read_text())["results"][0]
+
+
 @pytest.mark.timeout(60)
 def test_dist_sync_keeps_every_ranks_record(tmp_path):
-    out = tmp_path / "r.json"
-    proc = launch(3, 2, "--kv-store", "dist_sync", *MLP, "--num-batches", "4",
-                  "--json", str(out))
-    stdout, stderr = proc.communicate(timeout=50)
-    assert proc.returncode == 0, stderr[-3000:]
-    result = json.loads(out.read_text())["results"][0]
+    stdout, result = run_to_end(tmp_path, 3, 2, "--kv-store", "dist_sync", *MLP,
+                                "--num-batches", "4")
     ranks = result["ranks"]
     assert [(r["rank"], r["role"], r["index"]) for r in ranks] == [
         (0, "worker", 0), (1, "worker", 1), (2, "worker", 2), (3, "server", 0), (4, "server", 1)]
@@ -227,12 +233,8 @@ def test_a_worker_stopped_three_quarters_of_the_time_is_named(tmp_path):
 def test_dist_nccl_keeps_every_ranks_record_and_its_probe(tmp_path):
     """4 workers: each rank's record holds its probe with each of its 3 neighbours (distance
     1, -1 and 2), both directions, every exchange; the summary says how long the probe took."""
-    out = tmp_path / "r.json"
-    proc = launch(4, 0, "--kv-store", "dist_nccl", *MLP, "--num-batches", "4",
-                  "--json", str(out))
-    stdout, stderr = proc.communicate(timeout=50)
-    assert proc.returncode == 0, stderr[-3000:]
-    result = json.loads(out.read_text())["results"][0]
+    stdout, result = run_to_end(tmp_path, 4, 0, "--kv-store", "dist_nccl", *MLP,
+                                "--num-batches", "4")
     ranks = result["ranks"]
     assert [(r["rank"], r["role"], r["index"], r["host"]) for r in ranks] == [
         (w, "worker", w, "127.0.0.1") for w in range(4)]
@@ -266,12 +268,9 @@ def test_dist_nccl_keeps_every_ranks_record_and_its_probe(tmp_path):
 def test_dist_nccl_probe_of_workers_of_two_devices(tmp_path):
     """2 workers of 2 CPU devices each (one process per device): device i of one worker
     exchanges with device i of the other, and the worker's rate counts both devices' bytes."""
-    out = tmp_path / "r.json"
-    proc = launch(2, 0, "--kv-store", "dist_nccl", *MLP, "--num-batches", "2",
-                  "--cpus", "2", "--no-reference", "--json", str(out))
-    stdout, stderr = proc.communicate(timeout=55)
-    assert proc.returncode == 0, stderr[-3000:]
-    result = json.loads(out.read_text())["results"][0]
+    stdout, result = run_to_end(tmp_path, 2, 0, "--kv-store", "dist_nccl", *MLP,
+                                "--num-batches", "2", "--cpus", "2", "--no-reference",
+                                timeout_s=55)
     assert (result["probe"]["workers"], result["probe"]["ranks_per_worker"]) == (2, 2)
     assert result["probe"]["shifts"] == [1]
     for r in result["ranks"]:
@@ -284,12 +283,9 @@ def test_dist_nccl_probe_of_workers_of_two_devices(tmp_path):
 
 @pytest.mark.timeout(45)
 def test_no_probe_leaves_it_out(tmp_path):
-    out = tmp_path / "r.json"
-    proc = launch(2, 0, "--kv-store", "dist_nccl", *MLP, "--num-batches", "2",
-                  "--no-reference", "--no-probe", "--json", str(out))
-    stdout, stderr = proc.communicate(timeout=40)
-    assert proc.returncode == 0, stderr[-3000:]
-    result = json.loads(out.read_text())["results"][0]
+    stdout, result = run_to_end(tmp_path, 2, 0, "--kv-store", "dist_nccl", *MLP,
+                                "--num-batches", "2", "--no-reference", "--no-probe",
+                                timeout_s=40)
     assert "probe" not in result and "probe" not in result["straggler"]
     assert all(r["peers"] == [] for r in result["ranks"])
     assert "#   probe:" not in stdout
