@@ -214,6 +214,22 @@ def lab_leftovers(lab, is_daemon=lambda cmd: False) -> list[str]:
     return found
 
 
+def host_processes(host, keep) -> list[int]:
+    """The processes in a netlab host's namespace whose command line (``/proc/PID/cmdline``, as
+    bytes, NUL-separated) ``keep`` takes; one that ends meanwhile is passed over."""
+    from bandwidth.netlab import lab as labmod
+
+    found = []
+    for pid in labmod.pids_in(host.namespace):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if keep(argv):
+            found.append(pid)
+    return found
+
+
 def outputs_of(procs: list[subprocess.Popen], timeout_s: float = 120) -> list[tuple[str, str]]:
     """(stdout, stderr) of every process; any still running after ``timeout_s`` (or when this
     fails) is killed, so that a test leaves none behind."""

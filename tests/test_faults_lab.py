@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from launch_support import lab_leftovers, netlab_for_tests
+from launch_support import host_processes, lab_leftovers, netlab_for_tests
 
 from bandwidth.netlab import lab as labmod
 
@@ -175,17 +175,8 @@ def job_processes(host) -> list[int]:
     """The guards, role wrappers, MPI daemons and measure.py processes (with their per-device
     ranks) on ``host``; not the lab's sshd (its configuration's path names the lab's folder,
     bandwidth-netlab)."""
-    found = []
-    for pid in labmod.pids_in(host.namespace):
-        try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if argv.startswith(b"sshd"):
-            continue
-        if b"bandwidth" in argv or argv.startswith((b"orted", b"prted")):    # mpirun's daemon
-            found.append(pid)
-    return found
+    return host_processes(host, lambda argv: not argv.startswith(b"sshd") and (
+        b"bandwidth" in argv or argv.startswith((b"orted", b"prted"))))    # mpirun's daemon
 
 
 def describe(pid: int) -> str:

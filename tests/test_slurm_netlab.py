@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from launch_support import ROOT, lab_leftovers, netlab_for_tests, program
+from launch_support import ROOT, host_processes, lab_leftovers, netlab_for_tests, program
 from slurm_support import SlurmCluster, missing_reason
 
 from bandwidth.netlab import lab as labmod
@@ -95,15 +95,8 @@ def test_parameter_server_mode_across_nodes_is_exact(cluster, tmp_path):
 def job_processes(host) -> list[int]:
     """What the job runs on ``host``: the role wrappers and measure.py (not the lab's sshd, not
     slurmd and its slurmstepd: the site's daemons)."""
-    found = []
-    for pid in labmod.pids_in(host.namespace):
-        try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if b"bandwidth" in argv and not argv.startswith((b"sshd", b"slurm")):
-            found.append(pid)
-    return found
+    return host_processes(host, lambda argv: b"bandwidth" in argv
+                          and not argv.startswith((b"sshd", b"slurm")))
 
 
 def test_a_node_cut_off_mid_run_ends_what_the_job_started_there(cluster):
