@@ -26,6 +26,7 @@ from bandwidth.links.linkbound import parse_rate
 from bandwidth.netlab import lab as labmod
 from bandwidth.netlab import sshd
 from bandwidth.netlab.lab import DEFAULT_NAME, DEFAULT_SUBNET, Lab, NetlabError, format_rate
+from bandwidth.progress import Stages
 
 
 def up(name: str, count: int, rate: str | None, rates_of: dict[str, str] | None = None,
@@ -41,16 +42,21 @@ def up(name: str, count: int, rate: str | None, rates_of: dict[str, str] | None 
         raise NetlabError(f"a lab named {name} is up already: python -m bandwidth.netlab down "
                           f"--name {name}, or choose another --name")
     try:
-        lab.state_dir.mkdir(parents=True)
-        (lab.state_dir / "lab.json").write_text(lab.to_json())
-        labmod.make_network(lab)
-        sshd.make_keys(lab.state_dir)
-        sshd.write_client_config(lab)
-        pids = {str(h.index): sshd.start_sshd(lab, h) for h in lab.hosts}
-        lab = dataclasses.replace(lab, sshd_pids=pids)
-        (lab.state_dir / "lab.json").write_text(lab.to_json())
-        for host in lab.hosts:
-            sshd.wait_ready(lab, host)
+        with Stages().watching() as stages:      # a line per stage once 10 s pass in silence
+            lab.state_dir.mkdir(parents=True)
+            (lab.state_dir / "lab.json").write_text(lab.to_json())
+            stages.enter(f"lab {name}: making {count} hosts (namespaces, links, shaping)")
+            labmod.make_network(lab)
+            stages.enter(f"lab {name}: starting {count} sshds")
+            sshd.make_keys(lab.state_dir)
+            sshd.write_client_config(lab)
+            pids = {str(h.index): sshd.start_sshd(lab, h) for h in lab.hosts}
+            lab = dataclasses.replace(lab, sshd_pids=pids)
+            (lab.state_dir / "lab.json").write_text(lab.to_json())
+            for ready, host in enumerate(lab.hosts):      # a slow login says where it waits
+                stages.enter(f"lab {name}: logging in to {host.address} ({ready} of {count} "
+                             "hosts ready)")
+                sshd.wait_ready(lab, host)
         (lab.state_dir / "hosts").write_text("".join(f"{h.address}\n" for h in lab.hosts))
     except BaseException:
         # Ctrl-C, SIGTERM (Stopped) or a failure part-way: remove what was made, and let no
