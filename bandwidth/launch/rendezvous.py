@@ -148,9 +148,10 @@ class JoinWatch:
     processes), and a rank that is really missing still fails the launch soon after the others
     are in.
 
-    ``stages`` (bandwidth.progress.Stages): once some ranks joined, a wait for the rest longer
-    than its silence says how many are in (``# joining: 3 of 4 processes in the rendezvous ...
-    12 s``; on a terminal, the count and seconds in place until all are in)."""
+    ``stages`` (bandwidth.progress.Stages): a wait longer than its silence says how many ranks
+    are in (``# joining: 3 of 4 processes in the rendezvous ... 12 s``; on a terminal, the count
+    and seconds in place until all are in), or that none is yet (the processes' start: 25 ssh
+    logins and torch imports on the 2-core VM's lab took 21 s)."""
 
     STALL_S = 20.0
     PATIENCE = 3.0
@@ -164,8 +165,7 @@ class JoinWatch:
         self.last_count, self.last_join_s = 0, 0.0
         self.stages = stages
         if stages is not None:
-            stages.enter(lambda: f"joining: {self.last_count} of {len(self.labels)} processes "
-                                 "in the rendezvous")
+            stages.enter(f"starting {len(self.labels)} processes (none in the rendezvous yet)")
 
     def __call__(self, elapsed_s: float) -> Failure | None:
         if self.done:
@@ -177,8 +177,11 @@ class JoinWatch:
                 self.stages.close()
             return None
         if joined > self.last_count:
+            if self.last_count == 0 and self.stages is not None:     # a stage of its own
+                self.stages.enter(lambda: f"joining: {self.last_count} of {len(self.labels)} "
+                                          "processes in the rendezvous")
             self.last_count, self.last_join_s = joined, elapsed_s
-        if joined and self.stages is not None:   # a program that never joins is not watched
+        if self.stages is not None:   # a program that never joins hears "starting" once
             self.stages.tick()
         if joined == 0 or elapsed_s < self.timeout_s:
             return None
