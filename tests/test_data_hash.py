@@ -48,3 +48,13 @@ def test_data_threads_rule_and_context():
     assert torch.get_num_threads() == before
     with cputhreads.threads(None):
         assert torch.get_num_threads() == before
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_the_gpu_computes_the_same_data():
+    # int32 products and additions wrap on the GPU as on the CPU
+    for start, seed in [(0, 0), (2**31 - 5, 1), (10**10 + 11, 99)]:
+        cpu = data._base_delta(start, start + (1 << 16), seed, torch.device("cpu"))
+        gpu = data._base_delta(start, start + (1 << 16), seed, torch.device("cuda"))
+        assert all(torch.equal(a, b.cpu()) for a, b in zip(cpu, gpu))
