@@ -16,6 +16,7 @@ import statistics
 from bandwidth.gates import GateRecord
 from bandwidth.links.gpudoc import GpuRecord, verdict_line
 from bandwidth.links.gpurounds import GpuVerdict, pair_key, pair_name
+from bandwidth.report.cells import gbps_3
 
 RULES = {"median": "slow below {pct:g} % of the upper median of the GPUs' best pair",
          "expected": "slow below {expect:g} % of NVML's figure for its link (no median: two "
@@ -45,12 +46,12 @@ def gpu_records(record: GpuRecord, v: GpuVerdict) -> list[GateRecord]:
             s = slow[gpu]
             verdicts.append("SLOW GPU")
             notes.append(f"slow with {s.partners} GPUs that reach the rate with others (sends "
-                         f"{s.out_gbps:.2f}, receives {s.in_gbps:.2f} GB/s)")
+                         f"{gbps_3(s.out_gbps)}, receives {gbps_3(s.in_gbps)} GB/s)")
         if gpu in slow_links:
             verdicts.append("SLOW HOST LINK")
             notes.append(slow_links[gpu].why)
         elif link is not None:
-            notes.append(f"host->device {link.h2d_gbps:.2f}, device->host {link.d2h_gbps:.2f} "
+            notes.append(f"host->device {gbps_3(link.h2d_gbps)}, device->host {gbps_3(link.d2h_gbps)} "
                          "GB/s")
         reference = slow_links[gpu].threshold_gbps if gpu in slow_links else (
             v.host_reference_gbps * v.min_percent / 100 if v.host_reference_gbps else None)
@@ -66,8 +67,8 @@ def gpu_records(record: GpuRecord, v: GpuVerdict) -> list[GateRecord]:
         name = pair_name(*key)
         p = named.get(key)
         verdict = "SLOW PAIR" if p else "UNRESOLVED" if name in unresolved else "ok"
-        detail = (f"{p.path.name} {p.path.gbps:.2f} GB/s, the other way "
-                  f"{p.path.reverse_gbps:.2f}; {p.conclusion}" if p else unresolved.get(name, ""))
+        detail = (f"{p.path.name} {gbps_3(p.path.gbps)} GB/s, the other way "
+                  f"{gbps_3(p.path.reverse_gbps)}; {p.conclusion}" if p else unresolved.get(name, ""))
         if set(key) & set(slow):
             detail = "; ".join(filter(None, [detail, "slow with a slow GPU (named above)"]))
         if key in record.no_peer:
@@ -83,16 +84,16 @@ def gpu_lines(record: GpuRecord, v: GpuVerdict) -> list[str]:
            f"{v.pairs_measured} of {v.pairs_total} pairs measured; rule {v.rule}: "
            + RULES[v.rule].format(pct=v.min_percent, expect=v.expect_percent)]
     if v.pair_reference_gbps:
-        out.append(f"# reference {v.pair_reference_gbps:.2f} GB/s (the upper median of the "
+        out.append(f"# reference {gbps_3(v.pair_reference_gbps)} GB/s (the upper median of the "
                    "GPUs' best pair)")
     for s in v.slow_gpus:
         out.append(f"# SLOW GPU {s.host}: slow with {s.partners} GPUs that reach the rate with "
-                   f"others (sends {s.out_gbps:.2f}, receives {s.in_gbps:.2f} GB/s)")
+                   f"others (sends {gbps_3(s.out_gbps)}, receives {gbps_3(s.in_gbps)} GB/s)")
     for s in v.slow_host_links:
         out.append(f"# SLOW HOST LINK {s.gpu}: {s.why}")
     for p in v.slow_pairs:
-        out.append(f"# SLOW PAIR {p.path.name}: {p.path.gbps:.2f} GB/s (the other way "
-                   f"{p.path.reverse_gbps:.2f}; slow below {p.threshold_gbps:.2f}): "
+        out.append(f"# SLOW PAIR {p.path.name}: {gbps_3(p.path.gbps)} GB/s (the other way "
+                   f"{gbps_3(p.path.reverse_gbps)}; slow below {gbps_3(p.threshold_gbps)}): "
                    f"{p.conclusion}")
     for name, reason in v.unresolved:
         out.append(f"# UNRESOLVED {name}: {reason}")

@@ -44,6 +44,7 @@ from bandwidth.gates import GateRecord, summary_path, write_reports
 from bandwidth.links.hostmatrix import HostMatrix, load_matrix
 from bandwidth.links.gpudoc import load_gpu_rounds
 from bandwidth.links.rounddoc import load_rounds, read_document
+from bandwidth.report.cells import gbps_3
 from bandwidth.report.gpugate import gpu_lines, gpu_records
 from bandwidth.report.roundgate import round_lines, round_records
 from bandwidth.thresholds import parse_min_percent
@@ -113,7 +114,7 @@ def judge(matrix: HostMatrix, min_pct: float = DEFAULT_PCT) -> HostVerdicts:
 
 def records(v: HostVerdicts, min_pct: float) -> list[GateRecord]:
     """One record per pair and one per host, for the reports (gate "host")."""
-    margin = f"at least {min_pct:g} % of the reference ({v.median_gbps:.2f} GB/s)"
+    margin = f"at least {min_pct:g} % of the reference ({gbps_3(v.median_gbps)} GB/s)"
     out = []
     for pair, gbps in sorted(v.pairs.items()):
         failed = pair in v.failing_pairs
@@ -139,11 +140,11 @@ def records(v: HostVerdicts, min_pct: float) -> list[GateRecord]:
 def lines(v: HostVerdicts, min_pct: float) -> list[str]:
     a, b = v.slowest_pair
     out = [f"# host gate: a pair fails below {min_pct:g} % of the reference, the median host's "
-           f"best pair ({v.median_gbps:.2f} GB/s): {v.threshold_gbps:.2f} GB/s",
-           f"# slowest pair: {a}<->{b} {v.pairs[v.slowest_pair]:.2f} GB/s; slowest host: "
-           f"{v.slowest_host} (median of its pairs {v.host_gbps[v.slowest_host]:.2f} GB/s)"]
+           f"best pair ({gbps_3(v.median_gbps)} GB/s): {gbps_3(v.threshold_gbps)} GB/s",
+           f"# slowest pair: {a}<->{b} {gbps_3(v.pairs[v.slowest_pair])} GB/s; slowest host: "
+           f"{v.slowest_host} (median of its pairs {gbps_3(v.host_gbps[v.slowest_host])} GB/s)"]
     for pair in v.failing_pairs:
-        out.append(f"# SLOW PAIR {pair[0]}<->{pair[1]}: {v.pairs[pair]:.2f} GB/s")
+        out.append(f"# SLOW PAIR {pair[0]}<->{pair[1]}: {gbps_3(v.pairs[pair])} GB/s")
     for host in v.faulty_hosts:
         out.append(f"# HOST AT FAULT {host}: slow with every host that reaches the rate with "
                    "others")

@@ -15,6 +15,7 @@ import statistics
 from bandwidth.gates import GateRecord
 from bandwidth.links.rounddoc import RoundsRecord, verdict_line
 from bandwidth.links.rounds import RoundVerdict
+from bandwidth.report.cells import gbps_3
 
 
 def sent_gbps(record: RoundsRecord) -> dict[str, float]:
@@ -28,7 +29,7 @@ def sent_gbps(record: RoundsRecord) -> dict[str, float]:
 
 def round_records(record: RoundsRecord, v: RoundVerdict) -> list[GateRecord]:
     """One record per host, one per slow path and per unresolved pair (gate "host")."""
-    margin = (f"slow below {v.min_percent:g} % of the reference ({v.reference_gbps:.2f} GB/s), "
+    margin = (f"slow below {v.min_percent:g} % of the reference ({gbps_3(v.reference_gbps)} GB/s), "
               f"with 2 hosts that reach it with others")
     slow = {s.host: s for s in v.slow_hosts}
     why = dict(v.unresolved)
@@ -63,13 +64,13 @@ def round_lines(record: RoundsRecord, v: RoundVerdict) -> list[str]:
            f"({v.screen_rounds} of screening), {v.pairs_measured} of {v.pairs_total} pairs "
            f"measured",
            f"# a pair is slow below {v.min_percent:g} % of the reference, the median host's "
-           f"best cell ({v.reference_gbps:.2f} GB/s): {v.threshold_gbps:.2f} GB/s"]
+           f"best cell ({gbps_3(v.reference_gbps)} GB/s): {gbps_3(v.threshold_gbps)} GB/s"]
     for s in v.slow_hosts:
         out.append(f"# SLOW HOST {s.host}: slow with {s.partners} hosts that reach the rate with "
-                   f"others (sends {s.out_gbps:.2f}, receives {s.in_gbps:.2f} GB/s)")
+                   f"others (sends {gbps_3(s.out_gbps)}, receives {gbps_3(s.in_gbps)} GB/s)")
     for p in v.slow_paths:
-        out.append(f"# SLOW PATH {p.name}: {p.gbps:.2f} GB/s (the other way "
-                   f"{p.reverse_gbps:.2f}); both hosts fast with others")
+        out.append(f"# SLOW PATH {p.name}: {gbps_3(p.gbps)} GB/s (the other way "
+                   f"{gbps_3(p.reverse_gbps)}); both hosts fast with others")
     for name, reason in v.unresolved:
         out.append(f"# UNRESOLVED {name}: {reason}")
     if v.transient:
