@@ -38,7 +38,8 @@ requires_cuda = pytest.mark.skipif(
 ONE_AT_A_TIME = {
     "test_faults_lab.py", "test_launch_contract.py", "test_launch_interface.py",
     "test_launch_loopback.py", "test_launch_mpi.py", "test_launch_slurm.py", "test_launch_ssh.py",
-    "test_netlab.py", "test_netlab_cli.py", "test_netlab_ready.py", "test_netlab_rto.py",
+    "test_netlab.py", "test_netlab_cli.py", "test_netlab_ready.py", "test_netlab_rounds.py",
+    "test_netlab_rto.py",
     "test_rank_ends.py",
     "test_readme.py", "test_rendezvous_security.py", "test_slurm_netlab.py",
     "test_store_gate.py"}

@@ -30,14 +30,16 @@ from bandwidth.progress import Stages
 
 
 def up(name: str, count: int, rate: str | None, rates_of: dict[str, str] | None = None,
-       subnet: str = DEFAULT_SUBNET, rto_min_ms: int | None = None) -> Lab:
+       subnet: str = DEFAULT_SUBNET, rto_min_ms: int | None = None,
+       paths: dict[str, str] | None = None) -> Lab:
     """Make the lab and start its sshds; returns it (written to ``lab.json``)."""
     missing = labmod.missing_prerequisites()
     if missing:
         raise NetlabError(f"the lab needs {', '.join(missing)}")
     rate_bits = parse_rate(rate) if rate else None
     lab = labmod.plan_lab(name, subnet, count, rate_bits,
-                          {k: parse_rate(v) for k, v in (rates_of or {}).items()}, rto_min_ms)
+                          {k: parse_rate(v) for k, v in (rates_of or {}).items()}, rto_min_ms,
+                          {k: parse_rate(v) for k, v in (paths or {}).items()})
     if labmod.namespaces_of(name) or lab.state_dir.exists():
         raise NetlabError(f"a lab named {name} is up already: python -m bandwidth.netlab down "
                           f"--name {name}, or choose another --name")
@@ -97,6 +99,9 @@ def describe(lab: Lab) -> list[str]:
     rto = f", TCP's rto_min {lab.rto_min_ms} ms" if lab.rto_min_ms is not None else ""
     lines = [f"lab {lab.name}: {len(lab.hosts)} hosts on bridge {lab.bridge} "
              f"({lab.bridge_address}/{lab.prefixlen} in the root namespace){rto}"]
+    for src, dst, bits in lab.paths:
+        lines.append(f"  slow path {lab.host(src).address} -> {lab.host(dst).address}: "
+                     f"{format_rate(bits)} (that direction only)")
     for h in lab.hosts:
         alive = "sshd up" if labmod.alive(int(lab.sshd_pids.get(str(h.index), 0) or 0)) \
             else "sshd down"
@@ -120,6 +125,10 @@ def build_parser() -> argparse.ArgumentParser:
                       "(default: unshaped)")
     p_up.add_argument("--rate-of", action="append", default=[], metavar="HOST=RATE",
                       help="one host's rate (HOST: its index 1..N or address); repeatable")
+    p_up.add_argument("--slow-path", action="append", default=[], metavar="FROM-TO=RATE",
+                      help="one direction between two hosts (indices or addresses) at RATE, the "
+                      "rest of FROM's link as it is (tc htb and a filter on TO's address); "
+                      "repeatable")
     p_up.add_argument("--rto-min", type=int, default=None, metavar="MS",
                       help="every host's least TCP retransmission timeout, 1-200 ms (default: "
                       "the kernel's 200), as datacenter hosts set it against incast")
@@ -138,13 +147,17 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signum, _stop)
     try:
         if args.command == "up":
-            pairs = {}
-            for item in args.rate_of:
-                key, sep, value = item.partition("=")
-                if not sep:
-                    raise NetlabError(f"--rate-of {item!r}: expected HOST=RATE, e.g. 2=500mbit")
-                pairs[key] = value
-            lab = up(args.name, args.hosts, args.rate, pairs, args.subnet, args.rto_min)
+            pairs, paths = {}, {}
+            for flag, items, into, example in (("--rate-of", args.rate_of, pairs,
+                                                "HOST=RATE, e.g. 2=500mbit"),
+                                               ("--slow-path", args.slow_path, paths,
+                                                "FROM-TO=RATE, e.g. 1-2=50mbit")):
+                for item in items:
+                    key, sep, value = item.partition("=")
+                    if not sep:
+                        raise NetlabError(f"{flag} {item!r}: expected {example}")
+                    into[key] = value
+            lab = up(args.name, args.hosts, args.rate, pairs, args.subnet, args.rto_min, paths)
             print("\n".join(describe(lab)))
         elif args.command == "down":
             removed = down(args.name)

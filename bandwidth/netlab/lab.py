@@ -85,6 +85,7 @@ class Lab:
     hosts: tuple[Host, ...]
     sshd_pids: dict = field(default_factory=dict)   # host index (str) -> pid
     rto_min_ms: int | None = None                   # every host's route's rto_min (None: 200)
+    paths: tuple = ()           # (from index, to index, bits/s): one direction between two hosts
 
     @property
     def state_dir(self) -> Path:
@@ -110,12 +111,15 @@ class Lab:
             raise NetlabError(f"no lab {name!r} is up (no {path}); start one with: python -m "
                               f"bandwidth.netlab up --name {name} --hosts N --rate RATE") from None
         doc["hosts"] = tuple(Host(**h) for h in doc["hosts"])
+        doc["paths"] = tuple(tuple(p) for p in doc.get("paths", ()))
         return cls(**doc)
 
 
 def plan_lab(name: str, subnet: str, count: int, rate_bits: int | None,
-             rates_of: dict[str, int], rto_min_ms: int | None = None) -> Lab:
-    """The lab's names and addresses, checked; nothing is made."""
+             rates_of: dict[str, int], rto_min_ms: int | None = None,
+             paths: dict[str, int] | None = None) -> Lab:
+    """The lab's names and addresses, checked; nothing is made. ``paths``: "FROM-TO" (indices or
+    addresses) -> bits/s, one direction of the path between two hosts slowed."""
     if rto_min_ms is not None and not 1 <= rto_min_ms <= 200:
         raise NetlabError(f"--rto-min {rto_min_ms}: between 1 and 200 ms (200 is TCP's default)")
     if not _NAME.match(name):
@@ -144,8 +148,16 @@ def plan_lab(name: str, subnet: str, count: int, rate_bits: int | None,
     if unknown:
         raise NetlabError(f"--rate-of {unknown[0]}=...: no such host (hosts: 1..{count} or "
                           f"{hosts[0].address}..{hosts[-1].address})")
+    slow_paths = []
+    by_key = {k: h for h in hosts for k in (str(h.index), h.address)}
+    for key, bits in (paths or {}).items():
+        src, sep, dst = key.partition("-")
+        if not sep or src not in by_key or dst not in by_key or by_key[src] is by_key[dst]:
+            raise NetlabError(f"--slow-path {key}=...: expected FROM-TO, two different hosts "
+                              f"(1..{count} or their addresses), e.g. 1-2=50mbit")
+        slow_paths.append((by_key[src].index, by_key[dst].index, bits))
     return Lab(name, str(net), net.prefixlen, f"{name}br", str(net.broadcast_address - 1),
-               tuple(hosts), rto_min_ms=rto_min_ms)
+               tuple(hosts), rto_min_ms=rto_min_ms, paths=tuple(slow_paths))
 
 
 def missing_prerequisites() -> list[str]:
@@ -225,6 +237,38 @@ def make_network(lab: Lab) -> None:
            f"echo {TSQ_BYTES} > /proc/sys/net/ipv4/tcp_limit_output_bytes", check=False)
         shape(host.interface, host.rate_bits, host.namespace)     # what the host sends
         shape(host.port, host.rate_bits)                          # what it receives
+    for src in {path[0] for path in lab.paths}:
+        shape_paths(lab, lab.host(src))
+
+
+# An unshaped host's link, where one of its paths is slowed: htb needs a rate for the whole link.
+UNSHAPED_BITS = 100 * 10**9
+
+
+def shape_paths(lab: Lab, host: Host) -> None:
+    """What ``host`` sends to the hosts of its slow paths at their rates, the rest at the host's
+    own: an htb on its interface (in place of its tbf), one class per slow path under one for the
+    whole link, a u32 filter on the destination address choosing the class."""
+    link = host.rate_bits or UNSHAPED_BITS
+    slow = [(lab.host(dst), bits) for src, dst, bits in lab.paths if src == host.index]
+    tc = ["ip", "netns", "exec", host.namespace, "tc"]
+    dev = ["dev", host.interface]
+    sh(*tc, "qdisc", "del", *dev, "root", check=False)
+    proc = sh(*tc, "qdisc", "add", *dev, "root", "handle", "1:", "htb", "default", "10",
+              check=False)
+    if proc.returncode != 0:
+        raise NetlabError(f"cannot slow a path with tc htb ({proc.stderr.strip()}): this kernel "
+                          "may lack sch_htb (modprobe sch_htb)")
+    sh(*tc, "class", "add", *dev, "parent", "1:", "classid", "1:1", "htb", "rate", f"{link}bit",
+       "ceil", f"{link}bit")
+    rest = max(link - sum(bits for _, bits in slow), link // 100)
+    sh(*tc, "class", "add", *dev, "parent", "1:1", "classid", "1:10", "htb", "rate",
+       f"{rest}bit", "ceil", f"{link}bit")
+    for k, (dst, bits) in enumerate(slow, start=20):
+        sh(*tc, "class", "add", *dev, "parent", "1:1", "classid", f"1:{k}", "htb", "rate",
+           f"{bits}bit", "ceil", f"{bits}bit")
+        sh(*tc, "filter", "add", *dev, "parent", "1:", "protocol", "ip", "prio", "1", "u32",
+           "match", "ip", "dst", f"{dst.address}/32", "flowid", f"1:{k}")
 
 
 def namespaces_of(name: str) -> list[str]:
@@ -297,5 +341,7 @@ def reshape(lab: Lab, rate_bits: int) -> Lab:
         shape(host.port, rate_bits)
         hosts.append(dataclasses.replace(host, rate_bits=rate_bits))
     changed = dataclasses.replace(lab, hosts=tuple(hosts))
+    for src in {path[0] for path in changed.paths}:
+        shape_paths(changed, changed.host(src))
     (lab.state_dir / "lab.json").write_text(changed.to_json())
     return changed
