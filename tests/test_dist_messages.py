@@ -166,6 +166,13 @@ def test_receive_order_by_message_or_by_worker_takes_every_push_once():
     by_worker = receive_order(mine, Cluster(workers, servers, server_takes="worker"), 1)
     assert [(tag, w) for tag, _, _, w, _, _ in by_worker[:6]] == \
         [(3, 2), (7, 2), (11, 2), (3, 3), (7, 3), (11, 3)]      # server 1 of 2 starts at 5 // 2
+    # A sync server's step i takes turn i: the first worker moves on, first and last with it.
+    turned = receive_order(mine, Cluster(workers, servers), 1, turn=3)
+    assert [(tag, w, first, last) for tag, _, _, w, first, last in turned[:5]] == \
+        [(3, 3, True, False), (3, 4, False, False), (3, 0, False, False), (3, 1, False, False),
+         (3, 2, False, True)]
+    turned = receive_order(mine, Cluster(workers, servers, server_takes="worker"), 1, turn=4)
+    assert [w for _, _, _, w, _, _ in turned[::3]] == [1, 2, 3, 4, 0]       # (2 + 4) % 5 first
 
 
 @pytest.mark.timeout(200)

@@ -38,14 +38,16 @@ def doctored(saved, tmp_path, scale=1.0, device_name=None):
 def test_an_unmodified_baseline_from_this_machine_passes(cli, tmp_path):
     """Noise-aware as the README's CI recipe: medians over 20 iterations, --repeat 3 (a row
     passes if any repeat is within the tolerance of the baseline), the file exactly as saved.
-    25 %, not the default 10 %: CI's two shared cores are noisier than a GPU runner."""
+    60 %, not the default 10 %: on CI's two shared cores the other test worker's load changes
+    between the save and the check (CI saw the best of 3 repeats 33 % below a baseline saved a
+    minute before); the doctored baselines below check that a real drop fails."""
     path = tmp_path / "base.json"
     saved = cli(*FAIR, "--save-baseline", str(path), timeout=240)
     assert saved.returncode == 0, saved.stderr
-    proc = cli(*FAIR, "--baseline", str(path), "--repeat", "3", "--tolerance", "25%", timeout=240)
+    proc = cli(*FAIR, "--baseline", str(path), "--repeat", "3", "--tolerance", "60%", timeout=240)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "# PASSED (1 " in proc.stdout
-    assert "a row fails below" in proc.stdout and "by more than 25 %" in proc.stdout
+    assert "a row fails below" in proc.stdout and "by more than 60 %" in proc.stdout
 
 
 def test_a_faster_run_passes(cli, saved, tmp_path):

@@ -6,6 +6,7 @@ of nccl, and an iteration bound so small that the single-process modes trip it.
 """
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -36,7 +37,10 @@ def test_an_iteration_longer_than_the_timeout_stops_a_single_process_mode(mode):
     assert done.returncode == 1, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
-    assert f"{mode} on resnet-50: no progress for 0.005 s in iteration" in lines[0]
+    # In the iteration, or already in the stage before it where two busy cores stalled it
+    # (seen on CI: "no progress for 0.005 s in starting"): either way --timeout was kept.
+    assert re.search(f"{mode} on resnet-50: no progress for 0.005 s in (iteration|starting)",
+                     lines[0]), lines[0]
     assert "(--timeout)" in lines[0]
 
 

@@ -45,7 +45,7 @@ from bandwidth.hardware import linkcounters
 from bandwidth.stores.dist import Cluster, messages, post_messages, ps_layout
 from bandwidth.schedules.runner import exchange_order
 from bandwidth.hardware.memory import job_memory, peak_rss_bytes
-from bandwidth.stores.psserver import echo, echo_slots, serve
+from bandwidth.stores.psserver import Served, echo, echo_slots, serve
 
 DIST_NCCL_PREFIX = "bandwidth/dist_nccl/"
 DIST_NCCL_WORKERS_PREFIX = "bandwidth/dist_nccl_workers/"
@@ -139,12 +139,12 @@ def _parameter_server(plan: Plan, role: Role, on_report, stages: Stages) -> Resu
                      "4 rounds")
         raw = _raw_exchange(plan, cluster, role) if c.reference else None
         counters_before = linkcounters.snapshot()
-        served: list[float] = []                  # a server's time of each measured step
+        served = Served([], [])                   # a server's measured steps
         if role.name == SERVER:
             served = serve(plan.shapes, cluster, role.task_id, devices=1, by_owner=False,
                            sync=sync, optimizer=optimizers.make(c.optimizer),
                            dtype=c.dtype, iterations=exchange_steps(plan),
-                           parts=_server_parts(plan))[c.warmup:c.warmup + c.num_batches]
+                           parts=_server_parts(plan)).measured(c.warmup, c.num_batches)
             result = None
         else:
             group = DistGroup(torch.device("cpu"), group=workers)
@@ -165,11 +165,13 @@ def _parameter_server(plan: Plan, role: Role, on_report, stages: Stages) -> Resu
             result.link_counters = counters
         # Every process's peak RSS, to worker 0 (JSON: nothing received is unpickled).
         peaks = all_gather_json(peak_rss_bytes(), role.world_size)
-        served_by = all_gather_json(served, role.world_size)[role.job.num_workers:]
+        served_by = all_gather_json(served.to_json(), role.world_size)[role.job.num_workers:]
         if result is not None:
             result.memory = job_memory(peaks[:role.job.num_workers], peaks[role.job.num_workers:])
             result.ranks = rank_records(result.workers, result.worker_hosts,
-                                        result.server_hosts, served_by)
+                                        result.server_hosts,
+                                        [s["seconds"] for s in served_by],
+                                        [s["waits"] for s in served_by])
         dist.barrier()                   # every worker and server is done
         return result
     finally:

@@ -35,7 +35,7 @@ Document, schema version 1::
         "memory": {"workers_peak_rss", "servers_peak_rss",
                    "total_peak_rss"},       # distributed modes: bytes (absent elsewhere)
         "ranks": [{"rank", "role", "index", "host", "step_seconds", "step_seconds_median",
-                   "wait_seconds", "nbytes_sent", "nbytes_received",
+                   "wait_seconds", "nbytes_sent", "nbytes_received", "waited_on",
                    "peers": [{"role", "index", "host", "nbytes", "push_gbps", "pull_gbps",
                               "push_seconds", "pull_seconds"}]}],
                                     # distributed modes: one per rank, workers then servers
@@ -45,7 +45,7 @@ Document, schema version 1::
                                     # "send_seconds", "recv_seconds"}
         "probe": {"seconds", "nbytes", "repeats", "shifts", "backend", "workers",
                   "ranks_per_worker"},   # dist_nccl's neighbour probe (absent elsewhere)
-        "straggler": {"rule", "figure", "k", "noise", "line",
+        "straggler": {"rule", "figure", "k", "noise", "floor", "line",
                       "workers": {...}, "servers": {...},
                       "probe": {...}}}]}    # probe: bandwidth.results.probepaths.probe_json
                                     # distributed modes: the verdict of

@@ -86,6 +86,9 @@ class RankRecord:
     # Parameter-server workers: a PeerRate per server; dist_nccl's with the probe: a
     # NeighbourRate per neighbour.
     peers: tuple = ()
+    # A sync parameter server: per measured step, the seconds it was blocked on each worker's
+    # pushes, in worker order (bandwidth.stores.psserver.Served).
+    waited_on: tuple = ()
 
     @property
     def label(self) -> str:
@@ -101,7 +104,8 @@ class RankRecord:
                 "step_seconds_median": self.step_median,
                 "wait_seconds": list(self.wait_seconds),
                 "nbytes_sent": self.nbytes_sent, "nbytes_received": self.nbytes_received,
-                "peers": [p.to_dict() for p in self.peers]}
+                "peers": [p.to_dict() for p in self.peers],
+                "waited_on": [list(step) for step in self.waited_on]}
 
 
 def _gbps(nbytes: float, seconds: tuple[float, ...]) -> float | None:
@@ -111,11 +115,13 @@ def _gbps(nbytes: float, seconds: tuple[float, ...]) -> float | None:
 
 def rank_records(workers, worker_hosts: list[str], server_hosts: list[str] | None = None,
                  server_steps: list[list[float]] | None = None,
+                 server_waits: list[list[list[float]]] | None = None,
                  neighbours: list[tuple[NeighbourRate, ...]] | None = None) -> list[RankRecord]:
     """The job's records: ``workers`` (WorkerTraffic, gathered, in worker order) on
     ``worker_hosts``; the servers on ``server_hosts`` with their own step times
-    (``server_steps``, one list per server; empty where none); ``dist_nccl``'s probe, each
-    worker's ``neighbours`` (``probe_neighbours``)."""
+    (``server_steps``, one list per server; empty where none) and waits on each worker
+    (``server_waits``, likewise); ``dist_nccl``'s probe, each worker's ``neighbours``
+    (``probe_neighbours``)."""
     server_hosts = server_hosts or []
     out = []
     for w, traffic in enumerate(workers):
@@ -132,7 +138,10 @@ def rank_records(workers, worker_hosts: list[str], server_hosts: list[str] | Non
     for s, host in enumerate(server_hosts):
         carried = float(len(workers) * (shares[s] if s < len(shares) else 0))
         steps = tuple((server_steps or [])[s]) if s < len(server_steps or []) else ()
-        out.append(RankRecord(len(workers) + s, SERVER, s, host, steps, (), carried, carried))
+        waits = (tuple(tuple(step) for step in server_waits[s])
+                 if s < len(server_waits or []) else ())
+        out.append(RankRecord(len(workers) + s, SERVER, s, host, steps, (), carried, carried,
+                              waited_on=waits))
     return out
 
 

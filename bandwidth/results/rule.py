@@ -30,10 +30,13 @@ class Verdict:
     alone: str = ""                   # why nothing was compared ("1 worker")
 
 
-def judge(figures: dict, k: float = K, noise: float = NOISE, centre=statistics.median) -> Verdict:
+def judge(figures: dict, k: float = K, noise: float = NOISE, centre=statistics.median,
+          floor: float = 0.0) -> Verdict:
     """The rule (module docstring) on ``figures``: each rank's (or path's) figure per round,
     in rank order (ties: the first named). ``centre``: what stands for one's rounds, the median
-    (the probe's paths: ``min``, their best exchange), and D's deviations are taken from it."""
+    (the probe's paths: ``min``, their best exchange), and D's deviations are taken from it.
+    ``floor``: what m_r - M must exceed besides (a figure that is near zero for every healthy
+    rank, as the servers' wait, has a ratio to M that means nothing below it)."""
     medians = {r: centre(xs) for r, xs in figures.items() if xs}
     if len(medians) < 2:
         return Verdict(None, None, None, None, None, None,
@@ -48,6 +51,6 @@ def judge(figures: dict, k: float = K, noise: float = NOISE, centre=statistics.m
         return medians[r] / big if big > 0 else float("inf")
 
     out = [r for r in order if medians[r] >= k * big and medians[r] - big > noise * spread
-           and medians[r] > big]
+           and medians[r] > big and medians[r] - big > floor]
     return Verdict(out[0] if out else None, ratio(out[0]) if out else None, slowest,
                    ratio(slowest), big, spread, tuple(out[1:]))

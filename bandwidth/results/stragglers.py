@@ -10,11 +10,16 @@ absolute deviation from its own m_r (the spread between rounds), rank r stands o
 The slowest rank that stands out is named (ties: the lowest rank); none, and the line says "no
 straggler" with the rule. With one rank there is nothing to compare.
 
-The figures (``worker_figures``, ``server_figures``): a parameter-server worker's is the time its
-pushes took to leave (until its last push to any server had left): in a synchronous step every
-worker waits for the slowest one's pushes before its answers come, so the workers' own step times
-are alike, and a worker stopped 3/4 of the time on loopback showed steps within 3 % of the others'
-but pushes 2.6 x theirs. A ``dist_nccl`` rank's is its own step time, which an all-reduce evens out
+The figures (``worker_figures``, ``server_figures``): a sync parameter-server worker's is the
+servers' wait on it (``server_waits``): the seconds in a step that the servers sat blocked on its
+pushes, summed over the servers. In a synchronous step every worker waits for the slowest one's
+pushes before its answers come, so the workers' own step times are alike (a worker stopped 3/4 of
+the time on loopback: steps within 3 % of the others'); and a server posts its receives in its
+own order and Gloo moves a push only once its receive is posted, so the server paces every
+worker's pushes alike too (16 workers and 4 servers on lab hosts, one worker's link at half
+rate: its push times 1.00 x the median). What the servers wait on is what the step waits on.
+Where the servers did not time it (async, MXNet's servers), a worker's figure is the time its
+pushes took to leave (until its last push to any server had left). A ``dist_nccl`` rank's is its own step time, which an all-reduce evens out
 (every rank ends together), so there the rule names only a rank whose own time differs; its
 neighbour probe (bandwidth.measurement.probe, judged by bandwidth.results.probepaths) names the
 worker whose link is slow, or the slow path, which the line puts first (a slow link), or after the
@@ -33,12 +38,30 @@ from bandwidth.results.probepaths import (also_words, judge_probe, link_words, p
                                           path_words, probe_json, probe_rule_text)
 from bandwidth.results.rule import K, NOISE, Verdict, judge
 
+WAIT_SHARE = 0.05     # a worker named by the servers' wait costs them at least 5 % of a step
+
 
 def worker_figures(records) -> dict[str, list[float]]:
-    """Each worker's figure per measured step (module docstring): where it timed its exchange
-    with each server, the seconds until its last push had left; else its own step."""
+    """Each worker's figure per measured step (module docstring): where the sync servers timed
+    their wait on it, that wait (``server_waits``); where it timed its exchange with each
+    server, the seconds until its last push had left; else its own step."""
+    waits = server_waits(records)
+    if waits:
+        return waits
     return {r.label: list(pushes_seconds(r) or r.step_seconds)
             for r in records if r.role == "worker" and r.step_seconds}
+
+
+def server_waits(records) -> dict[str, list[float]]:
+    """Per worker, per measured step: the seconds the sync servers were blocked on its pushes,
+    summed over the servers (empty where none timed it: async servers, MXNet's)."""
+    servers = [r.waited_on for r in records if r.role == "server" and r.waited_on]
+    workers = [r for r in records if r.role == "worker"]
+    if not servers or not workers:
+        return {}
+    steps = min(len(waits) for waits in servers)
+    return {r.label: [sum(waits[i][r.index] for waits in servers) for i in range(steps)]
+            for r in workers}
 
 
 def server_peers(record) -> tuple:
@@ -57,6 +80,8 @@ def pushes_seconds(record) -> tuple[float, ...]:
 
 def figure_word(records) -> str:
     """What the workers' figure is, in the line's words."""
+    if server_waits(records):
+        return "server wait"
     return "push time" if any(server_peers(r) for r in records) else "step"
 
 
@@ -82,14 +107,26 @@ def server_figures(records) -> dict[str, list[float]]:
     return out
 
 
+def wait_floor(records) -> float:
+    """What a worker's median server wait must exceed the median by, besides the rule: WAIT_SHARE
+    of the servers' median step (the healthy workers' waits are near zero, so their ratios
+    alone would name a worker for a few microseconds)."""
+    steps = [r.step_median for r in records if r.role == "server" and r.step_seconds]
+    return WAIT_SHARE * statistics.median(steps) if steps else 0.0
+
+
 def rule_text(k: float = K, noise: float = NOISE, figure: str = "step") -> str:
     return (f"a worker's median {figure} at least {k:g} x the median of the ranks' medians and "
-            f"above it by more than {noise:g} x their spread between rounds")
+            f"above it by more than {noise:g} x their spread between rounds"
+            + (f" and by more than {100 * WAIT_SHARE:g} % of the servers' median step"
+               if figure == "server wait" else ""))
 
 
 def peer_clause(records, label: str) -> str:
     """``its pushes to server 3 at 41 % of the others'``: the named worker's push rate to the
-    server where it falls furthest below the other workers' median rate to that server."""
+    server where it falls furthest below the other workers' median rate to that server; nothing
+    where none falls below 1/K of it (the servers pace every push alike, so a worker named by
+    their wait on it may push at the others' rate once its receives are posted)."""
     mine = next((server_peers(r) for r in records if r.label == label), ())
     others = [server_peers(r) for r in records
               if r.role == "worker" and r.label != label and server_peers(r)]
@@ -103,12 +140,15 @@ def peer_clause(records, label: str) -> str:
         pct = 100 * peer.push_gbps / statistics.median(rates)
         if worst is None or pct < worst[0]:
             worst = (pct, f"{peer.role} {peer.index}")
-    return "" if worst is None else f"its pushes to {worst[1]} at {worst[0]:.0f} % of the others'"
+    if worst is None or worst[0] >= 100 / K:
+        return ""
+    return f"its pushes to {worst[1]} at {worst[0]:.0f} % of the others'"
 
 
 def straggler(records) -> tuple[Verdict, Verdict]:
     """The workers' verdict and the servers' (from the workers' pushes to each server)."""
-    return judge(worker_figures(records)), judge(server_figures(records))
+    floor = wait_floor(records) if server_waits(records) else 0.0
+    return judge(worker_figures(records), floor=floor), judge(server_figures(records))
 
 
 def straggler_line(records) -> str:
@@ -154,7 +194,9 @@ def straggler_json(records) -> dict:
                 "ratio": v.ratio, "slowest": v.slowest, "slowest_ratio": v.slowest_ratio,
                 "median": v.median, "spread": v.spread, "also": list(v.also)}
     return {"rule": rule_text(figure=figure_word(records)), "figure": figure_word(records),
-            "k": K, "noise": NOISE, "line": straggler_line(records),
+            "k": K, "noise": NOISE,
+            "floor": wait_floor(records) if server_waits(records) else 0.0,
+            "line": straggler_line(records),
             "workers": of(workers), "servers": of(servers),
             **({"probe": probe_json(judge_probe(records), host)}
                if path_figures(records) else {})}

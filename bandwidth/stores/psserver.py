@@ -31,6 +31,7 @@ import collections
 import queue
 import threading
 import time
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -40,6 +41,25 @@ from bandwidth.stores.dist import messages, ps_layout
 
 SERVER_THREADS = 1
 MEMORY_SHARES = 3          # a server's bytes beyond the process itself, in shares (issue 27)
+
+
+@dataclass
+class Served:
+    """What a server measured, per step: the seconds the step took here (``seconds``) and, sync,
+    the seconds it was blocked on each worker's pushes (``waits``: per step, one figure per
+    worker; empty for async, where each worker has a thread of its own). A push that is late or
+    slow to arrive keeps the server waiting on it while the others' are in: what a slow worker
+    costs a synchronous step, as its own push times cannot show (the server paces every worker's
+    pushes, since Gloo moves one only once its receive is posted)."""
+
+    seconds: list[float]
+    waits: list[list[float]]
+
+    def measured(self, skip: int, count: int) -> "Served":
+        return Served(self.seconds[skip:skip + count], self.waits[skip:skip + count])
+
+    def to_json(self) -> dict:
+        return {"seconds": self.seconds, "waits": self.waits}
 
 
 def slot_count(share: int, largest: int, held: int) -> int:
@@ -63,10 +83,10 @@ def held_shares(sync: bool, optimizer: bool) -> int:
 
 
 def serve(shapes, cluster, server: int, *, devices: int, by_owner: bool, sync: bool,
-          optimizer, dtype: str, iterations: int, parts=None) -> list[float]:
+          optimizer, dtype: str, iterations: int, parts=None) -> Served:
     """Serve ``iterations`` steps of every worker, then return the seconds each step took
     here (from its first receive posted to its last answer sent; async: the slowest worker's
-    thread). ``parts``: the arrays of each part of a schedule (bandwidth.schedules), in the
+    thread) and, sync, its wait on each worker (``Served``). ``parts``: the arrays of each part of a schedule (bandwidth.schedules), in the
     order the workers push them (default: all arrays in one part)."""
     # One summation thread: a server's adds are a small part of its time next to the transfers,
     # and several servers and workers share the host's cores, where a parallel region waits for
@@ -86,10 +106,11 @@ def serve(shapes, cluster, server: int, *, devices: int, by_owner: bool, sync: b
     groups = (cluster.push_group, cluster.pull_group)
     if sync:
         total = store if optimizer is None else torch.zeros(size, dtype=torch_dtype)
-        order = receive_order(mine, cluster, server)
-        return _serve_sync(store, total, slots, order, optimizer, cluster.num_workers,
-                           iterations, groups, admit)
-    return _serve_async(store, slots, mine, optimizer, cluster.num_workers, iterations, groups)
+        return _serve_sync(store, total, slots,
+                           lambda step: receive_order(mine, cluster, server, turn=step),
+                           optimizer, cluster.num_workers, iterations, groups, admit)
+    return Served(_serve_async(store, slots, mine, optimizer, cluster.num_workers, iterations,
+                               groups), [])
 
 
 def server_messages(parts, num_servers: int, server: int, devices: int, by_owner: bool,
@@ -112,7 +133,8 @@ def server_messages(parts, num_servers: int, server: int, devices: int, by_owner
     return mine, size
 
 
-def receive_order(mine, cluster, server: int) -> list[tuple[int, int, int, int, bool, bool]]:
+def receive_order(mine, cluster, server: int,
+                  turn: int = 0) -> list[tuple[int, int, int, int, bool, bool]]:
     """(tag, start, stop, worker, first, last) of every push ``server`` takes in a step, in the
     order it posts their receives; ``first``: the message's first push (it lands in the sum
     itself), ``last``: its last (the message is then summed and answered).
@@ -125,29 +147,43 @@ def receive_order(mine, cluster, server: int) -> list[tuple[int, int, int, int, 
     (Linux's tcp_slow_start_after_idle). "worker": one worker's whole share after another, so a
     connection carries it back to back, and server s starts at worker s * W / S, so that the
     servers take from different workers at once rather than all drawing on the same workers'
-    links; a message is complete, and answered, only once the last worker is in."""
+    links; a message is complete, and answered, only once the last worker is in.
+
+    ``turn``: the worker taken first moves on by ``turn`` (a sync server's step i takes turn i,
+    so that no worker is always the one the server waits on first, from before the workers'
+    step begins; bandwidth.data's sums are exact in any order)."""
     workers = cluster.num_workers
+    start = turn if cluster.server_takes == "message" else (
+        server * workers // max(1, cluster.num_servers) + turn)
+    ring = [(start + i) % workers for i in range(workers)]
     if cluster.server_takes == "message":
-        return [(tag, s, e, w, w == 0, w == workers - 1) for tag, s, e in mine
-                for w in range(workers)]
-    start = server * workers // max(1, cluster.num_servers)
-    turn = [(start + i) % workers for i in range(workers)]
-    return [(tag, s, e, w, w == turn[0], w == turn[-1]) for w in turn for tag, s, e in mine]
+        return [(tag, s, e, w, w == ring[0], w == ring[-1]) for tag, s, e in mine for w in ring]
+    return [(tag, s, e, w, w == ring[0], w == ring[-1]) for w in ring for tag, s, e in mine]
 
 
-def _serve_sync(store, total, slots, order, optimizer, workers: int, iterations: int,
-                groups, admit: int | None) -> list[float]:
+def _serve_sync(store, total, slots, order_of, optimizer, workers: int, iterations: int,
+                groups, admit: int | None) -> Served:
+    """``order_of(i)``: step i's receive order. The wait on each worker (``Served.waits``) is
+    the time blocked on its pushes once the step's first push is in: the wait for that first
+    one holds the time between the workers' steps too, which is no worker's."""
     push_group, pull_group = groups
-    seconds = []
-    for _ in range(iterations):
+    seconds, waits = [], []
+    for step in range(iterations):
+        order = order_of(step % workers)
         began = time.perf_counter()
+        waited = [0.0] * workers                # blocked on each worker's pushes
         free = collections.deque(slots)
-        pending = collections.deque()           # (tag, s, e, last, slot or None, work)
+        pending = collections.deque()           # (tag, s, e, w, last, slot or None, work)
         answers = []
         posted = _post_sync(order, 0, free, pending, total, push_group, admit)
+        first = True
         while pending:
-            tag, s, e, last, slot, work = pending.popleft()
+            tag, s, e, w, last, slot, work = pending.popleft()
+            blocked = time.perf_counter()
             work.wait()
+            if not first:
+                waited[w] += time.perf_counter() - blocked
+            first = False
             if slot is not None:
                 total[s:e].add_(slot[:e - s])
                 free.append(slot)
@@ -160,7 +196,8 @@ def _serve_sync(store, total, slots, order, optimizer, workers: int, iterations:
         for work in answers:
             work.wait()
         seconds.append(time.perf_counter() - began)
-    return seconds
+        waits.append(waited)
+    return Served(seconds, waits)
 
 
 def _post_sync(order, posted: int, free, pending, total, group, admit: int | None) -> int:
@@ -176,7 +213,8 @@ def _post_sync(order, posted: int, free, pending, total, group, admit: int | Non
             into = slot[:e - s]
         else:
             break
-        pending.append((tag, s, e, last, slot, dist.irecv(into, src=w, tag=tag, group=group)))
+        pending.append((tag, s, e, w, last, slot,
+                        dist.irecv(into, src=w, tag=tag, group=group)))
         posted += 1
     return posted
 
