@@ -72,7 +72,17 @@ class SlowPath:
 
     @property
     def name(self) -> str:
-        return f"{self.src}{'<->' if self.both else '->'}{self.dst}"
+        """``a->b`` slow one way; slow both ways, the pair as every table names it (the lower
+        name first), whichever way was the slower (``direction``)."""
+        if self.both:
+            a, b = sorted((self.src, self.dst))
+            return f"{a}<->{b}"
+        return self.direction
+
+    @property
+    def direction(self) -> str:
+        """The slower direction, ``src->dst``."""
+        return f"{self.src}->{self.dst}"
 
 
 @dataclass(frozen=True)

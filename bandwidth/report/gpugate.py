@@ -67,7 +67,7 @@ def gpu_records(record: GpuRecord, v: GpuVerdict) -> list[GateRecord]:
         name = pair_name(*key)
         p = named.get(key)
         verdict = "SLOW PAIR" if p else "UNRESOLVED" if name in unresolved else "ok"
-        detail = (f"{p.path.name} {gbps_3(p.path.gbps)} GB/s, the other way "
+        detail = (f"{p.path.direction} {gbps_3(p.path.gbps)} GB/s, the other way "
                   f"{gbps_3(p.path.reverse_gbps)}; {p.conclusion}" if p else unresolved.get(name, ""))
         if set(key) & set(slow):
             detail = "; ".join(filter(None, [detail, "slow with a slow GPU (named above)"]))
@@ -92,9 +92,9 @@ def gpu_lines(record: GpuRecord, v: GpuVerdict) -> list[str]:
     for s in v.slow_host_links:
         out.append(f"# SLOW HOST LINK {s.gpu}: {s.why}")
     for p in v.slow_pairs:
-        out.append(f"# SLOW PAIR {p.path.name}: {gbps_3(p.path.gbps)} GB/s (the other way "
-                   f"{gbps_3(p.path.reverse_gbps)}; slow below {gbps_3(p.threshold_gbps)}): "
-                   f"{p.conclusion}")
+        out.append(f"# SLOW PAIR {p.path.name}: {p.path.direction} {gbps_3(p.path.gbps)} GB/s "
+                   f"(the other way {gbps_3(p.path.reverse_gbps)}; slow below "
+                   f"{gbps_3(p.threshold_gbps)}): {p.conclusion}")
     for name, reason in v.unresolved:
         out.append(f"# UNRESOLVED {name}: {reason}")
     if v.transient:
