@@ -90,10 +90,13 @@ def ps_records(push: dict[tuple[int, int], float], workers: int = 4, servers: in
 
 def test_the_servers_wait_names_a_worker_whose_push_times_look_alike():
     """The servers pace every push, so the workers' push times are alike; the servers' wait on
-    worker 1 (summed over them: 2+2+8.5 ms against 6 ms) names it, and no push rate is said."""
-    records = ps_records({}, waits={(1, 2): 0.0085})
+    worker 1 (summed over them: 2+2+14.5 ms against 6 ms, a lead of 12.5 ms, above a quarter of
+    the servers' 30 ms step) names it, and no push rate is said; a lead of 6.5 ms does not."""
+    records = ps_records({}, waits={(1, 2): 0.0145})
     line = straggler_line(records)
-    assert line == "straggler: worker 1 on 10.0.0.1, server wait 2.08 x the median"
+    assert line == "straggler: worker 1 on 10.0.0.1, server wait 3.08 x the median"
+    below = straggler_line(ps_records({}, waits={(1, 2): 0.0085}))
+    assert below.startswith("no straggler (") and "slowest worker 1 on 10.0.0.1, 2.08 x" in below
     doc = straggler_json(records)
     assert doc["figure"] == "server wait" and doc["workers"]["named"] == "worker 1"
     assert doc["rule"].startswith("a worker's median server wait at least 1.25 x")

@@ -245,7 +245,8 @@ def render(doc: dict) -> list[str]:
     for s in v["slow_host_links"]:
         lines.append(f"# SLOW HOST LINK {s['gpu']}: {s['why']}")
     for p in v["slow_pairs"]:
-        lines.append(f"# SLOW PAIR {p['name']}: {p['gbps']:.2f} GB/s (the other way "
+        lines.append(f"# SLOW PAIR {p['name']}: {p['src']}->{p['dst']} {p['gbps']:.2f} GB/s "
+                     f"(the other way "
                      f"{p['reverse_gbps']:.2f}; slow below {p['threshold_gbps']:.2f}): "
                      f"{p['conclusion']}")
     for u in v["unresolved"]:
