@@ -68,14 +68,15 @@ def test_ties_name_the_lowest_rank_and_the_other_as_standing_out():
 
 
 def ps_records(push: dict[tuple[int, int], float], workers: int = 4, servers: int = 3,
-               nbytes: int = 4_000_000, waits: dict[tuple[int, int], float] | None = None
-               ) -> list[RankRecord]:
+               nbytes: int = 4_000_000, waits: dict[tuple[int, int], float] | None = None,
+               shares: list[int] | None = None) -> list[RankRecord]:
     """Parameter-server ranks: every worker's pushes to every server take 10 ms, except
     ``push[(worker, server)]``; with ``waits``, the servers timed their wait on each worker too:
-    2 ms, except ``waits[(worker, server)]``."""
+    2 ms, except ``waits[(worker, server)]``; ``shares``: each server's bytes (else ``nbytes``)."""
     records = []
+    shares = shares or [nbytes] * servers
     for w in range(workers):
-        peers = tuple(PeerRate("server", s, f"10.0.1.{s}", nbytes,
+        peers = tuple(PeerRate("server", s, f"10.0.1.{s}", shares[s],
                                tuple(steps(push.get((w, s), 0.010))), tuple(steps(0.030)))
                       for s in range(servers))
         records.append(RankRecord(w, "worker", w, f"10.0.0.{w}", tuple(steps(0.030)),
@@ -119,6 +120,19 @@ def test_a_slow_server_is_named_when_every_worker_waits_for_it():
     assert straggler_line(records) == (
         "straggler: server 0 on 10.0.1.0, the workers' pushes to it 2.10 x the median "
         "server's time per byte (48 % of the rate)")
+
+
+def test_a_small_share_slow_per_byte_is_not_a_slow_server():
+    """Seconds per byte are compared only between shares of a like size: as MXNet's key rule
+    split mobilenet over 4 lab servers (7.0, 2.2, 5.5, 2.1 MB), every push taking 10 ms, the
+    small shares read 1.4-1.5 x the median per byte (a rule of half the median share kept 2.1
+    MB, and named it): costs that do not grow with bytes, not a slow link. A like share that is
+    slow is named."""
+    small = ps_records({}, servers=4, shares=[7_000_000, 2_200_000, 5_500_000, 2_100_000])
+    assert straggler_json(small)["servers"]["named"] is None
+    assert straggler_line(small).startswith("no straggler (")
+    slow = ps_records({(w, 2): 0.027 for w in range(4)})
+    assert straggler_json(slow)["servers"]["named"] == "server 2"
 
 
 def test_clean_parameter_servers_say_no_straggler_with_the_rule():
