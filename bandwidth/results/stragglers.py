@@ -39,9 +39,11 @@ from bandwidth.results.probepaths import (also_words, judge_probe, link_words, p
                                           path_words, probe_json, probe_rule_text)
 from bandwidth.results.rule import K, NOISE, Verdict, judge
 
-# A worker named by the servers' wait costs them at least a quarter of a step. On 16 x 4 lab hosts
-# (BENCHMARKS.md, 2026-11-29) the clean runs' largest lead over the median was 4-12 % of a step
-# (5 runs), a worker whose link ran at half rate led by 110-131 % (5 runs).
+# A worker named by the servers' wait costs at least a quarter of the workers' median step (the
+# timed step: a server's own step also holds the time between the workers' steps, which on two
+# busy loopback cores was 7 x the timed step). On 16 x 4 lab hosts (BENCHMARKS.md, 2026-11-29)
+# the clean runs' largest lead over the median was 5.5-18.9 % of it (15 runs), a worker whose
+# link ran at half rate led by 154-192 % (10 runs).
 WAIT_SHARE = 0.25
 
 
@@ -115,16 +117,16 @@ def server_figures(records) -> dict[str, list[float]]:
 
 def wait_floor(records) -> float:
     """What a worker's median server wait must exceed the median by, besides the rule: WAIT_SHARE
-    of the servers' median step (the healthy workers' waits are near zero, so their ratios
+    of the workers' median step (the healthy workers' waits are near zero, so their ratios
     alone would name a worker for a few microseconds)."""
-    steps = [r.step_median for r in records if r.role == "server" and r.step_seconds]
+    steps = [r.step_median for r in records if r.role == "worker" and r.step_seconds]
     return WAIT_SHARE * statistics.median(steps) if steps else 0.0
 
 
 def rule_text(k: float = K, noise: float = NOISE, figure: str = "step") -> str:
     return (f"a worker's median {figure} at least {k:g} x the median of the ranks' medians and "
             f"above it by more than {noise:g} x their spread between rounds"
-            + (f" and by more than {100 * WAIT_SHARE:g} % of the servers' median step"
+            + (f" and by more than {100 * WAIT_SHARE:g} % of the workers' median step"
                if figure == "server wait" else ""))
 
 
