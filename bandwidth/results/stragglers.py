@@ -19,8 +19,9 @@ own order and Gloo moves a push only once its receive is posted, so the server p
 worker's pushes alike too (16 workers and 4 servers on lab hosts, one worker's link at half
 rate: its push times 1.00 x the median). What the servers wait on is what the step waits on.
 Where the servers did not time it (async, MXNet's servers), a worker's figure is the time its
-pushes took to leave (until its last push to any server had left). A ``dist_nccl`` rank's is its own step time, which an all-reduce evens out
-(every rank ends together), so there the rule names only a rank whose own time differs; its
+pushes took to leave (until its last push to any server had left). A ``dist_nccl`` rank's is its
+own step time, which an all-reduce evens out (every rank ends together), so there the rule names
+only a rank whose own time differs; its
 neighbour probe (bandwidth.measurement.probe, judged by bandwidth.results.probepaths) names the
 worker whose link is slow, or the slow path, which the line puts first (a slow link), or after the
 ranks' and servers' verdicts (a path). Each worker's wait in the barrier before each step is kept

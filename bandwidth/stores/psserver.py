@@ -86,8 +86,9 @@ def serve(shapes, cluster, server: int, *, devices: int, by_owner: bool, sync: b
           optimizer, dtype: str, iterations: int, parts=None) -> Served:
     """Serve ``iterations`` steps of every worker, then return the seconds each step took
     here (from its first receive posted to its last answer sent; async: the slowest worker's
-    thread) and, sync, its wait on each worker (``Served``). ``parts``: the arrays of each part of a schedule (bandwidth.schedules), in the
-    order the workers push them (default: all arrays in one part)."""
+    thread) and, sync, its wait on each worker (``Served``). ``parts``: the arrays of each part
+    of a schedule (bandwidth.schedules), in the order the workers push them (default: all arrays
+    in one part)."""
     # One summation thread: a server's adds are a small part of its time next to the transfers,
     # and several servers and workers share the host's cores, where a parallel region waits for
     # all of its threads to be scheduled (a several-ms stall per add on a busy host).
@@ -151,7 +152,7 @@ def receive_order(mine, cluster, server: int,
 
     ``turn``: the worker taken first moves on by ``turn`` (a sync server's step i takes turn i,
     so that no worker is always the one the server waits on first, from before the workers'
-    step begins; bandwidth.data's sums are exact in any order)."""
+    step begins; bandwidth.arrays.data's sums are exact in any order)."""
     workers = cluster.num_workers
     start = turn if cluster.server_takes == "message" else (
         server * workers // max(1, cluster.num_servers) + turn)
