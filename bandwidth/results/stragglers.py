@@ -119,9 +119,9 @@ def server_figures(records) -> dict[str, list[float]]:
 def wait_floor(records) -> float:
     """What a worker's median server wait must exceed the median by, besides the rule: WAIT_SHARE
     of the workers' median step (the healthy workers' waits are near zero, so their ratios
-    alone would name a worker for a few microseconds)."""
+    alone would name a worker for a few microseconds); 0 where the figure is not the wait."""
     steps = [r.step_median for r in records if r.role == "worker" and r.step_seconds]
-    return WAIT_SHARE * statistics.median(steps) if steps else 0.0
+    return WAIT_SHARE * statistics.median(steps) if steps and server_waits(records) else 0.0
 
 
 def rule_text(k: float = K, noise: float = NOISE, figure: str = "step") -> str:
@@ -156,8 +156,8 @@ def peer_clause(records, label: str) -> str:
 
 def straggler(records) -> tuple[Verdict, Verdict]:
     """The workers' verdict and the servers' (from the workers' pushes to each server)."""
-    floor = wait_floor(records) if server_waits(records) else 0.0
-    return judge(worker_figures(records), floor=floor), judge(server_figures(records))
+    return (judge(worker_figures(records), floor=wait_floor(records)),
+            judge(server_figures(records)))
 
 
 def straggler_line(records) -> str:
@@ -204,7 +204,7 @@ def straggler_json(records) -> dict:
                 "median": v.median, "spread": v.spread, "also": list(v.also)}
     return {"rule": rule_text(figure=figure_word(records)), "figure": figure_word(records),
             "k": K, "noise": NOISE,
-            "floor": wait_floor(records) if server_waits(records) else 0.0,
+            "floor": wait_floor(records),
             "line": straggler_line(records),
             "workers": of(workers), "servers": of(servers),
             **({"probe": probe_json(judge_probe(records), host)}
