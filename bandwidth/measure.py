@@ -36,13 +36,12 @@ if __name__ == "__main__":
     cliexit.quiet_interrupt_while_importing("measure.py")    # Ctrl-C while torch imports
     cliexit.require("measure.py")
 
-import torch  # noqa: E402
-
+# Nothing imported before the flags are checked imports torch (2 s of CPU): --help,
+# --list-networks and bad input answer at once; the job imports it (bandwidth.execution.job).
 import networks  # noqa: E402
 from bandwidth.errors import BandwidthError  # noqa: E402
 from bandwidth.execution.commandline import build_parser, job_from_args  # noqa: E402
-from bandwidth.execution.job import execute  # noqa: E402
-from bandwidth.report.text import whole_lines  # noqa: E402
+from bandwidth.report.stream import whole_lines  # noqa: E402
 
 
 class Stopped(BaseException):
@@ -97,6 +96,7 @@ def _main(args) -> int:
 
             from bandwidth.launch.contract.torchenv import role_from_environ
             job = job_from_args(args)
+            from bandwidth.execution.job import execute
             role = role_from_environ(os.environ, job.num_servers, socket.gethostname())
             status = execute(job, role)
         sys.stdout.flush()         # a closed pipe shows here, inside these handlers, not at exit
@@ -109,7 +109,7 @@ def _main(args) -> int:
         _tell_launcher(str(exc), _peer_failure(exc, str(exc)))
         cliexit.error(f"measure.py: error: {exc}")
         return exc.exit_code
-    except torch.OutOfMemoryError as exc:
+    except _out_of_memory() as exc:
         print(f"measure.py: error: out of device memory: {str(exc).splitlines()[0]}",
               file=sys.stderr)
         return 2
@@ -134,15 +134,24 @@ def _main(args) -> int:
         return 128 + stop.signum
 
 
+def _out_of_memory() -> type[BaseException]:
+    """torch's out-of-memory error where torch is imported (nothing raises it before)."""
+    torch = sys.modules.get("torch")
+    return torch.OutOfMemoryError if torch is not None else _NeverRaised
+
+
+class _NeverRaised(Exception):
+    pass
+
+
 def _peer_failure(exc: Exception, first: str) -> bool:
     """torch.distributed's errors for a peer that is gone or hung (DistError, or Gloo's
     RuntimeError), as opposed to a bug; for a failed per-device rank (WorkerError), whether it
     failed that way rather than being killed or stopped itself."""
-    import torch.distributed as dist
-
     if any(word in first for word in ("was killed by", "stopped answering")):
         return False
-    return isinstance(exc, dist.DistError) or any(
+    dist = sys.modules.get("torch.distributed")      # not imported: the error is not its
+    return (dist is not None and isinstance(exc, dist.DistError)) or any(
         word in first for word in ("gloo", "Timed out", "Connection closed by peer",
                                    "Connection reset by peer", "a peer process is gone",
                                    "DistStoreError", "wait timeout"))

@@ -155,3 +155,10 @@ def test_launch_defaults_to_auto_on_gpus_for_the_modes_that_capture():
     assert launch_of(KVSTORES["local"], one, "graph") == "graph"
     assert [launch_of(KVSTORES["local"], one, w) for w in (None, "auto")] == ["eager"] * 2
     assert launch_of(KVSTORES["local"], one, "graph", "sgd") == "eager"
+
+
+def test_the_registry_says_which_modes_are_distributed_as_the_stores_do():
+    # The command line reads DISTRIBUTED before importing the stores (and torch).
+    from bandwidth.stores.registry import DISTRIBUTED, KVSTORES
+    assert list(DISTRIBUTED) == list(KVSTORES)
+    assert DISTRIBUTED == {name: cls.traits.distributed for name, cls in KVSTORES.items()}

@@ -195,3 +195,21 @@ def test_the_default_rendezvous_timeout_waits_on_while_ranks_still_join():
     assert steady(1.0) is None
     join(2)
     assert steady(29.0) is None and steady(JoinWatch.PATIENCE * 10.0) is not None
+
+
+def test_the_scheduler_port_is_free_and_outside_the_ephemeral_range(tmp_path):
+    # CI saw ps-lite's scheduler fail "bind failed": its port, picked free seconds before it
+    # bound it, came from the range the kernel hands out as source ports of connections.
+    import socket
+
+    from bandwidth.launch.rendezvous import _ephemeral_low, free_port
+    low = _ephemeral_low()
+    ports = {free_port() for _ in range(20)}
+    assert all(1024 <= port < low for port in ports), (low, ports)
+    assert len(ports) > 1                     # not one fixed port two launches would race for
+    with socket.socket() as sock:
+        sock.bind(("", ports.pop()))          # free to bind
+    ranges = tmp_path / "ip_local_port_range"
+    ranges.write_text("40000\t60999\n")
+    assert _ephemeral_low(str(ranges)) == 40000
+    assert _ephemeral_low(str(tmp_path / "absent")) == 32768

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
 TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 

@@ -27,8 +27,9 @@ from typing import ClassVar
 
 from bandwidth.config.options import Config
 from bandwidth.errors import ConfigError, UnsupportedError
+from bandwidth.stores.base import KVStore
 from bandwidth.stores.costs import Costs
-from bandwidth.stores.registry import KVSTORES, KVStore
+from bandwidth.stores.registry import KVSTORES
 from bandwidth.stores.traits import Traits
 
 INSTALL = "pip install 'mxnet==1.9.1' 'numpy<1.24'"

@@ -5,7 +5,8 @@ asked for). The backends' names are the configuration's (config.values.BACKENDS)
 from __future__ import annotations
 
 from bandwidth.config.options import Config
-from bandwidth.stores.registry import KVSTORES, KVStore
+from bandwidth.stores.base import KVStore
+from bandwidth.stores.registry import KVSTORES
 
 
 def store_class(config: Config) -> type[KVStore]:

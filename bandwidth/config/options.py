@@ -140,7 +140,7 @@ def _backends(args: argparse.Namespace) -> list[str]:
 def parse_job(args: argparse.Namespace, modes: list[str]) -> Job:
     """Validate the parsed flags and freeze them into a Job; bad values raise ConfigError.
     ``modes``: --kv-store's, by the names the stores' registry gives them (the caller's check)."""
-    from bandwidth.arrays.layout import DTYPE_BYTES
+    from bandwidth.arrays.dtypes import DTYPE_BYTES
     from bandwidth.config.schedules import check_framework, schedule_pairs, schedule_sweep
 
     _check_scalars(args)

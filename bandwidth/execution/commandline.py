@@ -16,18 +16,18 @@ from bandwidth.config.job import Job
 from bandwidth.config.options import parse_job
 from bandwidth.errors import ConfigError
 from bandwidth.predict.model import MODES as PREDICTED
-from bandwidth.stores.registry import KVSTORES, canonical_name
+from bandwidth.stores.registry import DISTRIBUTED, canonical_name
 
 
 def build_parser() -> argparse.ArgumentParser:
     """config's parser, --kv-store's help naming the registry's modes."""
-    return parser.build_parser(tuple(KVSTORES))
+    return parser.build_parser(tuple(DISTRIBUTED))
 
 
 def job_from_args(args: argparse.Namespace) -> Job:
     """Validate the parsed flags and freeze them into a Job; bad values raise ConfigError."""
     modes = [canonical_name(m) for m in args.kv_store.split(",") if m]
-    local = [m for m in modes if not KVSTORES[m].traits.distributed]
+    local = [m for m in modes if not DISTRIBUTED[m]]
     if args.network_ceiling is not None and local:
         raise ConfigError(f"--network-ceiling is the ceiling of the distributed modes (dist_*),"
                           f" not of --kv-store {','.join(local)}; drop it, or measure a "

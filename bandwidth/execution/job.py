@@ -8,7 +8,7 @@ import os
 import sys
 import time
 
-from bandwidth.arrays.layout import DTYPE_BYTES
+from bandwidth.arrays.dtypes import DTYPE_BYTES
 from bandwidth.backends import engines
 from bandwidth.backends.registry import store_class
 from bandwidth.ceiling.bounds import BoundCache

@@ -37,7 +37,7 @@ from bandwidth.measurement.probe import probe_task  # noqa: E402
 from bandwidth.measurement.tasks import measure_task, reference_task, say  # noqa: E402
 from bandwidth.plan.plan import make_plan  # noqa: E402
 from bandwidth.processes.group import DistGroup  # noqa: E402
-from bandwidth.report.text import discard_stdout, whole_lines  # noqa: E402
+from bandwidth.report.stream import discard_stdout, whole_lines  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

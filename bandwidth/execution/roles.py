@@ -26,7 +26,8 @@ import torch
 import torch.distributed as dist
 
 from bandwidth.arrays import optimizers
-from bandwidth.arrays.layout import DTYPE_BYTES, TORCH_DTYPES
+from bandwidth.arrays.dtypes import DTYPE_BYTES
+from bandwidth.arrays.layout import TORCH_DTYPES
 from bandwidth.ceiling.bounds import Bound, judged
 from bandwidth.config.job import server_settings
 from bandwidth.errors import ConfigError, UnsupportedError

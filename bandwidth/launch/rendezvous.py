@@ -17,6 +17,7 @@ from __future__ import annotations
 import errno
 import ipaddress
 import logging
+import random
 import socket
 from collections.abc import Sequence
 from datetime import timedelta
@@ -112,11 +113,31 @@ def open_store(port: int, timeout_s: float, address: str = "127.0.0.1",
 
 
 def free_port() -> int:
-    """A port that is free now (the ps-lite scheduler must bind it itself, so it is released
-    again; another program could take it in between, which ps-lite would report)."""
-    with socket.socket() as sock:
-        sock.bind(("", 0))
-        return sock.getsockname()[1]
+    """A port that is free now, for the ps-lite scheduler, which binds it itself once it has
+    imported MXNet, seconds later and with no retry. Taken below the kernel's ephemeral range
+    where one is free there: a port from that range can meanwhile become the source port of any
+    outgoing connection (the job's own ranks connecting to the store), and ps-lite then fails
+    with "bind failed" (seen on CI). Another program can still take it in between; ps-lite
+    reports that."""
+    low = _ephemeral_low()
+    candidates = random.Random().sample(range(max(1024, low - 16384), low), 64) if low > 1088 else []
+    for port in [*candidates, 0]:
+        with socket.socket() as sock:
+            try:
+                sock.bind(("", port))
+            except OSError:
+                continue
+            return sock.getsockname()[1]
+    raise ConfigError("no free port for the ps-lite scheduler")
+
+
+def _ephemeral_low(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> int:
+    """The first port of the kernel's ephemeral range (32768 where it cannot be read)."""
+    try:
+        with open(path, encoding="ascii") as lines:
+            return int(lines.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def address_towards(hosts: Sequence[Host]) -> str:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import asdict
 
-from bandwidth.arrays.layout import DTYPE_BYTES
+from bandwidth.arrays.dtypes import DTYPE_BYTES
 from bandwidth.compute.graphs import SlotGraphs
 from bandwidth.compute.layers import unit_work
 from bandwidth.compute.runner import Runner, large_matmul_rate

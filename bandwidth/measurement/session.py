@@ -45,7 +45,8 @@ import torch
 
 from bandwidth.arrays import optimizers
 from bandwidth.arrays.data import Reference, fill_gradient
-from bandwidth.arrays.layout import DTYPE_BYTES, TORCH_DTYPES, Replica
+from bandwidth.arrays.dtypes import DTYPE_BYTES
+from bandwidth.arrays.layout import TORCH_DTYPES, Replica
 from bandwidth.hardware import cputhreads
 from bandwidth.hardware.devices import DeviceSet
 from bandwidth.plan.launching import launch_of

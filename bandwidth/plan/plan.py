@@ -13,7 +13,7 @@ from functools import cached_property
 from typing import Callable
 
 import networks
-from bandwidth.arrays.layout import DTYPE_BYTES
+from bandwidth.arrays.dtypes import DTYPE_BYTES
 from bandwidth.compute.layers import ComputePlan, compute_plan
 from bandwidth.compute.runner import work_bytes
 from bandwidth.config.options import Config

@@ -3,7 +3,7 @@ beside the measured one, with the model's stated error (``benchmarks/predict_che
 
 from __future__ import annotations
 
-from bandwidth.arrays.layout import DTYPE_BYTES
+from bandwidth.arrays.dtypes import DTYPE_BYTES
 from bandwidth.hardware.linksummary import timeouts_in_all
 from bandwidth.predict import params as paramfile
 from bandwidth.predict.cli import error_text

@@ -36,7 +36,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from bandwidth.arrays.layout import DTYPE_BYTES, TORCH_DTYPES
+from bandwidth.arrays.dtypes import DTYPE_BYTES
+from bandwidth.arrays.layout import TORCH_DTYPES
 from bandwidth.stores.dist import messages, ps_layout
 
 SERVER_THREADS = 1
