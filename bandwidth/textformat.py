@@ -6,6 +6,11 @@ both."""
 from __future__ import annotations
 
 
+def gbps_3(value: float) -> str:
+    """A rate with 3 significant digits, as ceilings are labelled: 385, 1.18, 0.0532."""
+    return f"{value:.3g}"
+
+
 def format_bytes(nbytes: int) -> str:
     """Exact binary multiples as nccl-tests' sizes (``1 MiB``); network sizes in MB of 10^6 bytes
     as MXNet's size line (``257.99 MB``)."""

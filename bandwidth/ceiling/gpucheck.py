@@ -36,7 +36,7 @@ from bandwidth.files import write_atomic
 from bandwidth.hardware import rawcopy
 from bandwidth.hardware.devices import visible_gpus
 from bandwidth.hardware.topology import read_topology
-from bandwidth.links.gpudoc import gpu_document
+from bandwidth.links.gpudoc import gpu_document, load_gpu_rounds, named_lines
 from bandwidth.links.gpurounds import GpuRounds, HostLink, pair_key
 from bandwidth.textformat import render as render_table
 
@@ -239,18 +239,7 @@ def render(doc: dict) -> list[str]:
     lines += _pair_table(doc)
     for k, (pairs, seconds) in enumerate(zip(doc["round_pairs"], doc["round_seconds"])):
         lines.append(f"round {k + 1:>2}: {pairs:>2} pairs, {seconds:7.3f} s")
-    for s in v["slow_gpus"]:
-        lines.append(f"# SLOW GPU {s['gpu']}: slow with {s['partners']} GPUs that reach the rate "
-                     f"with others (sends {s['out_gbps']:.2f}, receives {s['in_gbps']:.2f} GB/s)")
-    for s in v["slow_host_links"]:
-        lines.append(f"# SLOW HOST LINK {s['gpu']}: {s['why']}")
-    for p in v["slow_pairs"]:
-        lines.append(f"# SLOW PAIR {p['name']}: {p['src']}->{p['dst']} {p['gbps']:.2f} GB/s "
-                     f"(the other way "
-                     f"{p['reverse_gbps']:.2f}; slow below {p['threshold_gbps']:.2f}): "
-                     f"{p['conclusion']}")
-    for u in v["unresolved"]:
-        lines.append(f"# UNRESOLVED {u['name']}: {u['why']}")
+    lines += named_lines(load_gpu_rounds("the GPU check", {"gpu_rounds": doc}).verdict())
     notes = v["notes"] + ([f"--no-peer: peer access off for "
                            f"{', '.join('<->'.join(p) for p in doc['no_peer'])}"]
                           if doc["no_peer"] else [])

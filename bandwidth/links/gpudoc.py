@@ -13,6 +13,7 @@ from bandwidth.errors import ConfigError
 from bandwidth.links.gpurounds import GpuRounds, GpuVerdict, HostLink, pair_key, verdict_of
 from bandwidth.links.roundbook import (Measurement, known_pair, percent, positive,
                                        read_measurement)
+from bandwidth.textformat import gbps_3
 
 SCHEMA = 1
 HOW = "write one with: python -m bandwidth.ceiling --gpus-check --json FILE"
@@ -30,6 +31,21 @@ def verdict_line(v: GpuVerdict) -> str:
     if named:
         return f"# FAILED ({where}): {', '.join(named)}"
     return f"# PASSED ({where}): no slow GPU, GPU pair or host link"
+
+
+def named_lines(v: GpuVerdict) -> list[str]:
+    """One ``# SLOW GPU``, ``# SLOW HOST LINK``, ``# SLOW PAIR`` or ``# UNRESOLVED`` line for each
+    thing the verdict names, then the transient pairs' count: the check's output and the gate's."""
+    out = [f"# SLOW GPU {s.host}: slow with {s.partners} GPUs that reach the rate with others "
+           f"(sends {gbps_3(s.out_gbps)}, receives {gbps_3(s.in_gbps)} GB/s)" for s in v.slow_gpus]
+    out += [f"# SLOW HOST LINK {s.gpu}: {s.why}" for s in v.slow_host_links]
+    out += [f"# SLOW PAIR {p.path.name}: {p.path.direction} {gbps_3(p.path.gbps)} GB/s (the other "
+            f"way {gbps_3(p.path.reverse_gbps)}; slow below {gbps_3(p.threshold_gbps)}): "
+            f"{p.conclusion}" for p in v.slow_pairs]
+    out += [f"# UNRESOLVED {name}: {reason}" for name, reason in v.unresolved]
+    if v.transient:
+        out.append(f"# {len(v.transient)} pairs slow once and fast again (transient, not named)")
+    return out
 
 
 def verdict_dict(v: GpuVerdict) -> dict:

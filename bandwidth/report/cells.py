@@ -20,11 +20,6 @@ def pct_cell(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.1f}"
 
 
-def gbps_3(value: float) -> str:
-    """A rate with 3 significant digits, as ceilings are labelled: 385, 1.18, 0.0532."""
-    return f"{value:.3g}"
-
-
 ONE_DEVICE = "n/a (1 device)"     # busbw is 0 by definition with one device: nothing to show
 
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 import statistics
 
 from bandwidth.gates import GateRecord
-from bandwidth.links.gpudoc import GpuRecord, verdict_line
+from bandwidth.links.gpudoc import GpuRecord, named_lines, verdict_line
 from bandwidth.links.gpurounds import GpuVerdict, pair_key, pair_name
-from bandwidth.report.cells import gbps_3
+from bandwidth.textformat import gbps_3
 
 RULES = {"median": "slow below {pct:g} % of the upper median of the GPUs' best pair",
          "expected": "slow below {expect:g} % of NVML's figure for its link (no median: two "
@@ -86,19 +86,7 @@ def gpu_lines(record: GpuRecord, v: GpuVerdict) -> list[str]:
     if v.pair_reference_gbps:
         out.append(f"# reference {gbps_3(v.pair_reference_gbps)} GB/s (the upper median of the "
                    "GPUs' best pair)")
-    for s in v.slow_gpus:
-        out.append(f"# SLOW GPU {s.host}: slow with {s.partners} GPUs that reach the rate with "
-                   f"others (sends {gbps_3(s.out_gbps)}, receives {gbps_3(s.in_gbps)} GB/s)")
-    for s in v.slow_host_links:
-        out.append(f"# SLOW HOST LINK {s.gpu}: {s.why}")
-    for p in v.slow_pairs:
-        out.append(f"# SLOW PAIR {p.path.name}: {p.path.direction} {gbps_3(p.path.gbps)} GB/s "
-                   f"(the other way {gbps_3(p.path.reverse_gbps)}; slow below "
-                   f"{gbps_3(p.threshold_gbps)}): {p.conclusion}")
-    for name, reason in v.unresolved:
-        out.append(f"# UNRESOLVED {name}: {reason}")
-    if v.transient:
-        out.append(f"# {len(v.transient)} pairs slow once and fast again (transient, not named)")
+    out += named_lines(v)
     out += [f"# note: {n}" for n in v.notes]
     out.append(verdict_line(v))
     return out

@@ -44,9 +44,9 @@ from bandwidth.gates import GateRecord, summary_path, write_reports
 from bandwidth.links.hostmatrix import HostMatrix, load_matrix
 from bandwidth.links.gpudoc import load_gpu_rounds
 from bandwidth.links.rounddoc import load_rounds, read_document
-from bandwidth.report.cells import gbps_3
 from bandwidth.report.gpugate import gpu_lines, gpu_records
 from bandwidth.report.roundgate import round_lines, round_records
+from bandwidth.textformat import gbps_3
 from bandwidth.thresholds import parse_min_percent
 
 DEFAULT_PCT = 70.0

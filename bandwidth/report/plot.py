@@ -20,10 +20,10 @@ from collections import defaultdict
 from pathlib import Path
 
 from bandwidth.errors import ConfigError, UnsupportedError
-from bandwidth.report.cells import gbps_3, sources_text
+from bandwidth.report.cells import sources_text
 from bandwidth.report.table import scaling_series, total_gbps
 from bandwidth.results.document import Row
-from bandwidth.textformat import format_bytes
+from bandwidth.textformat import format_bytes, gbps_3
 
 KINDS = ("bars", "scaling", "sweep")
 YLABEL = "GB/s per GPU (all-reduce busbw)"

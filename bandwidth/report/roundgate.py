@@ -15,7 +15,7 @@ import statistics
 from bandwidth.gates import GateRecord
 from bandwidth.links.rounddoc import RoundsRecord, verdict_line
 from bandwidth.links.rounds import RoundVerdict
-from bandwidth.report.cells import gbps_3
+from bandwidth.textformat import gbps_3
 
 
 def sent_gbps(record: RoundsRecord) -> dict[str, float]:

@@ -24,10 +24,10 @@ from collections import defaultdict
 from pathlib import Path
 
 from bandwidth.errors import ConfigError
-from bandwidth.report.cells import (busbw_cells, error_cell, gbps_3, gbps_cell, identity_columns,
+from bandwidth.report.cells import (busbw_cells, error_cell, gbps_cell, identity_columns,
                                     pct_cell, sources_text, varies)
 from bandwidth.results.document import Row
-from bandwidth.textformat import column_widths, format_bytes, render
+from bandwidth.textformat import column_widths, format_bytes, gbps_3, render
 
 CSV_COLUMNS = ("source", "kv_store", "network", "devices", "n", "dtype", "optimizer", "nbytes",
                "busbw_gbps", "busbw_min", "busbw_max", "algbw_gbps", "seconds", "error",

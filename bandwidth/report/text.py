@@ -11,12 +11,13 @@ from bandwidth.hardware.memory import memory_line
 from bandwidth.hardware.topology import pcie_text
 from bandwidth.links.hostmatrix import ceiling_line
 from bandwidth.plan.plan import Plan
-from bandwidth.report.cells import ONE_DEVICE, gbps_3
+from bandwidth.report.cells import ONE_DEVICE
 from bandwidth.results.document import fingerprint
 from bandwidth.results.probepaths import probe_line
 from bandwidth.results.result import Result
 from bandwidth.results.stragglers import straggler_json, straggler_line
 from bandwidth.results.validate import SCHEMA_VERSION
+from bandwidth.textformat import gbps_3
 from bandwidth.words import counted
 
 # WorkerTraffic's fields that only its per-rank record shows (the document's "ranks").
