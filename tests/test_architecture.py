@@ -131,7 +131,7 @@ MAY_IMPORT = {
     "errors": set(), "words": set(), "formulas": set(), "cliexit": set(), "textformat": set(),
     "progress": set(),
     "arrays": set(), "cliparse": {"errors"}, "files": {"errors"}, "thresholds": {"errors"},
-    "gates": {"files"}, "links": {"errors", "files"},
+    "gates": {"files"}, "links": {"errors", "files", "textformat"},
     # what the machine is, how a step is cut, how each mode exchanges
     "hardware": {"errors"},
     "schedules": {"arrays", "errors", "formulas"},

@@ -109,10 +109,12 @@ def test_a_silent_stranger_stalls_nobody(hosted):
 def test_a_program_opening_the_store_from_elsewhere_needs_open_store(open_store):
     """A process that opens the store itself (init_method env://) and is no process the launcher
     started on its host (as on another host): refused behind the gate, with one hint from the
-    launcher; served with --open-store."""
+    launcher; served with --open-store. (A refused client tries to connect for all of its
+    timeout: 8 s, where the served one may take 30 on a loaded machine.)"""
     argv = [sys.executable, str(ROOT / "launch.py"), "-n", "1", "-s", "0", "--timeout", "120",
             *(["--open-store"] if open_store else []), sys.executable,
-            str(ROOT / "tests" / "launch_programs" / "env_stranger.py")]
+            str(ROOT / "tests" / "launch_programs" / "env_stranger.py"),
+            "30" if open_store else "8"]
     proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=200)
     assert proc.returncode == 0, proc.stderr[-2000:]
     hints = [line for line in proc.stderr.splitlines() if "does not answer the gate's" in line]

@@ -270,8 +270,8 @@ def test_a_worker_stopped_three_quarters_of_the_time_leads_the_server_wait(tmp_p
     assert line.startswith("straggler: worker 1 on 127.0.0.1, server wait ") or (
         line.startswith("no straggler (") and "slowest worker 1 on 127.0.0.1" in line), line
     waits = [r["waited_on"] for r in result["ranks"] if r["role"] == "server"]
-    assert len(waits) == 1 and len(waits[0]) == 30 and all(len(w) == 3 for w in waits[0])
-    assert f"#   {line}" in stdout
+    assert len(waits) == 1 and len(waits[0]) == 30 and all(len(w) == 3 for w in waits[0]), waits
+    assert f"#   {line}" in stdout, stdout[-3000:]
 
 
 @pytest.mark.timeout(60)

@@ -18,5 +18,5 @@ and their rates recorded checked.
 Config parses these flags, the launcher places by these bytes, the model predicts with them, the
 results hold them and the report prints them; so they sit below all of those, as vocabulary.
 
-May import: the vocabulary (errors, files). Nothing of the stages.
+May import: the vocabulary (errors, files, textformat). Nothing of the stages.
 """

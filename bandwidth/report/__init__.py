@@ -10,7 +10,8 @@ which the launcher and a distributed job's set-up show too.
 The regression check's parts: ``fingerprints`` (the hardware against the baseline's),
 ``rowcompare`` (rows against the baseline, the floor and the ceiling), ``verdicts`` (the names the
 parts share), ``difftable`` (the diff table and verdict line); and ``timeline`` -- ``--plot`` of
-one traced step with ``--compute``.
+one traced step with ``--compute``. ``stream``: the process's stdout, in whole lines, shared with
+the job's other processes (imports nothing heavy: measure.py sets it up before parsing).
 
 May import: results, plan (labels), arrays (dtype sizes), hardware (topology for fingerprints), the vocabulary (links
 for host matrices; files, gates, thresholds, textformat). Never the ceiling's measurements, the
