@@ -79,6 +79,13 @@ SLOW_IN_CI = {
     "test_netlab.py::test_mode_across_hosts_is_exact[dist_async_device]",
     # the late server said without a terminal stays
     "test_progress.py::test_a_late_server_shows_the_launchers_bar_on_a_terminal",
+    # the matrix of 4 lab hosts (45 s): the lab's shaped rates are read and the slow host named by
+    # test_netlab_rounds, the matrix through the launcher and --network-ceiling by test_hostceiling,
+    # the gate's naming from a matrix by test_hostgate
+    "test_netlab.py::test_matrix_reads_the_shaped_rates_and_names_the_slow_host",
+    # a sweep of ddp and fsdp (20 s): one run of the framework's step and its table stays, and
+    # DDP and FSDP2 are exact in test_ddp_and_fsdp2_are_exact_on_cpu_devices...
+    "test_framework_steps.py::test_a_sweep_of_ddp_and_fsdp_tables_the_frameworks_step",
 }
 
 

@@ -17,7 +17,7 @@ EXAMPLES = ROOT / "examples" / "ci"
 CPU_ENV = {"BANDWIDTH_DEVICES": "--cpus 2",
            "BANDWIDTH_NETWORK": "--kv-store local --network mlp --image-shape 1,28,28 "
                                 "--num-classes 10 --num-batches 20 --no-reference",
-           "BANDWIDTH_REPEAT": "--repeat auto --time-budget 8"}
+           "BANDWIDTH_REPEAT": "--repeat auto --time-budget 4"}
 
 
 def _workspace(tmp_path: Path) -> Path:

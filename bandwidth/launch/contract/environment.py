@@ -17,7 +17,8 @@ Variables (all launchers; values are decimal strings where numeric):
 ``DMLC_NUM_SERVER``    ``s`` (``-s``, default ``n``; ``0`` allowed)
 ``DMLC_PS_ROOT_URI``   the job's root address (= ``MASTER_ADDR``)
 ``DMLC_PS_ROOT_PORT``  with ``--scheduler``: the port the ps-lite scheduler binds (a free
-                       port, never ``MASTER_PORT``); without: ``MASTER_PORT``
+                       port below the ephemeral range, never ``MASTER_PORT``); without:
+                       ``MASTER_PORT``
 ``DMLC_NODE_HOST``     this process's host as written in the hosts file (local launcher:
                        ``127.0.0.1``; the scheduler of the local and ssh launchers, which
                        runs on the launching host: ``MASTER_ADDR``)
