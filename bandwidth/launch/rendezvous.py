@@ -120,7 +120,8 @@ def free_port() -> int:
     with "bind failed" (seen on CI). Another program can still take it in between; ps-lite
     reports that."""
     low = _ephemeral_low()
-    candidates = random.Random().sample(range(max(1024, low - 16384), low), 64) if low > 1088 else []
+    below = range(max(1024, low - 16384), low)
+    candidates = random.Random().sample(below, 64) if len(below) >= 64 else []
     for port in [*candidates, 0]:
         with socket.socket() as sock:
             try:
