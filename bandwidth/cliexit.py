@@ -89,3 +89,14 @@ def exiting() -> None:
     ranks once one has failed) cannot change it or print a traceback from an exit handler."""
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, signal.SIG_IGN)
+
+
+def out_of_memory() -> type[BaseException]:
+    """torch's out-of-memory error, for an ``except`` clause, where torch is imported; before
+    that nothing raises it (the commands check their flags before importing torch)."""
+    torch = sys.modules.get("torch")
+    return torch.OutOfMemoryError if torch is not None else _NeverRaised
+
+
+class _NeverRaised(Exception):
+    pass

@@ -109,7 +109,7 @@ def _main(args) -> int:
         _tell_launcher(str(exc), _peer_failure(exc, str(exc)))
         cliexit.error(f"measure.py: error: {exc}")
         return exc.exit_code
-    except _out_of_memory() as exc:
+    except cliexit.out_of_memory() as exc:
         print(f"measure.py: error: out of device memory: {str(exc).splitlines()[0]}",
               file=sys.stderr)
         return 2
@@ -132,16 +132,6 @@ def _main(args) -> int:
         _tell_launcher(f"stopped by {signal.Signals(stop.signum).name}", consequence=False)
         print(f"measure.py: stopped by {signal.Signals(stop.signum).name}", file=sys.stderr)
         return 128 + stop.signum
-
-
-def _out_of_memory() -> type[BaseException]:
-    """torch's out-of-memory error where torch is imported (nothing raises it before)."""
-    torch = sys.modules.get("torch")
-    return torch.OutOfMemoryError if torch is not None else _NeverRaised
-
-
-class _NeverRaised(Exception):
-    pass
 
 
 def _peer_failure(exc: Exception, first: str) -> bool:

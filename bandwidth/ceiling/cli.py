@@ -7,20 +7,21 @@ import json
 import math
 import sys
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from bandwidth import cliexit
 from bandwidth.ceiling import render
-from bandwidth.ceiling.suite import PARTS, CeilingOptions, measure_ceilings
+from bandwidth.ceiling.model import PARTS
 from bandwidth.config.values import check_timeout, parse_gpus, parse_size, size_sweep
 from bandwidth.cliparse import check_output_path
 from bandwidth.errors import BandwidthError, ConfigError
 from bandwidth.files import write_atomic
 from bandwidth.gates import summary_path, write_reports
-from bandwidth.hardware.devices import resolve
 from bandwidth.textformat import render as render_table
 from bandwidth.thresholds import parse_min_percent
+
+if TYPE_CHECKING:
+    from bandwidth.ceiling.suite import CeilingOptions
 
 PROG = "python -m bandwidth.ceiling"
 MAX_MB = 1e9                              # 1 PB: beyond any memory
@@ -147,6 +148,8 @@ def check_numbers(args) -> None:
 
 
 def options_from_args(args, is_cuda: bool) -> CeilingOptions:
+    from bandwidth.ceiling.suite import CeilingOptions
+
     check_numbers(args)
     sizes = None
     if args.minbytes is not None or args.maxbytes is not None:
@@ -308,6 +311,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.network:
             check_numbers(args)
             return network_main(args)
+        check_numbers(args)
+        # torch from here on: the flags above are checked without it (--help, a typo: at once)
+        from bandwidth.ceiling.suite import measure_ceilings
+        from bandwidth.hardware.devices import resolve
+
         devices = resolve(parse_gpus(args.gpus) if args.gpus is not None else None, args.cpus)
         options = options_from_args(args, devices.is_cuda)
         expect_pct, summary_md = _expect_args(args, devices, options)
@@ -332,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     except BandwidthError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    except (OSError, torch.OutOfMemoryError) as exc:
+    except (OSError, cliexit.out_of_memory()) as exc:
         print(f"{PROG}: error: {str(exc).splitlines()[0]}", file=sys.stderr)
         return 2
     return 1 if ceilings.failures else 0

@@ -33,6 +33,9 @@ from dataclasses import asdict, dataclass, field
 
 from bandwidth.hardware.topology import Topology
 
+# The parts of a ceiling measurement, by the names --skip takes.
+PARTS = ("p2p", "p2p-disabled", "latency", "host", "cpu", "nccl", "topology")
+
 SCHEMA_VERSION = 1
 
 # The reference's six matrices, in its order: key -> (title, unit)

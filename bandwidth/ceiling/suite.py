@@ -24,8 +24,8 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from bandwidth.ceiling import collectives, host, p2p
-from bandwidth.ceiling.model import (MATRICES, Ceilings, CollectiveSweep, HostLink, HostMemory,
-                                     Matrix)
+from bandwidth.ceiling.model import (MATRICES, PARTS, Ceilings, CollectiveSweep, HostLink,
+                                     HostMemory, Matrix)
 from bandwidth.config.values import size_sweep
 from bandwidth.errors import BandwidthError, ConfigError
 from bandwidth.hardware import rawcopy
@@ -36,7 +36,6 @@ from bandwidth.processes.spawn import PACKAGE_ROOT
 
 log = logging.getLogger(__name__)
 
-PARTS = ("p2p", "p2p-disabled", "latency", "host", "cpu", "nccl", "topology")
 GPU_SIZES = (1 << 20, 1 << 30)        # nccl-tests -b 1M -e 1G
 CPU_SIZES = (1 << 16, 1 << 22)        # 64K .. 4M: Gloo on a few cores is slow
 
