@@ -26,6 +26,7 @@ here too (plan.check_memory counts them); the products themselves run on work bu
 from __future__ import annotations
 
 import statistics
+import threading
 import time
 
 import torch
@@ -44,6 +45,17 @@ HEAD_START_CYCLES = 2_000_000   # about 1 ms of a GPU's clock: longer than the h
 OPERAND = {"cuda": 16384 * 1024, "cpu": 2048 * 1024}   # elements of the [m, K] and [m, N] buffers
 LARGE = {"cuda": 8192, "cpu": 2048}      # the "large matmul" whose rate the products are judged by
 TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+_BOUND = threading.local()       # whether this thread's CUDA context is made current
+
+
+def _bind_thread(device: torch.device) -> None:
+    """On a thread other than the main one (autograd's backward under --framework), make the
+    device's context current before the first product: none is there yet, and cuBLAS warned so
+    ("no current CUDA context") on the user's screen. The main thread's device is left alone
+    (one process may hold replicas on several GPUs)."""
+    if threading.current_thread() is not threading.main_thread():
+        torch.cuda.set_device(device)
+    _BOUND.done = True
 
 
 def work_bytes(device_type: str, dtype_bytes: int) -> int:
@@ -97,6 +109,8 @@ class Runner:
     # -- the work ---------------------------------------------------------------------------
 
     def _flops(self, flops: int) -> None:
+        if self.kind == "cuda" and not getattr(_BOUND, "done", False):
+            _bind_thread(self.device)
         for a, b, out in self._operands(flops):
             torch.mm(a, b, out=out)
 
