@@ -33,8 +33,8 @@ def require(prog: str, modules: tuple[str, ...] = ("torch", "numpy")) -> None:
 
 
 def quiet_interrupt_while_importing(prog: str) -> None:
-    """Until ``restore_interrupt`` (call it first thing in ``main``): a Ctrl-C prints one line
-    and ends the process with status 130, with no traceback from inside an import."""
+    """Until ``restore_interrupt`` (call it in ``main`` once torch is imported): a Ctrl-C prints
+    one line and ends the process with status 130, with no traceback from inside an import."""
 
     def _interrupted(signum, frame):
         try:

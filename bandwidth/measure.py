@@ -86,8 +86,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(args) -> int:
     try:
-        cliexit.restore_interrupt()
         if args.list_networks:
+            cliexit.restore_interrupt()
             status = list_networks()
         else:
             # The launcher's contract, read once here: a process started by launch.py, or by
@@ -96,7 +96,10 @@ def _main(args) -> int:
 
             from bandwidth.launch.contract.torchenv import role_from_environ
             job = job_from_args(args)
+            # torch, 2 s: a Ctrl-C while it imports still ends the process at once (the quiet
+            # handler: torch's import may swallow a KeyboardInterrupt); ours from here on.
             from bandwidth.execution.job import execute
+            cliexit.restore_interrupt()
             role = role_from_environ(os.environ, job.num_servers, socket.gethostname())
             status = execute(job, role)
         sys.stdout.flush()         # a closed pipe shows here, inside these handlers, not at exit

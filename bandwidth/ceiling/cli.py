@@ -296,13 +296,17 @@ def main(argv: list[str] | None = None) -> int:
     """Exit status: 0 done, 1 a part failed (printed as FAILED), 2 bad input, 130 interrupted
     (Ctrl-C), 141 the reader of stdout went away (bandwidth.cliexit)."""
     try:
-        cliexit.restore_interrupt()
         args = build_parser().parse_args(argv)
         check_output_path("--json", args.json_path)
         if args.gpus is not None and args.cpus is not None:
             raise ConfigError("--gpus and --cpus exclude each other")
         if args.cpus is not None and args.cpus < 1:
             raise ConfigError(f"--cpus must be at least 1; got {args.cpus}")
+        check_numbers(args)
+        # torch, 2 s, after the flags' checks: a Ctrl-C while it imports still ends the process
+        # at once (the quiet handler: torch's import may swallow a KeyboardInterrupt).
+        import torch  # noqa: F401
+        cliexit.restore_interrupt()
         min_percent, _ = rounds_options(args)
         if args.gpus_check:
             return gpus_check(args, min_percent)
@@ -311,8 +315,6 @@ def main(argv: list[str] | None = None) -> int:
         if args.network:
             check_numbers(args)
             return network_main(args)
-        check_numbers(args)
-        # torch from here on: the flags above are checked without it (--help, a typo: at once)
         from bandwidth.ceiling.suite import measure_ceilings
         from bandwidth.hardware.devices import resolve
 
