@@ -1,0 +1,258 @@
+"""An independent training step, to hold ``measure.py --framework torch`` against (issue 39):
+models written here with torch.nn, not from the toolkit, trained as a user trains them (real
+forward and backward, bfloat16 autocast, float32 parameters and gradients, no optimizer step),
+under DistributedDataParallel (default buckets) and under FSDP2 (``fully_shard`` on each block,
+then on the root), one process per GPU over NCCL (Gloo with ``--cpu``, for a try on any machine).
+
+Two models: ``gpt2``, GPT-2 small in HF GPT2Model's parameter layout (124.4 M parameters, the
+LM head tied to the token embedding; batch 8 x 1,024 tokens), and ``resnet50``, a ResNet-50
+(25.6 M parameters; batch 32 at 224 x 224). For each it prints the forward and the backward
+milliseconds alone (one device, no wrapper: what ``--compute-ms`` takes), the DDP step and the
+FSDP2 step (medians of ``--steps`` after 3 warm-up steps), and the ``measure.py`` command that
+models the same step, to run in the same call:
+
+    python3 benchmarks/real_step.py --model gpt2 --json real.json
+    python3 bandwidth/measure.py --kv-store nccl --gpus 0,1 --network gpt2 --batch-size 8 \\
+        --seq-len 1024 --schedule ddp,fsdp --framework torch --compute-ms FWD,BWD --no-reference
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn.functional as F
+from torch import nn
+
+
+# -- the models ----------------------------------------------------------------------------------
+
+class Attention(nn.Module):
+    def __init__(self, width: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.c_attn = nn.Linear(width, 3 * width)
+        self.c_proj = nn.Linear(width, width)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.c_attn(x).split(c, dim=2)
+        q, k, v = (y.view(b, t, self.heads, c // self.heads).transpose(1, 2) for y in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.c_proj(y.transpose(1, 2).reshape(b, t, c))
+
+
+class Block(nn.Module):
+    def __init__(self, width: int = 768, heads: int = 12):
+        super().__init__()
+        self.ln_1, self.attn = nn.LayerNorm(width), Attention(width, heads)
+        self.ln_2 = nn.LayerNorm(width)
+        self.c_fc, self.c_proj = nn.Linear(width, 4 * width), nn.Linear(4 * width, width)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.c_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+
+class Gpt2(nn.Module):
+    def __init__(self, vocab: int = 50257, positions: int = 1024, width: int = 768,
+                 layers: int = 12):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(vocab, width), nn.Embedding(positions, width)
+        self.h = nn.ModuleList(Block(width) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(width)
+
+    def forward(self, ids):
+        x = self.wte(ids) + self.wpe(torch.arange(ids.shape[1], device=ids.device))
+        for block in self.h:
+            x = block(x)
+        return self.ln_f(x) @ self.wte.weight.t()          # the tied LM head
+
+    def blocks(self):
+        return list(self.h)
+
+
+class Bottleneck(nn.Module):
+    def __init__(self, inputs: int, width: int, stride: int):
+        super().__init__()
+        out = 4 * width
+        self.body = nn.Sequential(
+            nn.Conv2d(inputs, width, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
+            nn.Conv2d(width, width, 3, stride, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
+            nn.Conv2d(width, out, 1, bias=False), nn.BatchNorm2d(out))
+        self.short = (nn.Sequential(nn.Conv2d(inputs, out, 1, stride, bias=False),
+                                    nn.BatchNorm2d(out))
+                      if stride != 1 or inputs != out else nn.Identity())
+
+    def forward(self, x):
+        return F.relu(self.body(x) + self.short(x))
+
+
+class ResNet50(nn.Module):
+    def __init__(self, classes: int = 1000):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64),
+                                  nn.ReLU(), nn.MaxPool2d(3, 2, 1))
+        units, inputs = [], 64
+        for width, count, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
+            for k in range(count):
+                units.append(Bottleneck(inputs, width, stride if k == 0 else 1))
+                inputs = 4 * width
+        self.units = nn.ModuleList(units)
+        self.fc = nn.Linear(inputs, classes)
+
+    def forward(self, x):
+        x = self.stem(x)
+        for unit in self.units:
+            x = unit(x)
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+    def blocks(self):
+        return list(self.units)
+
+
+MODELS = {
+    "gpt2": dict(build=Gpt2, batch=8,
+                 measure="--network gpt2 --batch-size 8 --seq-len 1024"),
+    "resnet50": dict(build=ResNet50, batch=32,
+                     measure="--network resnet --num-layers 50 --batch-size 32"),
+}
+
+
+def batch_of(name: str, device: torch.device, small: bool):
+    g = torch.Generator(device="cpu").manual_seed(1)
+    if name == "gpt2":
+        tokens = 128 if small else 1024
+        ids = torch.randint(0, 50257, (MODELS[name]["batch"], tokens), generator=g)
+        return ids.to(device), ids.roll(-1, 1).to(device)
+    side = 64 if small else 224
+    images = torch.randn(MODELS[name]["batch"], 3, side, side, generator=g)
+    return images.to(device), torch.randint(0, 1000, (MODELS[name]["batch"],), generator=g).to(device)
+
+
+def loss_of(model, inputs, targets, device: torch.device):
+    with torch.autocast(device.type, dtype=torch.bfloat16):
+        logits = model(inputs)
+    return F.cross_entropy(logits.float().flatten(0, -2), targets.flatten())
+
+
+# -- timing --------------------------------------------------------------------------------------
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def median_ms(fn, device: torch.device, steps: int, barrier: bool) -> float:
+    times = []
+    for k in range(3 + steps):
+        if barrier:
+            dist.barrier()
+        sync(device)
+        start = time.perf_counter()
+        fn()
+        sync(device)
+        if k >= 3:
+            times.append(1e3 * (time.perf_counter() - start))
+    return statistics.median(times)
+
+
+def compute_alone(name: str, device: torch.device, steps: int, small: bool) -> tuple[float, float]:
+    """Forward and backward milliseconds on one device, no wrapper."""
+    torch.manual_seed(0)
+    model = MODELS[name]["build"]().to(device)
+    inputs, targets = batch_of(name, device, small)
+    forward = median_ms(lambda: loss_of(model, inputs, targets, device), device, steps, False)
+
+    def step():
+        model.zero_grad(set_to_none=True)
+        loss_of(model, inputs, targets, device).backward()
+
+    return forward, median_ms(step, device, steps, False) - forward
+
+
+def rank_main(rank: int, world: int, port: int, name: str, steps: int, cpu: bool, out) -> None:
+    from torch.distributed.fsdp import fully_shard
+    from torch.nn.parallel import DistributedDataParallel
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    device = torch.device("cpu") if cpu else torch.device("cuda", rank)
+    if not cpu:
+        torch.cuda.set_device(device)
+    dist.init_process_group("gloo" if cpu else "nccl", rank=rank, world_size=world,
+                            device_id=None if cpu else device)
+    try:
+        inputs, targets = batch_of(name, device, cpu)
+        results = {}
+        for wrap in ("ddp", "fsdp2"):
+            torch.manual_seed(0)
+            model = MODELS[name]["build"]().to(device)
+            if wrap == "ddp":
+                model = DistributedDataParallel(model, device_ids=None if cpu else [rank])
+            else:
+                for block in model.blocks():
+                    fully_shard(block)
+                fully_shard(model)
+
+            def step(model=model):
+                model.zero_grad(set_to_none=True)
+                loss_of(model, inputs, targets, device).backward()
+
+            results[wrap] = median_ms(step, device, steps, True)
+            del model
+        if rank == 0:
+            out.put(results)
+    finally:
+        dist.destroy_process_group()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", choices=sorted(MODELS), default="gpt2")
+    parser.add_argument("--steps", type=int, default=10, help="timed steps (default 10)")
+    parser.add_argument("--cpu", action="store_true",
+                        help="two processes on CPU over Gloo, smaller inputs (a try, not a figure)")
+    parser.add_argument("--json", metavar="FILE", help="write the figures here")
+    args = parser.parse_args(argv)
+    if not args.cpu and not torch.cuda.is_available():
+        parser.error("no CUDA GPU here: --cpu runs it on CPU devices")
+    world = 2 if args.cpu else torch.cuda.device_count()
+    device = torch.device("cpu") if args.cpu else torch.device("cuda", 0)
+    forward, backward = compute_alone(args.model, device, args.steps, args.cpu)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    out = ctx.SimpleQueue()
+    mp.start_processes(rank_main, args=(world, port, args.model, args.steps, args.cpu, out),
+                       nprocs=world, start_method="spawn")
+    steps = out.get()
+    transport = ", ".join(f"{k}={os.environ[k]}" for k in ("NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE")
+                          if k in os.environ) or "NCCL's choice"
+    figures = {"model": args.model, "ranks": world, "transport": transport,
+               "forward_ms": forward, "backward_ms": backward, "ddp_step_ms": steps["ddp"],
+               "fsdp2_step_ms": steps["fsdp2"]}
+    print(f"# {args.model} on {world} ranks ({transport}): forward {forward:.3f} ms, backward "
+          f"{backward:.3f} ms alone; DDP step {steps['ddp']:.3f} ms, FSDP2 step "
+          f"{steps['fsdp2']:.3f} ms (medians of {args.steps})")
+    print(f"# the toolkit's model of it: python3 bandwidth/measure.py --kv-store nccl "
+          f"--gpus {','.join(map(str, range(world)))} {MODELS[args.model]['measure']} "
+          f"--schedule ddp,fsdp --framework torch --compute-ms {forward:.3f},{backward:.3f} "
+          "--no-reference")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(figures, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
