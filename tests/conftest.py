@@ -18,6 +18,20 @@ def run_cli(*args: str, cwd: Path = ROOT, script: str | None = None, timeout: fl
     return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
+def main_without_torch(main: str, argv: list[str]) -> tuple[bool, object, str]:
+    """Call ``main`` ("module:function", e.g. "bandwidth.measure:main") with ``argv`` in a fresh
+    interpreter; returns (whether torch was imported by the end, the status, stderr)."""
+    module, _, function = main.partition(":")
+    code = (f"import sys; from {module} import {function} as main\n"
+            "try:\n    status = main(sys.argv[1:])\n"
+            "except SystemExit as end:\n    status = end.code\n"
+            "print('torch', 'torch' in sys.modules, status, file=sys.stderr)")
+    proc = subprocess.run([sys.executable, "-c", code, *argv], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    _, imported, status = proc.stderr.splitlines()[-1].split()
+    return imported == "True", int(status), proc.stderr
+
+
 @pytest.fixture
 def cli():
     return run_cli

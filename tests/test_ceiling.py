@@ -9,7 +9,7 @@ import types
 
 import pytest
 import torch
-from conftest import ROOT, requires_cuda
+from conftest import ROOT, main_without_torch, requires_cuda
 
 from bandwidth.ceiling import render
 from bandwidth.ceiling.collectives import COLLECTIVES, aligned_numel, figures
@@ -341,12 +341,6 @@ def test_gpu_collectives_one_process_and_one_per_gpu_give_right_results():
                                   ["--gpus", "0", "--cpus", "2"]])
 def test_help_and_bad_flags_answer_without_importing_torch(argv):
     # As measure.py: importing torch costs 2 s of CPU; --help and a typo answer first.
-    code = ("import sys; from bandwidth.ceiling.cli import main\n"
-            "try:\n    status = main(sys.argv[1:])\n"
-            "except SystemExit as end:\n    status = end.code\n"
-            "print('torch imported:', 'torch' in sys.modules, 'status:', status, file=sys.stderr)")
-    proc = subprocess.run([sys.executable, "-c", code, *argv], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60)
-    status = 0 if argv == ["--help"] else 2
-    assert proc.stderr.splitlines()[-1] == f"torch imported: False status: {status}", proc.stderr
-    assert "Traceback" not in proc.stderr
+    imported, status, stderr = main_without_torch("bandwidth.ceiling.cli:main", argv)
+    assert (imported, status) == (False, 0 if argv == ["--help"] else 2), stderr
+    assert "Traceback" not in stderr

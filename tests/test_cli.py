@@ -10,7 +10,7 @@ import sys
 
 import pytest
 import torch
-from conftest import ROOT
+from conftest import ROOT, main_without_torch
 
 SMALL = ["--network", "mlp", "--image-shape", "1,28,28", "--num-classes", "10"]
 
@@ -327,12 +327,7 @@ def test_a_python_without_torch_gets_one_line(command):
                                   ["--kv-store", "bogus"], ["--cpus", "0"], ["--num-batches", "x"]])
 def test_help_listing_and_bad_flags_answer_without_importing_torch(argv):
     # Importing torch costs 2 s of CPU: --help, --list-networks and a typo in a flag answer first.
-    code = ("import sys; from bandwidth import measure\n"
-            "try:\n    status = measure.main(sys.argv[1:])\n"
-            "except SystemExit as end:\n    status = end.code\n"
-            "print('torch imported:', 'torch' in sys.modules, 'status:', status, file=sys.stderr)")
-    proc = subprocess.run([sys.executable, "-c", code, *argv], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60)
-    status = 0 if argv[0] in ("--help", "--help-all", "--list-networks") else 2
-    assert proc.stderr.splitlines()[-1] == f"torch imported: False status: {status}", proc.stderr
-    assert "Traceback" not in proc.stderr
+    imported, status, stderr = main_without_torch("bandwidth.measure:main", argv)
+    expected = 0 if argv[0] in ("--help", "--help-all", "--list-networks") else 2
+    assert (imported, status) == (False, expected), stderr
+    assert "Traceback" not in stderr
