@@ -47,7 +47,7 @@ from pathlib import Path
 import torch
 
 import networks
-from bandwidth.arrays.layout import DTYPE_BYTES
+from bandwidth.arrays.dtypes import DTYPE_BYTES
 from bandwidth.backends.registry import store_class
 from bandwidth.ceiling.bounds import PROBE_BYTES, one_gpu_rates
 from bandwidth.ceiling.host import duplex_host_gbps, host_link_gbps
