@@ -128,13 +128,18 @@ MODELS = {
 }
 
 
-def batch_of(name: str, device: torch.device):
+def batch_of(name: str, device: torch.device, tiny: bool = False):
+    """The model's batch; ``tiny``: two samples (BatchNorm needs two) of 32 tokens or 32 x 32
+    pixels, whose kernels take the GPU less time than the host takes to issue them: the step's
+    host time alone."""
     g = torch.Generator(device="cpu").manual_seed(1)
+    batch = 2 if tiny else MODELS[name]["batch"]
     if name == "gpt2":
-        ids = torch.randint(0, 50257, (MODELS[name]["batch"], 1024), generator=g)
+        ids = torch.randint(0, 50257, (batch, 32 if tiny else 1024), generator=g)
         return ids.to(device), ids.roll(-1, 1).to(device)
-    images = torch.randn(MODELS[name]["batch"], 3, 224, 224, generator=g)
-    return images.to(device), torch.randint(0, 1000, (MODELS[name]["batch"],), generator=g).to(device)
+    side = 32 if tiny else 224
+    images = torch.randn(batch, 3, side, side, generator=g)
+    return images.to(device), torch.randint(0, 1000, (batch,), generator=g).to(device)
 
 
 def loss_of(model, inputs, targets, device: torch.device):
@@ -145,32 +150,38 @@ def loss_of(model, inputs, targets, device: torch.device):
 
 # -- timing --------------------------------------------------------------------------------------
 
-def median_ms(fn, device: torch.device, steps: int, barrier: bool) -> float:
-    times = []
+def median_ms(fn, device: torch.device, steps: int, barrier: bool) -> tuple[float, float]:
+    """The medians of ``fn``'s time (to the device's end) and of its host time (to ``fn``
+    returning: the host issuing the work), ms, of ``steps`` runs after 3 warm-up runs."""
+    times, host = [], []
     for k in range(3 + steps):
         if barrier:
             dist.barrier()
         torch.cuda.synchronize(device)
         start = time.perf_counter()
         fn()
+        issued = time.perf_counter()
         torch.cuda.synchronize(device)
         if k >= 3:
             times.append(1e3 * (time.perf_counter() - start))
-    return statistics.median(times)
+            host.append(1e3 * (issued - start))
+    return statistics.median(times), statistics.median(host)
 
 
-def compute_alone(name: str, device: torch.device, steps: int) -> tuple[float, float]:
-    """Forward and backward milliseconds on one device, no wrapper."""
+def compute_alone(name: str, device: torch.device, steps: int,
+                  tiny: bool = False) -> tuple[float, float]:
+    """Forward and backward milliseconds on one device, no wrapper; ``tiny``: of the tiny
+    batch, i.e. the host's time to issue them."""
     torch.manual_seed(0)
     model = MODELS[name]["build"]().to(device)
-    inputs, targets = batch_of(name, device)
-    forward = median_ms(lambda: loss_of(model, inputs, targets, device), device, steps, False)
+    inputs, targets = batch_of(name, device, tiny)
+    forward, _ = median_ms(lambda: loss_of(model, inputs, targets, device), device, steps, False)
 
     def step():
         model.zero_grad(set_to_none=True)
         loss_of(model, inputs, targets, device).backward()
 
-    return forward, median_ms(step, device, steps, False) - forward
+    return forward, median_ms(step, device, steps, False)[0] - forward
 
 
 def rank_main(rank: int, world: int, port: int, name: str, steps: int, out) -> None:
@@ -182,9 +193,9 @@ def rank_main(rank: int, world: int, port: int, name: str, steps: int, out) -> N
     torch.cuda.set_device(device)
     dist.init_process_group("nccl", rank=rank, world_size=world, device_id=device)
     try:
-        inputs, targets = batch_of(name, device)
         results = {}
-        for wrap in ("ddp", "fsdp2"):
+        for (wrap, tiny) in (("ddp", False), ("fsdp2", False), ("ddp", True), ("fsdp2", True)):
+            inputs, targets = batch_of(name, device, tiny)
             torch.manual_seed(0)
             model = MODELS[name]["build"]().to(device)
             if wrap == "ddp":
@@ -198,7 +209,8 @@ def rank_main(rank: int, world: int, port: int, name: str, steps: int, out) -> N
                 model.zero_grad(set_to_none=True)
                 loss_of(model, inputs, targets, device).backward()
 
-            results[wrap] = median_ms(step, device, steps, True)
+            key = f"{wrap}_tiny" if tiny else wrap
+            results[key], results[f"{key}_host"] = median_ms(step, device, steps, True)
             del model
         if rank == 0:
             out.put(results)
@@ -217,6 +229,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{torch.cuda.device_count()} CUDA GPUs here: the step needs two or more")
     world = torch.cuda.device_count()
     forward, backward = compute_alone(args.model, torch.device("cuda", 0), args.steps)
+    host_forward, host_backward = compute_alone(args.model, torch.device("cuda", 0), args.steps,
+                                                tiny=True)
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -228,15 +242,23 @@ def main(argv: list[str] | None = None) -> int:
     transport = ", ".join(f"{k}={os.environ[k]}" for k in ("NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE")
                           if k in os.environ) or "NCCL's choice"
     figures = {"model": args.model, "ranks": world, "transport": transport,
-               "forward_ms": forward, "backward_ms": backward, "ddp_step_ms": steps["ddp"],
-               "fsdp2_step_ms": steps["fsdp2"]}
+               "forward_ms": forward, "backward_ms": backward,
+               "host_forward_ms": host_forward, "host_backward_ms": host_backward,
+               "ddp_step_ms": steps["ddp"], "fsdp2_step_ms": steps["fsdp2"],
+               "ddp_host_ms": steps["ddp_host"], "fsdp2_host_ms": steps["fsdp2_host"],
+               "ddp_tiny_ms": steps["ddp_tiny"], "fsdp2_tiny_ms": steps["fsdp2_tiny"]}
     print(f"# {args.model} on {world} ranks ({transport}): forward {forward:.3f} ms, backward "
           f"{backward:.3f} ms alone; DDP step {steps['ddp']:.3f} ms, FSDP2 step "
           f"{steps['fsdp2']:.3f} ms (medians of {args.steps})")
+    print(f"# the host: forward {host_forward:.3f} ms, backward {host_backward:.3f} ms to issue "
+          f"them (a tiny batch, the GPU waiting on the host); issuing the DDP step took "
+          f"{steps['ddp_host']:.3f} ms, the FSDP2 step {steps['fsdp2_host']:.3f} ms; the tiny "
+          f"batch's steps, host-paced: alone {host_forward + host_backward:.3f} ms, DDP "
+          f"{steps['ddp_tiny']:.3f} ms, FSDP2 {steps['fsdp2_tiny']:.3f} ms")
     print(f"# the toolkit's model of it: python3 bandwidth/measure.py --kv-store nccl "
           f"--gpus {','.join(map(str, range(world)))} {MODELS[args.model]['measure']} "
           f"--schedule ddp,fsdp --framework torch --compute-ms {forward:.3f},{backward:.3f} "
-          "--no-reference")
+          f"--host-ms {host_forward:.3f},{host_backward:.3f} --no-reference")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(figures, f, indent=1)

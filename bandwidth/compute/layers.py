@@ -8,6 +8,7 @@ notes say). ``--compute-file``: each layer's own milliseconds, its layers exactl
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -25,6 +26,8 @@ class ComputeLayer:
     activation_elements: int     # its output at the batch size (0: no geometry)
     forward_ms: float | None = None    # --compute-ms / --compute-file: the time asked for
     backward_ms: float | None = None
+    host_forward_ms: float = 0.0       # --host-ms: the host's time to issue its forward
+    host_backward_ms: float = 0.0      # and its backward
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,12 @@ class ComputePlan:
     @property
     def backward_flops(self) -> int:
         return sum(layer.backward_flops for layer in self.layers)
+
+    @property
+    def host_ms(self) -> tuple[float, float]:
+        """The host's milliseconds to issue the forward and the backward (--host-ms)."""
+        return (sum(layer.host_forward_ms for layer in self.layers),
+                sum(layer.host_backward_ms for layer in self.layers))
 
     @property
     def forward_ms(self) -> float:
@@ -72,6 +81,27 @@ def compute_plan(config: Config, shapes) -> ComputePlan | None:
     network without FLOPs under --compute flops and for a compute file that does not match."""
     if config.compute == "none":
         return None
+    plan = _device_work(config, shapes)
+    return plan if config.host_ms is None else _with_host(plan, config.host_ms)
+
+
+def _with_host(plan: ComputePlan, host_ms: tuple[float, float]) -> ComputePlan:
+    """``--host-ms FWD,BWD`` spread over the layers by their arrays: the host's time to issue a
+    layer grows with the operations it runs (a kernel or two and an autograd node per array),
+    not with its FLOPs."""
+    arrays = sum(len(layer.arrays) for layer in plan.layers) or 1
+    forward, backward = host_ms
+    layers = tuple(dataclasses.replace(layer, host_forward_ms=forward * len(layer.arrays) / arrays,
+                                       host_backward_ms=backward * len(layer.arrays) / arrays)
+                   for layer in plan.layers)
+    note = (f"--host-ms: {forward:g} + {backward:g} ms of the host's time to issue the step "
+            "spread over the layers by their arrays, spent on the host after each layer's "
+            "compute is issued")
+    return dataclasses.replace(plan, layers=layers,
+                               note=f"{plan.note}; {note}" if plan.note else note)
+
+
+def _device_work(config: Config, shapes) -> ComputePlan:
     geometry = has_costs(config.network)
     if geometry:
         costs = layer_costs(config.network, config.image_shape, config.num_classes,
@@ -150,7 +180,9 @@ def describe(plan: ComputePlan | None, dtype_bytes: int) -> list[str]:
                  f"{plan.backward_flops / 1e9:.3f} GFLOP backward in {len(plan.layers)} layers; "
                  f"activations kept {plan.activation_nbytes(dtype_bytes) / 1e6:.1f} MB"
                  + (f"; {plan.forward_ms:.3f} + {plan.backward_ms:.3f} ms asked" if plan.timed
-                    else ""))
+                    else "")
+                 + ("; the host {:.3f} + {:.3f} ms to issue it (--host-ms)".format(*plan.host_ms)
+                    if any(plan.host_ms) else ""))
     if plan.note:
         lines.append(f"# note: {plan.note}")
     return lines
@@ -165,6 +197,8 @@ class UnitWork:
     backward_flops: int
     forward_ms: float = 0.0
     backward_ms: float = 0.0
+    host_forward_ms: float = 0.0      # --host-ms: the host's time to issue its forward
+    host_backward_ms: float = 0.0
 
 
 def unit_work(plan: ComputePlan, units: list[tuple[str, tuple[int, ...]]],
@@ -176,17 +210,20 @@ def unit_work(plan: ComputePlan, units: list[tuple[str, tuple[int, ...]]],
     for index, (_, keys) in enumerate(units):
         for key in keys:
             unit_of[shapes[key][0]] = index
-    totals = [[0, 0, 0.0, 0.0] for _ in units]
+    totals = [[0, 0, 0.0, 0.0, 0.0, 0.0] for _ in units]
     for layer in plan.layers:
         total = totals[unit_of[layer.arrays[0]]]
         total[0] += layer.forward_flops
         total[1] += layer.backward_flops
         total[2] += layer.forward_ms or 0.0
         total[3] += layer.backward_ms or 0.0
+        total[4] += layer.host_forward_ms
+        total[5] += layer.host_backward_ms
     return [UnitWork(name, *total) for (name, _), total in zip(units, totals)]
 
 
 def layer_units(plan: ComputePlan) -> list[UnitWork]:
     """Each layer as its own unit (the compute alone, and schedules of one unit per layer)."""
     return [UnitWork(layer.name, layer.forward_flops, layer.backward_flops,
-                     layer.forward_ms or 0.0, layer.backward_ms or 0.0) for layer in plan.layers]
+                     layer.forward_ms or 0.0, layer.backward_ms or 0.0, layer.host_forward_ms,
+                     layer.host_backward_ms) for layer in plan.layers]

@@ -143,12 +143,21 @@ class Runner:
     def wait(self, index: int, backward: bool) -> None:
         unit = self.units[index]
         _wait((unit.backward_ms if backward else unit.forward_ms) / 1e3)
+        self.host(index, backward)
+
+    def host(self, index: int, backward: bool) -> None:
+        """The host's time to issue the unit's work (--host-ms), after it is issued."""
+        unit = self.units[index]
+        host_ms = unit.host_backward_ms if backward else unit.host_forward_ms
+        if host_ms:
+            _spin(host_ms / 1e3)
 
     def _work(self, index: int, backward: bool) -> None:
         if self.waits:
             self.wait(index, backward)
         else:
             self._flops((self.backward_work if backward else self.forward_work)[index])
+            self.host(index, backward)
 
     def layer(self, index: int, backward: bool, trace: bool = False) -> None:
         """One unit's forward (or backward) work; ``trace``: marked for the timeline."""
@@ -267,6 +276,14 @@ def _wait(seconds: float) -> None:
     end = time.perf_counter() + seconds
     if seconds > 0.002:
         time.sleep(seconds - 0.001)
+    while time.perf_counter() < end:
+        pass
+
+
+def _spin(seconds: float) -> None:
+    """Keep this thread's core busy ``seconds`` (--host-ms: the host issuing a layer's work holds
+    its core, and the interpreter, as a spin does)."""
+    end = time.perf_counter() + seconds
     while time.perf_counter() < end:
         pass
 

@@ -17,8 +17,11 @@ MAX_STEP_MS = 3600 * 1000.0      # an hour per layer and pass: beyond any real s
 MAX_LAYERS = 100_000
 
 
-def parse_compute_ms(text: str) -> tuple[float, float]:
-    """``--compute-ms FWD,BWD``: two finite milliseconds, not negative, not both 0."""
+def parse_compute_ms(text: str, flag: str = "--compute-ms",
+                     what: str = "the forward and backward milliseconds of a step"
+                     ) -> tuple[float, float]:
+    """``--compute-ms FWD,BWD`` (or ``--host-ms``): two finite milliseconds, not negative, not
+    both 0."""
     parts = str(text).split(",")
     try:
         values = tuple(float(p) for p in parts)
@@ -26,9 +29,8 @@ def parse_compute_ms(text: str) -> tuple[float, float]:
         values = ()
     if (len(values) != 2 or not all(math.isfinite(v) and 0 <= v <= MAX_STEP_MS for v in values)
             or sum(values) == 0):
-        raise ConfigError(f"--compute-ms must be the forward and backward milliseconds of a step, "
-                          f"two numbers from 0 to {MAX_STEP_MS:g} (not both 0) such as 30,60; "
-                          f"got {str(text)[:40]!r}")
+        raise ConfigError(f"{flag} must be {what}, two numbers from 0 to {MAX_STEP_MS:g} (not "
+                          f"both 0) such as 30,60; got {str(text)[:40]!r}")
     return values  # type: ignore[return-value]
 
 
@@ -89,7 +91,17 @@ def compute_fields(args: argparse.Namespace) -> dict:
         compute = "ms"
     if args.compute_file is not None:
         compute = "file"
+    host_ms = None
+    if args.host_ms is not None:
+        host_ms = parse_compute_ms(args.host_ms, "--host-ms", "the host's milliseconds to issue "
+                                   "the forward and the backward")
+        if not given:
+            raise ConfigError("--host-ms is the host's time to issue a step's compute: give the "
+                              "compute too (--compute flops, --compute-ms or --compute-file)")
+        if args.launch == "graph":
+            raise ConfigError("--host-ms is the host's time to issue the compute, which a CUDA "
+                              "graph's replay does not spend: use --launch eager or auto")
     return dict(compute=compute, batch_size=args.batch_size, seq_len=args.seq_len,
                 compute_ms=None if args.compute_ms is None else parse_compute_ms(args.compute_ms),
                 compute_layers_ms=None if args.compute_file is None
-                else load_compute_file(args.compute_file))
+                else load_compute_file(args.compute_file), host_ms=host_ms)

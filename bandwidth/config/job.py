@@ -63,6 +63,7 @@ class Config:
     seq_len: int | None = None             # tokens per sample (None: the model's)
     compute_ms: tuple[float, float] | None = None          # the step's forward, backward ms
     compute_layers_ms: tuple[tuple[str, float, float], ...] | None = None  # per layer
+    host_ms: tuple[float, float] | None = None   # the host's ms to issue forward, backward
     max_in_flight: int | None = None       # PS modes: messages per server in flight (None: all)
     server_order: str = "same"             # PS modes: "same" | "staggered" (stores/dist.py)
     server_admit: int | None = None        # PS modes: pushes a server accepts at once (None: slots)
@@ -79,7 +80,7 @@ class Config:
         data["image_shape"] = tuple(data["image_shape"])
         if data.get("gpus") is not None:
             data["gpus"] = tuple(data["gpus"])
-        for key in ("compute_ms", "compute_layers_ms"):
+        for key in ("compute_ms", "compute_layers_ms", "host_ms"):
             if data.get(key) is not None:
                 data[key] = tuple(tuple(x) if isinstance(x, list) else x for x in data[key])
         return cls(**data)

@@ -191,6 +191,8 @@ def choose_launch(plan: Plan, session, runners: list[Runner], slots: Slots,
     or None, the summary's word for it); sets ``slots.graphs`` where runs of slots replay."""
     c = plan.config
     compute_launch = "eager"
+    if c.host_ms is not None:               # the host's time to issue it: no graph replays
+        return None, None, "eager (--host-ms)"
     if runners[0].kind == "cuda" and not runners[0].waits and c.launch != "eager":
         graphs = SlotGraphs(runners, events)  # the host issues a run of slots in one launch
         alone = ComputeAlone(session, runners, slots, events)

@@ -164,7 +164,9 @@ class StepCosts:
         return {"graph": "from a CUDA graph per run of slots",
                 "graph per GPU": "from a CUDA graph per run of slots (the compute alone: one "
                                  "CUDA graph per GPU)",
-                "step graph": "with the exchange, one CUDA graph per step"}.get(
+                "step graph": "with the exchange, one CUDA graph per step",
+                "eager (--host-ms)": "eagerly, the host's time to issue each layer spent after "
+                                     "it (--host-ms)"}.get(
                     self.compute_launch, "eagerly")
 
     def to_dict(self) -> dict:
