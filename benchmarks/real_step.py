@@ -170,18 +170,21 @@ def median_ms(fn, device: torch.device, steps: int, barrier: bool) -> tuple[floa
 
 def compute_alone(name: str, device: torch.device, steps: int,
                   tiny: bool = False) -> tuple[float, float]:
-    """Forward and backward milliseconds on one device, no wrapper; ``tiny``: of the tiny
-    batch, i.e. the host's time to issue them."""
+    """Forward and backward milliseconds on one device, no wrapper; ``tiny``: the host's time
+    to issue them (the tiny batch's, to ``loss`` and ``backward`` returning, whose kernels the
+    GPU runs as fast as they come: the time does not wait for the GPU)."""
     torch.manual_seed(0)
     model = MODELS[name]["build"]().to(device)
     inputs, targets = batch_of(name, device, tiny)
-    forward, _ = median_ms(lambda: loss_of(model, inputs, targets, device), device, steps, False)
+    forward = median_ms(lambda: loss_of(model, inputs, targets, device), device, steps, False)
 
     def step():
         model.zero_grad(set_to_none=True)
         loss_of(model, inputs, targets, device).backward()
 
-    return forward, median_ms(step, device, steps, False)[0] - forward
+    both = median_ms(step, device, steps, False)
+    which = 1 if tiny else 0                    # the host's time, or the device's
+    return forward[which], both[which] - forward[which]
 
 
 def rank_main(rank: int, world: int, port: int, name: str, steps: int, out) -> None:
@@ -251,9 +254,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{backward:.3f} ms alone; DDP step {steps['ddp']:.3f} ms, FSDP2 step "
           f"{steps['fsdp2']:.3f} ms (medians of {args.steps})")
     print(f"# the host: forward {host_forward:.3f} ms, backward {host_backward:.3f} ms to issue "
-          f"them (a tiny batch, the GPU waiting on the host); issuing the DDP step took "
+          f"them (a tiny batch, to the calls returning); issuing the DDP step took "
           f"{steps['ddp_host']:.3f} ms, the FSDP2 step {steps['fsdp2_host']:.3f} ms; the tiny "
-          f"batch's steps, host-paced: alone {host_forward + host_backward:.3f} ms, DDP "
+          f"batch's steps to the GPU's end: DDP "
           f"{steps['ddp_tiny']:.3f} ms, FSDP2 {steps['fsdp2_tiny']:.3f} ms")
     print(f"# the toolkit's model of it: python3 bandwidth/measure.py --kv-store nccl "
           f"--gpus {','.join(map(str, range(world)))} {MODELS[args.model]['measure']} "
