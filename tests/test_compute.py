@@ -264,3 +264,34 @@ def test_tuned_products_run_each_units_flops_in_a_shape_it_tried():
         done = sum(2 * a[0] * a[1] * b[1] for a, b, _ in issued)
         assert done == pytest.approx(flops, rel=0.01 if enough else 0.5)
     runner.close()
+
+
+def test_host_ms_is_spread_over_the_layers_by_their_arrays(tmp_path):
+    from bandwidth.compute.layers import compute_plan, layer_units, unit_work
+    from bandwidth.execution.commandline import build_parser, job_from_args
+    args = build_parser().parse_args(MLP + ["--compute-ms", "3,6", "--host-ms", "1.5,3"])
+    (config,) = job_from_args(args).configs
+    shapes = [("fc1_weight", (128, 784)), ("fc1_bias", (128,)), ("fc2_weight", (64, 128)),
+              ("fc2_bias", (64,)), ("fc3_weight", (10, 64)), ("fc3_bias", (10,))]
+    plan = compute_plan(config, shapes)
+    assert plan.host_ms == pytest.approx((1.5, 3.0))
+    arrays = [len(layer.arrays) for layer in plan.layers]
+    assert [layer.host_forward_ms for layer in plan.layers] == \
+        pytest.approx([1.5 * a / sum(arrays) for a in arrays])
+    assert sum(u.host_backward_ms for u in layer_units(plan)) == pytest.approx(3.0)
+    # a unit of the first two layers carries their share
+    units = unit_work(plan, [("a", (0, 1, 2, 3)), ("b", (4, 5))], shapes)
+    assert [u.host_forward_ms for u in units] == pytest.approx([1.0, 0.5])
+    done = run(MLP + ["--compute-ms", "3,6", "--host-ms", "1.5,3", "--dry-run"], tmp_path)
+    assert done.returncode == 0 and "the host 1.500 + 3.000 ms to issue it (--host-ms)" \
+        in done.stdout, done.stdout
+
+
+def test_host_ms_refuses_a_graph_launch():
+    from bandwidth.errors import ConfigError
+    from bandwidth.execution.commandline import build_parser, job_from_args
+    gpus = [a for a in MLP if a not in ("--cpus", "2")] + ["--gpus", "0"]
+    args = build_parser().parse_args(gpus + ["--compute-ms", "3,6", "--host-ms", "1,2",
+                                             "--launch", "graph"])
+    with pytest.raises(ConfigError, match="which a CUDA graph's replay does not spend"):
+        job_from_args(args)

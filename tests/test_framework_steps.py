@@ -24,7 +24,7 @@ SHAPES = [["fc1_weight", [64, 100]], ["fc1_bias", [64]], ["h.0.attn_weight", [33
 DTYPES = {"float32": 0.0, "float16": 2e-3, "bfloat16": 2e-2}
 FRAMEWORK_KEYS = {"name", "wraps", "step_s", "schedule_step_s", "compute_s", "network_s",
                   "own_s", "compute_share", "network_share", "own_share", "performance_ratio",
-                  "error_max", "notes"}
+                  "error_max", "notes", "host_s"}
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +124,8 @@ def test_one_run_gives_compute_the_schedules_step_and_the_frameworks_split(cli, 
                                                                           tmp_path):
     out = tmp_path / "ddp.json"
     done = cli(*RUN, "--network", network, "--schedule", "ddp", "--bucket-mb", "0.0005",
-               "--first-bucket-mb", "0.0005", "--json", str(out), timeout=80)
+               "--first-bucket-mb", "0.0005", "--host-ms", "0.5,1", "--json", str(out),
+               timeout=80)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     step = next(line for line in lines if line.startswith("#   step at batch"))
@@ -134,6 +135,8 @@ def test_one_run_gives_compute_the_schedules_step_and_the_frameworks_split(cli, 
     assert first.endswith("max error 0.000000")
     split = next(line for line in lines if line.startswith("#   the framework's step = "))
     assert "compute" in split and "network" in split and "the framework's own" in split
+    host = next(line for line in lines if line.startswith("#   the host issued the framework"))
+    assert re.search(r"in \d+\.\d{3} ms \(\d+\.\d % of it", host), host
     note = next(line for line in lines
                 if line.startswith("# note: framework torch: DistributedDataParallel over 4 "))
     # DDP's rebuilt buckets are the schedule's parts (gradients ready last array first)
@@ -141,10 +144,15 @@ def test_one_run_gives_compute_the_schedules_step_and_the_frameworks_split(cli, 
     assert buckets and buckets.group(1) == buckets.group(2) != "1", note
     (result,) = json.loads(out.read_text())["results"]
     assert result["config"]["framework"] == "torch"
+    assert result["config"]["host_ms"] == [0.5, 1.0]
     costs = result["step_costs"]
+    assert costs["compute_launch"] == "eager (--host-ms)"
+    # the compute alone spends the host's 1.5 ms beside the 3 ms of waits (CPU devices)
+    assert costs["compute_s"] >= 0.0045
     framework = costs["framework"]
     assert set(framework) == FRAMEWORK_KEYS
     assert framework["error_max"] == 0.0
+    assert 0 < framework["host_s"] <= 1.5 * framework["step_s"]
     assert framework["schedule_step_s"] == costs["step_s"]
     assert framework["compute_s"] == costs["compute_s"]
     assert framework["network_s"] == costs["exposed_s"]
@@ -178,6 +186,11 @@ def test_a_sweep_of_ddp_and_fsdp_tables_the_frameworks_step(cli, network, tmp_pa
     (["--schedule", "ddp", "--framework", "tensorflow"], "unknown --framework 'tensorflow'; "
                                                          "valid: none, torch"),
     (["--schedule", "ddp", "--kv-store", "local"], "--schedule ddp runs under --kv-store nccl"),
+    (["--schedule", "ddp", "--host-ms", "5"], "--host-ms must be the host's milliseconds"),
+    (["--schedule", "ddp", "--host-ms", "0,0"], "(not both 0)"),
+    (["--schedule", "ddp", "--host-ms", "1,nan"], "--host-ms must be"),
+    (["--schedule", "ddp", "--compute", "none", "--host-ms", "2,3"],
+     "--host-ms is the host's time to issue a step's compute: give the compute too"),
 ])
 def test_bad_framework_input_is_one_error(argv, words):
     from bandwidth.errors import ConfigError
@@ -213,12 +226,18 @@ def test_the_framework_on_every_gpu(schedule, dtype, bound):
     """resnet-50 at batch 32 with its FLOPs, on every GPU there is (one process each, NCCL)."""
     from bandwidth.config.options import Config
     from bandwidth.run import run
+    # bfloat16 with the host's time to issue the model (--host-ms): issued eagerly
+    host_ms = (2.0, 4.0) if dtype == "bfloat16" else None
     result = run(Config(kv_store="nccl", gpus=GPUS, network="resnet", num_layers=50,
                         schedule=schedule, dtype=dtype, compute="flops", batch_size=32,
-                        framework="torch", num_batches=5, reference=False))
+                        framework="torch", num_batches=5, reference=False, host_ms=host_ms))
     framework = result.costs.framework
     assert framework is not None and 0 <= framework.error_max <= bound
     assert framework.step_s > 0 and framework.compute_s > 0
+    assert 0 < framework.host_s
+    if host_ms:
+        assert result.costs.compute_launch == "eager (--host-ms)"
+        assert framework.host_s >= 6e-3         # the spins alone take 6 ms of the host
     assert framework.compute_s + framework.network_s + framework.own_s == \
         pytest.approx(framework.step_s)
     assert any(note.startswith("framework torch: ") for note in result.notes), result.notes

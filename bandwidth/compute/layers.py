@@ -95,7 +95,7 @@ def _with_host(plan: ComputePlan, host_ms: tuple[float, float]) -> ComputePlan:
                                        host_backward_ms=backward * len(layer.arrays) / arrays)
                    for layer in plan.layers)
     note = (f"--host-ms: {forward:g} + {backward:g} ms of the host's time to issue the step "
-            "spread over the layers by their arrays, spent on the host after each layer's "
+            "spread over the layers by their arrays, spent on the host before each layer's "
             "compute is issued")
     return dataclasses.replace(plan, layers=layers,
                                note=f"{plan.note}; {note}" if plan.note else note)

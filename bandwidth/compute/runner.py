@@ -142,11 +142,13 @@ class Runner:
 
     def wait(self, index: int, backward: bool) -> None:
         unit = self.units[index]
-        _wait((unit.backward_ms if backward else unit.forward_ms) / 1e3)
         self.host(index, backward)
+        _wait((unit.backward_ms if backward else unit.forward_ms) / 1e3)
 
     def host(self, index: int, backward: bool) -> None:
-        """The host's time to issue the unit's work (--host-ms), after it is issued."""
+        """The host's time to issue the unit's work (--host-ms), spent before it is issued (as
+        a layer's kernels start after the host issued them, and its gradients are ready after
+        its kernels)."""
         unit = self.units[index]
         host_ms = unit.host_backward_ms if backward else unit.host_forward_ms
         if host_ms:
@@ -156,8 +158,8 @@ class Runner:
         if self.waits:
             self.wait(index, backward)
         else:
-            self._flops((self.backward_work if backward else self.forward_work)[index])
             self.host(index, backward)
+            self._flops((self.backward_work if backward else self.forward_work)[index])
 
     def layer(self, index: int, backward: bool, trace: bool = False) -> None:
         """One unit's forward (or backward) work; ``trace``: marked for the timeline."""

@@ -15,6 +15,10 @@ GPU_RATE_TARGET = 0.70      # the products reach 70 % of a large matmul's rate o
 CPU_RATE_TARGET = 0.80      # within 20 % of it on CPU devices
 
 
+# Above this share of the step the host's issuing paces it (the GPU waits for the launches).
+HOST_PACED = 0.9
+
+
 @dataclass(frozen=True)
 class FrameworkCosts:
     """The framework's step (--framework) in the same run as the compute alone and the
@@ -30,18 +34,21 @@ class FrameworkCosts:
     performance_ratio: float         # compute alone / the framework's step
     error_max: float = -1.0          # its steps, checked (-1: not)
     notes: list = field(default_factory=list)
+    host_s: float | None = None      # the host's time to issue it (backward returning), median
 
     @classmethod
     def of(cls, measured: dict, compute_s: float, step_s: float,
            exposed_s: float) -> "FrameworkCosts":
         samples = measured["samples"]
         framework_s = statistics.median(s["seconds"] for s in samples)
+        hosts = [s["host_seconds"] for s in samples if s.get("host_seconds") is not None]
         compute, network, own = framework_split(framework_s, compute_s, exposed_s)
         return cls(name=measured["name"], wraps=measured["wraps"], step_s=framework_s,
                    schedule_step_s=step_s, compute_s=compute, network_s=network, own_s=own,
                    performance_ratio=performance_ratio(framework_s, compute_s),
                    error_max=max((s["error"] for s in samples), default=-1.0),
-                   notes=list(measured.get("notes", [])))
+                   notes=list(measured.get("notes", [])),
+                   host_s=statistics.median(hosts) if hosts else None)
 
     def share(self, seconds: float) -> float:
         return seconds / self.step_s if self.step_s > 0 else 0.0
@@ -58,7 +65,10 @@ class FrameworkCosts:
             f"({100 * self.share(self.compute_s):.1f} %) + network {self.network_s * ms:.3f} ms "
             f"({100 * self.share(self.network_s):.1f} %, what the {schedule} schedule exposes) "
             f"+ the framework's own {self.own_s * ms:.3f} ms "
-            f"({100 * self.share(self.own_s):.1f} %)"]
+            f"({100 * self.share(self.own_s):.1f} %)"] + ([] if self.host_s is None else [
+            f"#   the host issued the framework's step in {self.host_s * ms:.3f} ms "
+            f"({100 * self.share(self.host_s):.1f} % of it"
+            + ("; the host paces it)" if self.share(self.host_s) > HOST_PACED else ")")])
 
     def to_dict(self) -> dict:
         return dict(asdict(self), compute_share=self.share(self.compute_s),
@@ -165,7 +175,7 @@ class StepCosts:
                 "graph per GPU": "from a CUDA graph per run of slots (the compute alone: one "
                                  "CUDA graph per GPU)",
                 "step graph": "with the exchange, one CUDA graph per step",
-                "eager (--host-ms)": "eagerly, the host's time to issue each layer spent after "
+                "eager (--host-ms)": "eagerly, the host's time to issue each layer spent before "
                                      "it (--host-ms)"}.get(
                     self.compute_launch, "eagerly")
 
