@@ -8,6 +8,10 @@
 # PARTS picks what runs (default "tests bench extra"): on several GPUs the whole script can take
 # longer than one 10-minute device call, so it can be split, e.g. PARTS="tests bench", then
 # PARTS=extra on the same machine. BENCH_ARGS adds options of gpu_bench.py (e.g. "--max-mb 2000").
+# PARTS=real (two or more GPUs; not in the default): benchmarks/real_step.py's real DDP and FSDP2
+# steps of GPT-2 and ResNet-50 against --framework torch with and without --host-ms, over each
+# NCCL transport in REAL_TRANSPORTS (default: NCCL's choice only; "p2p shm" adds
+# NCCL_P2P_DISABLE=1 and then NCCL_SHM_DISABLE=1 too), about 2.5 minutes a transport.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-results}
@@ -110,6 +114,36 @@ log="$OUT/gpu.log"
       CUDA_VISIBLE_DEVICES= python3 bandwidth/measure.py --kv-store local --cpus 1 \
         --cpu-threads 16 --schedule backward --network resnet --num-layers 50 --no-reference \
         --compute flops --batch-size "$batch" --num-batches 3
+    done
+  fi
+  if part real && [ "$GPUS" -ge 2 ]; then
+    echo "== issue 39: real DDP and FSDP2 (benchmarks/real_step.py) against --framework torch"
+    for transport in nvlink ${REAL_TRANSPORTS:-}; do
+      case $transport in
+        p2p) env=(NCCL_P2P_DISABLE=1) ;;
+        shm) env=(NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1) ;;
+        *) env=() ;;
+      esac
+      for model in gpt2 resnet50; do
+        echo "=== $transport ${env[*]}: $model"
+        real="$OUT/real_${model}_$transport.json"
+        env "${env[@]}" python3 benchmarks/real_step.py --model "$model" --json "$real" || continue
+        read -r F B HF HB ARGS < <(python3 - "$real" "$model" <<'PY'
+import json, sys
+sys.path.insert(0, "benchmarks")
+from real_step import MODELS
+d = json.load(open(sys.argv[1]))
+print(f"{d['forward_ms']:.3f} {d['backward_ms']:.3f} {d['host_forward_ms']:.3f} "
+      f"{d['host_backward_ms']:.3f} {MODELS[sys.argv[2]]['measure']}")
+PY
+)
+        for host in "--host-ms $HF,$HB" ""; do
+          # shellcheck disable=SC2086
+          env "${env[@]}" python3 bandwidth/measure.py --kv-store nccl --gpus 0,1 $ARGS \
+            --schedule ddp,fsdp --framework torch --compute-ms "$F,$B" $host --no-reference \
+            --num-batches 12
+        done
+      done
     done
   fi
 } 2>&1 | tee "$log"

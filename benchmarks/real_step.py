@@ -8,13 +8,16 @@ seconds (two processes on the 2-core VM had not finished in 10 minutes).
 Two models: ``gpt2``, GPT-2 small in HF GPT2Model's parameter layout (124.4 M parameters, the
 LM head tied to the token embedding; batch 8 x 1,024 tokens), and ``resnet50``, a ResNet-50
 (25.6 M parameters; batch 32 at 224 x 224). For each it prints the forward and the backward
-milliseconds alone (one device, no wrapper: what ``--compute-ms`` takes), the DDP step and the
-FSDP2 step (medians of ``--steps`` after 3 warm-up steps), and the ``measure.py`` command that
-models the same step, to run in the same call:
+milliseconds alone (one device, no wrapper: what ``--compute-ms`` takes), the host's time to
+issue them (a tiny batch's forward and backward, to the calls returning: what ``--host-ms``
+takes), the DDP step and the FSDP2 step (medians of ``--steps`` after 3 warm-up steps) with the
+host's time to issue each, and the ``measure.py`` command that models the same step, to run in
+the same call:
 
     python3 benchmarks/real_step.py --model gpt2 --json real.json
     python3 bandwidth/measure.py --kv-store nccl --gpus 0,1 --network gpt2 --batch-size 8 \\
-        --seq-len 1024 --schedule ddp,fsdp --framework torch --compute-ms FWD,BWD --no-reference
+        --seq-len 1024 --schedule ddp,fsdp --framework torch --compute-ms FWD,BWD \\
+        --host-ms HOST_FWD,HOST_BWD --no-reference
 """
 
 from __future__ import annotations
