@@ -167,7 +167,10 @@ def test_a_sweep_of_ddp_and_fsdp_tables_the_frameworks_step(cli, network, tmp_pa
                timeout=110)
     assert done.returncode == 0, done.stderr
     header = next(line for line in done.stdout.splitlines() if "exposed ms" in line)
-    assert "framework ms" in header and "its own ms" in header
+    assert "framework ms" in header and "its own ms" in header and "its host ms" in header
+    rows = [line.split() for line in done.stdout.splitlines()
+            if re.match(r"\s+[12]\s+(ddp|fsdp)", line)]
+    assert len(rows) == 2 and all(re.fullmatch(r"\d+\.\d{3}\*?", row[-1]) for row in rows), rows
     results = json.loads(out.read_text())["results"]
     assert [r["step_costs"]["framework"]["wraps"] for r in results] == \
         ["DistributedDataParallel", "FSDP2 fully_shard"]

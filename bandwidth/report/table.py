@@ -26,6 +26,7 @@ from pathlib import Path
 from bandwidth.errors import ConfigError
 from bandwidth.report.cells import (busbw_cells, error_cell, gbps_cell, identity_columns,
                                     pct_cell, sources_text, varies)
+from bandwidth.results.costs import HOST_PACED
 from bandwidth.results.document import Row
 from bandwidth.textformat import column_widths, format_bytes, gbps_3, render
 
@@ -33,7 +34,8 @@ CSV_COLUMNS = ("source", "kv_store", "network", "devices", "n", "dtype", "optimi
                "busbw_gbps", "busbw_min", "busbw_max", "algbw_gbps", "seconds", "error",
                "ceiling_name", "ceiling_gbps", "pct_of_ceiling", "backend", "ceiling_note",
                "batch_size", "compute_s", "exchange_s", "step_s", "exposed_s", "overlap",
-               "samples_per_s", "performance_ratio", "framework_s", "framework_own_s")
+               "samples_per_s", "performance_ratio", "framework_s", "framework_own_s",
+               "framework_host_s")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -77,7 +79,7 @@ def step_table(rows: list[Row]) -> list[str]:
     framework = any(r.framework_s is not None for r in rows)
     headers = ["row", "schedule", "batch", "compute ms", "exchange ms", "step ms", "exposed ms",
                "overlap", "samples/s", "perf. ratio"] + (
-        ["framework ms", "its own ms"] if framework else []) + [""]
+        ["framework ms", "its own ms", "its host ms"] if framework else []) + [""]
     cells = []
     for i, r in enumerate(rows):
         if r.step_s is None:
@@ -87,17 +89,27 @@ def step_table(rows: list[Row]) -> list[str]:
                       f"{1e3 * r.exchange_s:.3f}", f"{1e3 * r.step_s:.3f}",
                       f"{1e3 * r.exposed_s:.3f}", f"{100 * r.overlap:.1f} %",
                       f"{r.samples_per_s:.1f}", f"{r.performance_ratio:.3f}"]
-                     + ([_ms(r.framework_s), _ms(r.framework_own_s)] if framework else [])
+                     + ([_ms(r.framework_s), _ms(r.framework_own_s),
+                         _host(r.framework_host_s, r.framework_s)] if framework else [])
                      + [mark])
     lines = ["# what a step costs (--compute): medians; exposed = step - compute alone, overlap = "
              "1 - exposed / exchange alone, performance ratio = compute alone / step"
              + ("; framework: the framework's own step (--framework), its own = framework - "
-                "compute alone - exposed" if framework else "")]
+                "compute alone - exposed, its host = the host's time to issue it (* where it "
+                "paces the step)" if framework else "")]
     return lines + render(headers, cells, {0} | set(range(2, len(headers) - 1)))
 
 
 def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{1e3 * seconds:.3f}"
+
+
+def _host(host_s: float | None, step_s: float | None) -> str:
+    """The host's time to issue a step, starred where it paces it (HOST_PACED of the step)."""
+    if host_s is None:
+        return "-"
+    paced = bool(step_s) and host_s > HOST_PACED * step_s
+    return f"{1e3 * host_s:.3f}{'*' if paced else ''}"
 
 
 def ceiling_lines(rows: list[Row]) -> list[str]:

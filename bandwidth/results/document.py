@@ -103,6 +103,7 @@ class Row:
     performance_ratio: float | None = None
     framework_s: float | None = None    # --framework: its step, and its own cost beyond compute
     framework_own_s: float | None = None    # and the schedule's exposed (results.costs)
+    framework_host_s: float | None = None   # and the host's time to issue it
 
     @property
     def key(self) -> tuple:
@@ -216,7 +217,8 @@ def step_cost_fields(costs) -> dict:
     framework = costs.get("framework")
     if isinstance(framework, dict) and _number(framework.get("step_s")) \
             and _number(framework.get("own_s")):
-        fields.update(framework_s=framework["step_s"], framework_own_s=framework["own_s"])
+        fields.update(framework_s=framework["step_s"], framework_own_s=framework["own_s"],
+                      framework_host_s=framework.get("host_s"))
     return fields
 
 
