@@ -258,9 +258,9 @@ FLAGS: tuple[Flag, ...] = (
               "from a profiler), spread over the layers by their FLOPs"),
     flag(COMPUTE, "--host-ms", default=None, metavar="FWD,BWD",
          help="the host's milliseconds to issue the model's forward and backward (its "
-              "launches and autograd's work; real_step.py measures them), spent on the "
-              "host beside each layer's compute, spread by its arrays (the compute is "
-              "then issued eagerly)"),
+              "launches and autograd's work; benchmarks/real_step.py measures them), "
+              "spent busy on the host before each layer's compute, spread by its arrays "
+              "(the compute is then issued eagerly)"),
     flag(COMPUTE, "--compute-file", default=None, metavar="FILE.json",
          help='per-layer forward and backward milliseconds: {"layers": [{"name": '
               '"fc1", "forward_ms": 0.5, "backward_ms": 1.0}, ...]}, every layer of '
