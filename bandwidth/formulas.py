@@ -3,6 +3,7 @@
 All rates are decimal: 1 GB/s = 1e9 bytes per second.
 """
 
+import math
 import statistics
 
 
@@ -100,3 +101,31 @@ def framework_split(framework_s: float, compute_s: float,
 def serial_step_s(compute_s: float, exchange_s: float) -> float:
     """The step with no overlap at all (the flat schedule: compute, then the exchange)."""
     return compute_s + exchange_s
+
+
+def log_comb(n: int, k: int) -> float:
+    """log(n choose k)."""
+    return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+
+
+def median_ci(samples, confidence: float = 0.95) -> tuple[float, float] | None:
+    """(low, high) of the median with at least ``confidence``, distribution-free, from order
+    statistics (binomial with p = 1/2); None when the sample is too small for one (below 6
+    samples at 95 %)."""
+    x = sorted(float(v) for v in samples)
+    n = len(x)
+    if n < 2:
+        return None
+    # The largest k with P(Binomial(n, 1/2) < k) <= (1 - confidence) / 2: [x_(k), x_(n-k+1)].
+    tail = (1.0 - confidence) / 2.0
+    cdf, k = 0.0, 0
+    while k < n // 2:
+        # P(X = k) in logarithms: 2 ** n overflows a float from n = 1024 (a --repeat auto run
+        # pools that many iterations within seconds on a fast host)
+        nxt = cdf + math.exp(log_comb(n, k) - n * math.log(2.0))
+        if nxt > tail:
+            break
+        cdf, k = nxt, k + 1
+    if k == 0:
+        return None
+    return x[k - 1], x[n - k]

@@ -86,6 +86,8 @@ def test_a_step_with_compute_on_cpu_devices(tmp_path):
     assert costs["batch_size"] == 256 and costs["devices"] == 2
     assert costs["error_max"] == 0.0
     assert "max error 0.000000 in the steps with compute" in done.stdout
+    assert "no 95 % interval of the medians from 2 iterations" in done.stdout
+    assert costs["step_ci_s"] is None and costs["iterations"] == 2
     stages = [line for line in done.stderr.splitlines() if line.startswith("# --compute: ")]
     assert [line.split(":")[1].split()[:2] for line in stages] == \
         [["calibrating", "the"], ["the", "large"], ["the", "step"], ["one", "traced"]]

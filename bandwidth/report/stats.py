@@ -6,7 +6,7 @@
   without ties; otherwise the normal approximation with the tie correction and a continuity
   correction of 1/2. ``smallest_p(n, m)`` is the least p any outcome can reach: where it is above
   the level, the test can never find a drop and the gate says so.
-- ``median_ci(samples)``: the distribution-free confidence interval of the median from order
+- ``median_ci(samples)`` (bandwidth.formulas'): the distribution-free confidence interval of the median from order
   statistics (binomial with p = 1/2); None below 6 samples (no 95 % interval exists).
 - ``spread(samples)``: p50, p95 and the coefficient of variation of one row. The percentiles are
   of the iteration times, shown as GB/s: p95 is the figure of the 95th-percentile (slow) iteration.
@@ -19,6 +19,8 @@ import sys
 from dataclasses import dataclass
 
 import numpy as np
+
+from bandwidth.formulas import log_comb, median_ci
 
 SIGNIFICANCE = 0.002        # asv's level: a drop must have p below this (one-sided)
 EXACT_PAIRS = 10_000        # n x m up to which the exact distribution is counted
@@ -65,11 +67,7 @@ def smallest_p(n: int, m: int) -> float:
     n), in logarithms (the count does not fit a float from about 1,030 values on)."""
     if n == 0 or m == 0:
         return 1.0
-    return math.exp(-_log_comb(n + m, n))
-
-
-def _log_comb(n: int, k: int) -> float:
-    return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+    return math.exp(-log_comb(n + m, n))
 
 
 def mann_whitney_less(now, before) -> float:
@@ -112,28 +110,6 @@ def _ranks(values: np.ndarray) -> np.ndarray:
         ranks[order[i:j + 1]] = (i + j) / 2.0 + 1.0
         i = j + 1
     return ranks
-
-
-def median_ci(samples, confidence: float = 0.95) -> tuple[float, float] | None:
-    """(low, high) of the median with at least ``confidence``, from order statistics; None when
-    the sample is too small for one."""
-    x = np.sort(np.asarray(samples, dtype=float))
-    n = x.size
-    if n < 2:
-        return None
-    # The largest k with P(Binomial(n, 1/2) < k) <= (1 - confidence) / 2: [x_(k), x_(n-k+1)].
-    tail = (1.0 - confidence) / 2.0
-    cdf, k = 0.0, 0
-    while k < n // 2:
-        # P(X = k) in logarithms: 2 ** n overflows a float from n = 1024 (a --repeat auto run
-        # pools that many iterations within seconds on a fast host)
-        nxt = cdf + math.exp(_log_comb(n, k) - n * math.log(2.0))
-        if nxt > tail:
-            break
-        cdf, k = nxt, k + 1
-    if k == 0:
-        return None
-    return float(x[k - 1]), float(x[n - k])
 
 
 def ci_width_pct(samples, confidence: float = 0.95) -> float:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import asdict, dataclass, field
 
-from bandwidth.formulas import (compute_slowdown, framework_split, overlap_of,
+from bandwidth.formulas import (compute_slowdown, framework_split, median_ci, overlap_of,
                                 paired_exposed_s, performance_ratio, samples_per_s)
 
 GPU_RATE_TARGET = 0.70      # the products reach 70 % of a large matmul's rate on a GPU
@@ -34,11 +34,13 @@ class FrameworkCosts:
     performance_ratio: float         # compute alone / the framework's step
     error_max: float = -1.0          # its steps, checked (-1: not)
     notes: list = field(default_factory=list)
-    host_s: float | None = None      # the host's time to issue it (backward returning), median
+    host_s: float | None = None      # the host's time to issue it (backward returning), median;
+    #                                  on a GPU only (on CPU devices the host is the device)
+    step_ci_s: tuple[float, float] | None = None   # its median's 95 % interval (None: too few)
 
     @classmethod
-    def of(cls, measured: dict, compute_s: float, step_s: float,
-           exposed_s: float) -> "FrameworkCosts":
+    def of(cls, measured: dict, compute_s: float, step_s: float, exposed_s: float,
+           device_type: str = "cuda") -> "FrameworkCosts":
         samples = measured["samples"]
         framework_s = statistics.median(s["seconds"] for s in samples)
         hosts = [s["host_seconds"] for s in samples if s.get("host_seconds") is not None]
@@ -48,7 +50,8 @@ class FrameworkCosts:
                    performance_ratio=performance_ratio(framework_s, compute_s),
                    error_max=max((s["error"] for s in samples), default=-1.0),
                    notes=list(measured.get("notes", [])),
-                   host_s=statistics.median(hosts) if hosts else None)
+                   host_s=statistics.median(hosts) if hosts and device_type == "cuda" else None,
+                   step_ci_s=median_ci([s["seconds"] for s in samples]))
 
     def share(self, seconds: float) -> float:
         return seconds / self.step_s if self.step_s > 0 else 0.0
@@ -99,6 +102,9 @@ class StepCosts:
     timeline: list = field(default_factory=list)
     error_max: float = -1.0          # the steps with compute, checked as the exchange's (-1: not)
     framework: FrameworkCosts | None = None     # --framework: the framework's own step
+    compute_ci_s: tuple[float, float] | None = None   # the medians' 95 % intervals (None: too
+    step_ci_s: tuple[float, float] | None = None      # few iterations, below 6)
+    iterations: int = 0
 
     @property
     def rate_pct(self) -> float:
@@ -141,7 +147,10 @@ class StepCosts:
                    timeline=measured["timeline"],
                    error_max=max((s["error"] for s in measured["step_samples"]), default=-1.0),
                    framework=None if measured.get("framework") is None else FrameworkCosts.of(
-                       measured["framework"], compute_s, step_s, exposed))
+                       measured["framework"], compute_s, step_s, exposed,
+                       measured["device_type"]),
+                   compute_ci_s=median_ci(computes), step_ci_s=median_ci(steps),
+                   iterations=len(steps))
 
     def lines(self) -> list[str]:
         """The summary's lines on what the step cost."""
@@ -163,7 +172,22 @@ class StepCosts:
             if self.step_flops else
             "#   compute: timed waits of the milliseconds asked (--compute-ms / --compute-file on "
             "CPU devices stand for a GPU's compute, leaving the host's cores to the exchange)"
-        ] + ([] if self.framework is None else self.framework.lines(self.schedule))
+        ] + ([] if self.framework is None else self.framework.lines(self.schedule)) + [
+            self._spread_line()]
+
+    def _spread_line(self) -> str:
+        """The medians' 95 % confidence intervals: the figures' error."""
+        def interval(name: str, ci) -> str:
+            return f"{name} {1e3 * ci[0]:.3f}-{1e3 * ci[1]:.3f} ms"
+        framework = None if self.framework is None else self.framework.step_ci_s
+        if self.step_ci_s is None or self.compute_ci_s is None:
+            return (f"#   no 95 % interval of the medians from {self.iterations} iterations "
+                    "(6 or more give one: --num-batches)")
+        parts = [interval("compute alone", self.compute_ci_s), interval("step", self.step_ci_s)]
+        if framework is not None:
+            parts.append(interval("the framework's step", framework))
+        return (f"#   the medians' 95 % intervals ({self.iterations} iterations): "
+                + ", ".join(parts))
 
     @property
     def _error(self) -> str:
