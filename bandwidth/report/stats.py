@@ -6,8 +6,9 @@
   without ties; otherwise the normal approximation with the tie correction and a continuity
   correction of 1/2. ``smallest_p(n, m)`` is the least p any outcome can reach: where it is above
   the level, the test can never find a drop and the gate says so.
-- ``median_ci(samples)`` (bandwidth.formulas'): the distribution-free confidence interval of the median from order
-  statistics (binomial with p = 1/2); None below 6 samples (no 95 % interval exists).
+- ``median_ci(samples)`` (bandwidth.formulas'): the distribution-free confidence interval of the
+  median from order statistics (binomial with p = 1/2); None below 6 samples (no 95 % interval
+  exists).
 - ``spread(samples)``: p50, p95 and the coefficient of variation of one row. The percentiles are
   of the iteration times, shown as GB/s: p95 is the figure of the 95th-percentile (slow) iteration.
 """

@@ -218,7 +218,8 @@ def step_cost_fields(costs) -> dict:
     if isinstance(framework, dict) and _number(framework.get("step_s")) \
             and _number(framework.get("own_s")):
         fields.update(framework_s=framework["step_s"], framework_own_s=framework["own_s"],
-                      framework_host_s=framework.get("host_s"))
+                      framework_host_s=framework["host_s"]
+                      if _number(framework.get("host_s")) else None)
     return fields
 
 
