@@ -133,8 +133,8 @@ MODELS = {
 
 def batch_of(name: str, device: torch.device, tiny: bool = False):
     """The model's batch; ``tiny``: two samples (BatchNorm needs two) of 32 tokens or 32 x 32
-    pixels, whose kernels take the GPU less time than the host takes to issue them: the step's
-    host time alone."""
+    pixels, small enough that the GPU keeps up with the host's launches (the host's time to issue
+    them is what the tiny batch measures; its time to the GPU's end overstated it, 2026-11-29)."""
     g = torch.Generator(device="cpu").manual_seed(1)
     batch = 2 if tiny else MODELS[name]["batch"]
     if name == "gpt2":
