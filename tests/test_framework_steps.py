@@ -270,3 +270,11 @@ def test_the_host_column_stars_a_host_paced_step():
     assert _host(0.095, 0.100) == "95.000*"        # above 90 % of the step: the host paces it
     assert _host(0.050, 0.100) == "50.000"
     assert _host(None, 0.100) == "-"               # CPU devices: the host is the device
+
+
+def test_a_gpu_run_without_host_ms_says_what_it_leaves_out():
+    from bandwidth.measurement.framework import host_note
+    note = host_note("cuda", None)
+    assert note.startswith("framework torch: without --host-ms") and "real_step.py" in note
+    assert host_note("cuda", (5.0, 10.0)) is None         # given: nothing left out
+    assert host_note("cpu", None) is None                 # CPU devices: the host is the device

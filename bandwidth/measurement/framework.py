@@ -54,6 +54,7 @@ class FrameworkStep:
         self.group, self.runner = session.group, runner
         self.device, self.rank = replica.device, replica.rank
         self.n, self.seed = session.n, plan.config.seed
+        self.host_ms = plan.config.host_ms
         self.schedule, self.shapes = plan.schedule, plan.shapes
         self.offsets = key_offsets(plan.shapes)
         dtype = TORCH_DTYPES[plan.config.dtype]
@@ -73,7 +74,8 @@ class FrameworkStep:
         raise NotImplementedError
 
     def notes(self) -> list[str]:
-        return []
+        note = host_note(self.device.type, self.host_ms)
+        return [note] if note else []
 
     # -- the hooks of schedules.torchmodel -----------------------------------------------------
 
@@ -141,7 +143,7 @@ class DdpStep(FrameworkStep):
                 else f"bucket_cap_mb {self.bucket_cap_mb:g}, the first bucket's too")
         return [f"framework torch: DistributedDataParallel over {len(self.schedule.units)} "
                 f"unit(s), {len(sizes) or '?'} bucket(s) ({caps}; the ddp schedule's parts: "
-                f"{len(self.schedule.parts)})"]
+                f"{len(self.schedule.parts)})"] + super().notes()
 
     def error_terms(self) -> tuple[float, float]:
         return piece_error_terms(((self.offsets[k], p.grad) for k, p in self.parameters_of()),
@@ -161,7 +163,8 @@ class FsdpStep(FrameworkStep):
 
     def notes(self) -> list[str]:
         return [f"framework torch: FSDP2, fully_shard on each of {len(self.schedule.units)} "
-                "unit(s), then the root (reshard after forward, its default prefetching)"]
+                "unit(s), then the root (reshard after forward, its default prefetching)"
+                ] + super().notes()
 
     def shard_start(self, key: int, local: torch.Tensor) -> int:
         """The flat index of this rank's shard of array ``key``: FSDP2 keeps rows
@@ -190,6 +193,19 @@ class FsdpStep(FrameworkStep):
             module.reshard()
             wrong, total = wrong + terms[0], total + terms[1]
         return wrong, total
+
+
+def host_note(device_type: str, host_ms) -> str | None:
+    """On a GPU without --host-ms: the module issues its compute in microseconds, so the
+    framework's step leaves out a real model's own host time, which paces a step where the
+    framework's host work is large (FSDP2; BENCHMARKS.md 2026-11-29, fifth session)."""
+    if device_type != "cuda" or host_ms is not None:
+        return None
+    return ("framework torch: without --host-ms the module issues its compute in microseconds; "
+            "a real model's own host time to issue its forward and backward (10-30 ms a step "
+            "for GPT-2 small and ResNet-50 on an H200's host) is not in the framework's step, "
+            "and where the host paces it (FSDP2) the step is longer: give --host-ms FWD,BWD "
+            "(benchmarks/real_step.py measures a model's)")
 
 
 STEPS = {"ddp": DdpStep, "fsdp": FsdpStep}     # the schedule a framework's step stands beside
