@@ -202,7 +202,7 @@ def host_note(device_type: str, host_ms) -> str | None:
     if device_type != "cuda" or host_ms is not None:
         return None
     return ("framework torch: without --host-ms the module issues its compute in microseconds; "
-            "a real model's own host time to issue its forward and backward (10-30 ms a step "
+            "a real model's own host time to issue its forward and backward (15-26 ms a step "
             "for GPT-2 small and ResNet-50 on an H200's host) is not in the framework's step, "
             "and where the host paces it (FSDP2) the step is longer: give --host-ms FWD,BWD "
             "(benchmarks/real_step.py measures a model's)")
