@@ -199,7 +199,9 @@ def rank_main(rank: int, world: int, port: int, name: str, steps: int, out) -> N
     torch.cuda.set_device(device)
     dist.init_process_group("nccl", rank=rank, world_size=world, device_id=device)
     try:
-        results = {}
+        # the host's time to issue the bare model here too, in the process of the wrapped steps
+        # (the parent's figure came out above the ranks' tiny DDP step once, 2026-11-29)
+        results = {"rank_host": compute_alone(name, device, steps, tiny=True)}
         for (wrap, tiny) in (("ddp", False), ("fsdp2", False), ("ddp", True), ("fsdp2", True)):
             inputs, targets = batch_of(name, device, tiny)
             torch.manual_seed(0)
@@ -252,13 +254,16 @@ def main(argv: list[str] | None = None) -> int:
                "host_forward_ms": host_forward, "host_backward_ms": host_backward,
                "ddp_step_ms": steps["ddp"], "fsdp2_step_ms": steps["fsdp2"],
                "ddp_host_ms": steps["ddp_host"], "fsdp2_host_ms": steps["fsdp2_host"],
-               "ddp_tiny_ms": steps["ddp_tiny"], "fsdp2_tiny_ms": steps["fsdp2_tiny"]}
+               "ddp_tiny_ms": steps["ddp_tiny"], "fsdp2_tiny_ms": steps["fsdp2_tiny"],
+               "rank_host_forward_ms": steps["rank_host"][0],
+               "rank_host_backward_ms": steps["rank_host"][1]}
     print(f"# {args.model} on {world} ranks ({transport}): forward {forward:.3f} ms, backward "
           f"{backward:.3f} ms alone; DDP step {steps['ddp']:.3f} ms, FSDP2 step "
           f"{steps['fsdp2']:.3f} ms (medians of {args.steps})")
     print(f"# the host: forward {host_forward:.3f} ms, backward {host_backward:.3f} ms to issue "
-          f"them (a tiny batch, to the calls returning); issuing the DDP step took "
-          f"{steps['ddp_host']:.3f} ms, the FSDP2 step {steps['fsdp2_host']:.3f} ms; the tiny "
+          f"them (a tiny batch, to the calls returning; in rank 0's process "
+          f"{steps['rank_host'][0]:.3f} and {steps['rank_host'][1]:.3f}); issuing the DDP step "
+          f"took {steps['ddp_host']:.3f} ms, the FSDP2 step {steps['fsdp2_host']:.3f} ms; the tiny "
           f"batch's steps to the GPU's end: DDP "
           f"{steps['ddp_tiny']:.3f} ms, FSDP2 {steps['fsdp2_tiny']:.3f} ms")
     print(f"# the toolkit's model of it: python3 bandwidth/measure.py --kv-store nccl "
