@@ -150,7 +150,6 @@ def check_numbers(args) -> None:
 def options_from_args(args, is_cuda: bool) -> CeilingOptions:
     from bandwidth.ceiling.suite import CeilingOptions
 
-    check_numbers(args)
     sizes = None
     if args.minbytes is not None or args.maxbytes is not None:
         begin = parse_size(args.minbytes or ("1M" if is_cuda else "64K"))
@@ -313,7 +312,6 @@ def main(argv: list[str] | None = None) -> int:
         if args.no_peer is not None:
             raise ConfigError("--no-peer sets the GPU check's pairs: add --gpus-check")
         if args.network:
-            check_numbers(args)
             return network_main(args)
         from bandwidth.ceiling.suite import measure_ceilings
         from bandwidth.hardware.devices import resolve
